@@ -1,0 +1,183 @@
+"""`Bundle`: a served bundle as a Hugging Face dataset and TRL environment classes.
+
+    env = Bundle("http://env-host:8000", split="train")     # a remote server
+    env = Bundle.local("bundles/gridsim", split="train")    # served in this process
+    trainer = GRPOTrainer(..., train_dataset=env.dataset, environment_factory=env.factory)
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from corral.client.factory import (
+    CorralEnvironment,
+    EnvironmentSpec,
+    close_environments,
+    environment_class,
+)
+from corral.client.protocol import TaskInfo, Toolset
+from corral.client.rewards import RewardRule
+
+HTTP_TIMEOUT_S = 60.0
+
+
+class Bundle:
+    """The tasks of one split of a served bundle, and the environments that play them.
+
+    Args:
+        url: the corral server, e.g. `http://env-host:8000`.
+        split: the split whose tasks `dataset` holds: `all`, or one per eval file.
+        reward: which score is the reward (a score id), or a function of all the scores.
+            A function must be importable (not a lambda) to pickle into AsyncGRPO's process.
+        tool_timeout: seconds a tool call may take before the server ends its episode unscored.
+        reset_timeout: seconds a reset (deploying the env) or an end_turn may take.
+        token: the server's bearer token, if it asks for one.
+        keepalive: seconds between keepalive pings on each session's socket.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        split: str = "all",
+        reward: RewardRule = None,
+        tool_timeout: float = 60.0,
+        reset_timeout: float = 600.0,
+        token: str | None = None,
+        keepalive: float = 20.0,
+    ):
+        self.url = url.rstrip("/")
+        self.split = split
+        self._reward = reward
+        self._tool_timeout = tool_timeout
+        self._reset_timeout = reset_timeout
+        self._token = token
+        self._keepalive = keepalive
+        self._server: Any = None  # the embedded server Bundle.local started, if any
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=HTTP_TIMEOUT_S, trust_env=False)
+        self.name: str = self._get("/metadata")["name"]
+        self.splits: dict[str, int] = {s["name"]: s["num_tasks"] for s in self._get(f"/{self.name}/splits")["splits"]}
+        self.toolsets: dict[str, Toolset] = {
+            t["name"]: Toolset.model_validate(t) for t in self._get("/toolsets")["toolsets"]
+        }
+        self._tasks(split)  # fail now, with the list of splits, if the split does not exist
+
+    @classmethod
+    def local(
+        cls,
+        path: str | Path,
+        split: str = "all",
+        sandbox: str = "auto",
+        max_concurrent_envs: int = 8,
+        reward: RewardRule = None,
+        tool_timeout: float = 60.0,
+        reset_timeout: float = 600.0,
+        keepalive: float = 20.0,
+    ) -> Bundle:
+        """Serve the bundle at `path` in this process (on a free loopback port) and open it."""
+        try:
+            from corral.server.embedded import EmbeddedServer  # noqa: PLC0415 (the server is optional)
+            from corral.server.served import ServeOptions  # noqa: PLC0415
+        except ImportError as error:
+            raise ImportError(
+                f"Bundle.local serves the bundle in this process and needs corral's server: "
+                f"pip install 'corral[server]' ({error})"
+            ) from None
+        options = ServeOptions(sandbox=sandbox, max_concurrent_envs=max_concurrent_envs, reward=reward,
+                               tool_timeout_s=tool_timeout, reset_timeout_s=reset_timeout)
+        server = EmbeddedServer(Path(path), options, ws_ping_interval=keepalive, ws_ping_timeout=keepalive)
+        try:
+            bundle = cls(server.url, split=split, reward=reward, tool_timeout=tool_timeout,
+                         reset_timeout=reset_timeout, keepalive=keepalive)
+        except BaseException:
+            server.stop()
+            raise
+        bundle._server = server
+        return bundle
+
+    @functools.cached_property
+    def dataset(self):
+        """The split's tasks as a `datasets.Dataset`: `prompt`, `split`, `index`, `task_id` (and
+        `environment`, naming each row's class, when `factory` is a dict)."""
+        return self.dataset_for(self.split)
+
+    def dataset_for(self, split: str):
+        """Another split's tasks, as rows `factory` can play."""
+        from datasets import Dataset  # noqa: PLC0415 (importing datasets is slow; only when needed)
+
+        rows = [self._row(task) for task in self._tasks(split)]
+        return Dataset.from_list(rows)
+
+    @functools.cached_property
+    def factory(self) -> type[CorralEnvironment] | dict[str, type[CorralEnvironment]]:
+        """The environment class TRL builds environments from; a dict of classes, one per
+        toolset, when the split's tasks offer different tools."""
+        classes = {name: environment_class(self._spec(name)) for name in self._split_toolsets}
+        return classes if len(classes) > 1 else next(iter(classes.values()))
+
+    def close(self) -> None:
+        """End every episode the environments hold, and stop the server `local` started."""
+        close_environments(self.url)
+        self._http.close()
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def __enter__(self) -> Bundle:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Bundle({self.url!r}, name={self.name!r}, split={self.split!r}, tasks={self.splits.get(self.split)})"
+
+    @functools.cached_property
+    def _split_toolsets(self) -> list[str]:
+        """The toolsets of the Bundle's split, in the order its tasks first use them."""
+        return list(dict.fromkeys(task.toolset for task in self._tasks(self.split)))
+
+    def _row(self, task: TaskInfo) -> dict[str, Any]:
+        prompt = [{"role": "system", "content": task.system_prompt}] if task.system_prompt else []
+        prompt.append({"role": "user", "content": task.prompt})
+        row: dict[str, Any] = {"prompt": prompt, "split": task.split, "index": task.index, "task_id": task.task_id}
+        if task.toolset not in self._split_toolsets:
+            raise ValueError(
+                f"task {task.task_id} of split {task.split!r} offers toolset {task.toolset!r}, which no task "
+                f"of the split {self.split!r} this Bundle was opened with does, so `factory` has no class "
+                f"for it: open a Bundle on split {task.split!r}"
+            )
+        if len(self._split_toolsets) > 1:
+            row["environment"] = task.toolset
+        return row
+
+    @functools.lru_cache(maxsize=None)  # noqa: B019 (one Bundle lives as long as its tasks do)
+    def _tasks(self, split: str) -> list[TaskInfo]:
+        if split not in self.splits:
+            raise ValueError(f"bundle {self.name} has no split {split!r}; its splits are: {', '.join(self.splits)}")
+        reply = self._http.post(f"/{self.name}/tasks", json={"split": split})
+        reply.raise_for_status()
+        return [TaskInfo.model_validate(task) for task in reply.json()["tasks"]]
+
+    def _spec(self, toolset: str) -> EnvironmentSpec:
+        return EnvironmentSpec(
+            toolset=self.toolsets[toolset], url=self.url, token=self._token, tool_timeout_s=self._tool_timeout,
+            reset_timeout_s=self._reset_timeout, reward=self._reward, keepalive_s=self._keepalive,
+        )
+
+    def _get(self, path: str) -> Any:
+        try:
+            reply = self._http.get(path)
+        except httpx.TransportError as error:
+            raise ConnectionError(
+                f"could not reach a corral server at {self.url} ({error}); start one with "
+                "`corral serve BUNDLE --port PORT`, or use Bundle.local(BUNDLE)"
+            ) from None
+        if reply.status_code == 401:
+            raise PermissionError(f"the server at {self.url} wants a bearer token: pass token=...")
+        reply.raise_for_status()
+        return reply.json()

@@ -1,0 +1,231 @@
+"""Environment classes for TRL, generated from the tools a server offers.
+
+TRL's `GRPOTrainer(environment_factory=...)` builds one instance per rollout, calls
+`reset(**row)`, exposes every public method as a tool (rendered from its signature and
+Google-style docstring, as transformers' `get_json_schema` reads them), and reads
+`get_reward()` once the rollout ends. Each generated method carries the tool's JSON Schema
+back as type hints and an `Args:` docstring, so the model sees the tool as the env wrote it.
+
+The classes pickle by value (AsyncGRPO builds environments in a spawned process): their
+metaclass reduces to `(environment_class, (spec,))`, and the spec is plain data.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import inspect
+import keyword
+import logging
+import weakref
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, Union
+
+from corral.client.protocol import END_TURN, EPISODE_ENDED, Toolset, ToolSpec
+from corral.client.rewards import RewardError, RewardRule, pick_reward
+from corral.client.session import ServerError, Session
+
+log = logging.getLogger("corral.client")
+
+REPLY_MARGIN_S = 30.0  # the server enforces deadlines; the client waits a little longer
+MAX_CLOSING_TURNS = 64
+_RESERVED = {"reset", "get_reward"}
+_UNSET: Any = type("Unset", (), {"__repr__": lambda self: "<unset>"})()
+_LIVE: weakref.WeakSet[CorralEnvironment] = weakref.WeakSet()
+
+
+@dataclass(frozen=True)
+class EnvironmentSpec:
+    """Everything an environment class is built from: plain data, so it pickles."""
+
+    toolset: Toolset
+    url: str
+    token: str | None = None
+    tool_timeout_s: float = 60.0
+    reset_timeout_s: float = 600.0
+    reward: RewardRule = None
+    keepalive_s: float = 20.0
+
+
+class CorralEnvironment:
+    """One environment: a session on the server, one episode at a time."""
+
+    _corral_spec: EnvironmentSpec
+
+    def __init__(self) -> None:
+        spec = self._corral_spec
+        self._session = Session(spec.url, token=spec.token, keepalive_s=spec.keepalive_s)
+        self._episode_open = False
+        self._reward: float | None = None
+        self._scores: dict[str, float] = {}
+        self._error: str | None = "reset was never called"
+        _LIVE.add(self)
+        # An environment dropped without closing still frees its server session and sandbox.
+        weakref.finalize(self, self._session.close_in_background)
+
+    def reset(self, **row: Any) -> str | None:
+        """Start the row's task as a new episode (the previous one, if any, is abandoned)."""
+        spec = self._corral_spec
+        data = {key: row[key] for key in ("split", "index", "task_id") if key in row}
+        data.update(tool_timeout_s=spec.tool_timeout_s, reset_timeout_s=spec.reset_timeout_s)
+        self._reward, self._scores, self._error = None, {}, None
+        reply = self._session.request({"type": "reset", "data": data}, spec.reset_timeout_s + REPLY_MARGIN_S)
+        observed = reply["data"]
+        if observed["done"]:
+            self._end(observed)
+            return None
+        offered = [tool["name"] for tool in observed["observation"].get("tools", [])]
+        expected = [tool.name for tool in spec.toolset.tools]
+        if offered != expected:
+            raise RuntimeError(
+                f"task {data.get('task_id')} offers the tools {offered}, but this environment class "
+                f"({spec.toolset.name}) was built for {expected}: the model was shown the class's tools. "
+                "The bundle's toolsets do not separate these tasks; give them their own toolset."
+            )
+        self._episode_open = True
+        return None
+
+    def get_reward(self) -> float | None:
+        """The episode's reward, or None (logged with the reason) when it ended in an error.
+
+        A turn the model left open is ended with an empty reply first.
+        """
+        for _ in range(MAX_CLOSING_TURNS):
+            if not self._episode_open:
+                break
+            self._call(END_TURN, {"response": ""})
+        if self._error is not None:
+            log.warning("rollout left unscored: %s", self._error)
+            return None
+        if self._corral_spec.reward is not None:
+            try:
+                return pick_reward(self._scores, self._corral_spec.reward)
+            except RewardError as error:
+                log.warning("rollout left unscored: %s", error)
+                return None
+        return self._reward
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> str:
+        if not self._episode_open:
+            return f"{EPISODE_ENDED} {self._error or ''}".strip()
+        spec = self._corral_spec
+        timeout = (spec.reset_timeout_s if name == END_TURN else spec.tool_timeout_s) + REPLY_MARGIN_S
+        frame = {"type": "step", "data": {"type": "call_tool", "tool_name": name, "arguments": arguments}}
+        try:
+            observed = self._session.request(frame, timeout)["data"]
+        except (ServerError, ConnectionError, TimeoutError) as error:
+            self._end({"observation": {"error_message": f"the server went away: {error}"}, "reward": None})
+            return f"{EPISODE_ENDED} {self._error}"
+        if observed["done"]:
+            self._end(observed)
+        return str(observed["observation"].get("result", ""))
+
+    def _end(self, observed: dict[str, Any]) -> None:
+        fields = observed["observation"]
+        self._episode_open = False
+        self._scores = fields.get("scores", {})
+        self._reward = observed.get("reward")
+        self._error = fields.get("error_message") if self._reward is None else None
+        if self._reward is None and self._error is None:
+            self._error = "the episode ended without a reward"
+
+    def _close(self) -> None:
+        self._episode_open = False
+        self._session.close()
+
+
+class _EnvironmentType(type):
+    """The metaclass of generated classes; registered with copyreg so they pickle by value."""
+
+
+def environment_class(spec: EnvironmentSpec) -> type[CorralEnvironment]:
+    """The environment class for one toolset: its tools as methods, plus reset and get_reward."""
+    namespace: dict[str, Any] = {"_corral_spec": spec, "__module__": __name__}
+    for tool in spec.toolset.tools:
+        name = tool.name
+        if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_") or name in _RESERVED:
+            raise ValueError(
+                f"tool {name!r} of toolset {spec.toolset.name} cannot be a method of the environment "
+                f"class (TRL calls tools as public methods, and reset and get_reward are taken): rename "
+                f"it in the env to a Python identifier that does not start with '_', other than "
+                f"{' or '.join(sorted(_RESERVED))}"
+            )
+        namespace[tool.name] = _tool_method(tool)
+    cls = _EnvironmentType(spec.toolset.name, (CorralEnvironment,), namespace)
+    cls.__qualname__ = spec.toolset.name
+    return cls
+
+
+def _reduce_class(cls: _EnvironmentType) -> Any:
+    """A generated class rebuilds from its spec; a user's subclass of one pickles by reference,
+    as any class does (rebuilding it from the spec would drop what the subclass adds)."""
+    if "_corral_spec" in vars(cls):
+        return environment_class, (cls._corral_spec,)
+    return cls.__qualname__
+
+
+copyreg.pickle(_EnvironmentType, _reduce_class)
+
+
+def close_environments(url: str | None = None) -> None:
+    """Close the sessions of every live environment (of the server at `url`, if given)."""
+    for environment in list(_LIVE):
+        if url is None or environment._corral_spec.url == url:
+            environment._close()
+
+
+def _tool_method(tool: ToolSpec):
+    schema = tool.input_schema
+    properties: dict[str, Any] = schema.get("properties", {})
+    required = set(schema.get("required", []))
+
+    def call(self: CorralEnvironment, **arguments: Any) -> str:
+        return self._call(tool.name, {k: v for k, v in arguments.items() if v is not _UNSET})
+
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    annotations: dict[str, Any] = {}
+    # Required parameters first: a keyword-only signature still lists them in schema order.
+    for name in sorted(properties, key=lambda n: n not in required):
+        annotations[name] = python_type(properties[name])
+        parameters.append(inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, annotation=annotations[name],
+            default=inspect.Parameter.empty if name in required else _UNSET,
+        ))
+    annotations["return"] = str
+    call.__name__ = call.__qualname__ = tool.name
+    call.__signature__ = inspect.Signature(parameters, return_annotation=str)  # type: ignore[attr-defined]
+    call.__annotations__ = annotations
+    call.__doc__ = _docstring(tool.description, properties)
+    return call
+
+
+def _docstring(description: str, properties: dict[str, Any]) -> str:
+    lines = [description.strip() or "(no description)"]
+    if properties:
+        lines += ["", "Args:"]
+        lines += [f"    {name}: {prop.get('description', name)}" for name, prop in properties.items()]
+    return "\n".join(lines) + "\n"
+
+
+_JSON_TYPES: dict[str, Any] = {
+    "integer": int, "number": float, "string": str, "boolean": bool, "null": type(None), "object": dict,
+}
+
+
+def python_type(schema: dict[str, Any]) -> Any:
+    """The type hint that transformers' get_json_schema turns back into `schema`."""
+    if "enum" in schema:
+        hint: Any = Literal[tuple(schema["enum"])]
+    elif "anyOf" in schema:
+        hint = Union[tuple(python_type(option) for option in schema["anyOf"])]
+    elif isinstance(schema.get("type"), list):
+        hint = Union[tuple(python_type({**schema, "type": t}) for t in schema["type"])]
+    elif schema.get("type") == "array":
+        if "prefixItems" in schema:
+            hint = tuple[tuple(python_type(item) for item in schema["prefixItems"])]
+        else:
+            hint = list[python_type(schema["items"])] if "items" in schema else list
+    elif schema.get("type") == "object" and isinstance(schema.get("additionalProperties"), dict):
+        hint = dict[str, python_type(schema["additionalProperties"])]
+    else:
+        hint = _JSON_TYPES.get(schema.get("type", ""), Any)
+    return Optional[hint] if schema.get("nullable") else hint

@@ -1,0 +1,35 @@
+"""From an episode's scores to one reward: by score id, or by a function of all scores."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+RewardRule = str | Callable[[dict[str, float]], float] | None
+
+
+class RewardError(ValueError):
+    """The scores and the reward rule do not fit together."""
+
+
+def pick_reward(scores: Mapping[str, float], rule: RewardRule) -> float:
+    """The reward of an episode that recorded `scores`.
+
+    `rule=None` takes the only score; a string picks that score; a function combines them.
+    """
+    if callable(rule):
+        return float(rule(dict(scores)))
+    if rule is None:
+        if len(scores) != 1:
+            raise RewardError(missing_rule_message(sorted(scores)))
+        return float(next(iter(scores.values())))
+    if rule not in scores:
+        raise RewardError(f"reward={rule!r} names no score of this episode; it has: {', '.join(sorted(scores))}")
+    return float(scores[rule])
+
+
+def missing_rule_message(score_ids: list[str]) -> str:
+    return (
+        f"the task records {len(score_ids)} scores ({', '.join(score_ids)}) and no reward was chosen: "
+        f"pick one with reward={score_ids[0]!r} (corral serve --reward {score_ids[0]}), or combine "
+        "them with a function of the scores, e.g. reward=lambda s: sum(s.values()) / len(s)"
+    )

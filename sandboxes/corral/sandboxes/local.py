@@ -1,0 +1,114 @@
+"""The local provider: one child process per episode, on this machine.
+
+This is the embedded default for laptops and CI. It is NOT an isolation boundary: the env
+runs as the server's user, with its network and files. Each process gets its own process
+group, so closing the sandbox kills the env and everything it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+
+from corral.sandboxes.base import Sandbox, SandboxError, SandboxProvider, SandboxSpec
+
+# The folder that holds the `corral` namespace with the env SDK, put on the env's import path
+# so `python3 -m corral.env` works without installing anything.
+_SDK_ROOT = Path(__file__).resolve().parents[2]
+_STREAM_LIMIT = 64 * 1024 * 1024  # one protocol line may carry a large tool result
+
+
+class LocalSandbox(Sandbox):
+    def __init__(
+        self,
+        process: asyncio.subprocess.Process,
+        workdir: Path,
+        stderr_path: Path,
+        running: set[LocalSandbox],
+    ):
+        self._process = process
+        self._workdir = workdir
+        self._stderr_path = stderr_path
+        self._running = running  # the provider's set, so shutdown finds every live process
+        self._closed = False
+        running.add(self)
+
+    async def send_line(self, line: bytes) -> None:
+        stdin = self._process.stdin
+        assert stdin is not None
+        try:
+            stdin.write(line + b"\n")
+            await stdin.drain()
+        except (BrokenPipeError, ConnectionResetError) as error:
+            raise EOFError("the env process closed its stdin") from error
+
+    async def read_line(self) -> bytes:
+        stdout = self._process.stdout
+        assert stdout is not None
+        line = await stdout.readline()
+        if not line:
+            raise EOFError("the env process closed its stdout")
+        return line.rstrip(b"\n")
+
+    def stderr_tail(self, max_chars: int = 4000) -> str:
+        try:
+            with self._stderr_path.open("rb") as stderr:
+                stderr.seek(0, os.SEEK_END)
+                stderr.seek(max(0, stderr.tell() - max_chars))
+                return stderr.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._running.discard(self)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signal.SIGKILL)
+        await self._process.wait()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+
+class LocalProvider(SandboxProvider):
+    """Runs each episode's env as a child process in a fresh scratch folder."""
+
+    name = "local"
+    isolated = False
+
+    def __init__(self) -> None:
+        self._running: set[LocalSandbox] = set()
+
+    async def start(self, spec: SandboxSpec) -> Sandbox:
+        workdir = Path(tempfile.mkdtemp(prefix=f"corral-{spec.env_name}-"))
+        stderr_path = workdir / ".stderr"
+        environ = dict(os.environ)
+        environ["PYTHONPATH"] = os.pathsep.join(
+            [str(spec.context_dir), str(_SDK_ROOT), environ.get("PYTHONPATH", "")]
+        ).rstrip(os.pathsep)
+        environ["PYTHONUNBUFFERED"] = "1"
+        try:
+            with stderr_path.open("wb") as stderr:
+                process = await asyncio.create_subprocess_exec(
+                    *spec.command,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=stderr,
+                    cwd=workdir,
+                    env=environ,
+                    start_new_session=True,
+                    limit=_STREAM_LIMIT,
+                )
+        except OSError as error:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise SandboxError(f"could not start {spec.command[0]!r} for env {spec.env_name}: {error}")
+        return LocalSandbox(process, workdir, stderr_path, self._running)
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(sandbox.close() for sandbox in list(self._running)))
+

@@ -1,0 +1,307 @@
+"""Reading a bundle folder into typed data, collecting every problem instead of stopping at one.
+
+The format is described in docs/bundle-format.md. `load_bundle` never raises for a broken
+bundle: it returns what it could read and the list of problems, each naming its file and the
+fix, so `corral check` can print them all at once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from corral.sandboxes import Resources
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+RESERVED_SPLIT = "all"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServeDefaults(_Strict):
+    tool_timeout_s: float | None = Field(default=None, gt=0)
+    reset_timeout_s: float | None = Field(default=None, gt=0)
+    reward: str | None = None
+
+
+class Manifest(_Strict):
+    """bundle.toml."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str = ""
+    version: str = "0.0.0"
+    defaults: dict[str, Any] = Field(default_factory=dict)
+    serve: ServeDefaults = Field(default_factory=ServeDefaults)
+
+
+class ResourcesConfig(_Strict):
+    cpus: float = Field(default=1.0, gt=0)
+    memory_mb: int = Field(default=512, ge=16)
+    pids: int = Field(default=256, ge=8)
+
+
+class EnvConfig(_Strict):
+    """envs/<name>/env.toml."""
+
+    entry: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    command: list[str] | None = Field(default=None, min_length=1)
+    dockerfile: str = "Dockerfile"
+    image: str | None = None
+    network: Literal["none", "egress"] = "none"
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+
+
+class Task(_Strict):
+    """One task: which env it plays, what reset gets, what the agent is told and offered."""
+
+    id: str = Field(pattern=NAME_PATTERN)
+    env: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    system_prompt: str = ""
+    prompt: str
+    tools: list[str] | None = None
+    verifiers: dict[str, str] = Field(min_length=1)
+    max_turns: int = Field(default=1, ge=1)
+
+
+class EvalConfig(_Strict):
+    """evals/<split>.toml."""
+
+    description: str = ""
+    tasks: list[str] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Env:
+    name: str
+    folder: Path
+    config: EnvConfig
+
+    @property
+    def command(self) -> tuple[str, ...]:
+        """How a sandbox starts this env's process, speaking JSON-RPC on stdio."""
+        if self.config.command:
+            return tuple(self.config.command)
+        return ("python3", "-m", "corral.env", str(self.config.entry))
+
+    @property
+    def resources(self) -> Resources:
+        return Resources(**self.config.resources.model_dump())
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a bundle: where, and what to change."""
+
+    file: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.message}"
+
+
+@dataclass
+class Bundle:
+    """A bundle as read from disk. `splits` maps a split name to its tasks, `all` first."""
+
+    root: Path
+    manifest: Manifest
+    readme: str
+    envs: dict[str, Env]
+    tasks: dict[str, Task]
+    splits: dict[str, list[Task]]
+    verifiers: dict[str, Path]
+    problems: list[Problem] = field(default_factory=list)
+
+
+def load_bundle(root: Path) -> Bundle:
+    """Read the bundle at `root`; `bundle.problems` lists what is wrong (empty when clean)."""
+    root = Path(root).resolve()
+    problems: list[Problem] = []
+    if not root.is_dir():
+        problems.append(Problem(str(root), "no such folder; give the path of a bundle folder"))
+        return Bundle(root, Manifest(name="missing"), "", {}, {}, {}, {}, problems)
+    manifest = _load_manifest(root, problems)
+    envs = _load_envs(root, problems)
+    verifiers = {path.stem: path for path in sorted((root / "verifiers").glob("[!_]*.py"))}
+    tasks = _load_tasks(root, manifest.defaults, problems)
+    for task in tasks.values():
+        _check_task_refs(task, envs, verifiers, problems)
+    splits = {RESERVED_SPLIT: list(tasks.values())}
+    splits.update(_load_evals(root, tasks, problems))
+    readme_path = root / "README.md"
+    readme = readme_path.read_text() if readme_path.is_file() else ""
+    return Bundle(root, manifest, readme, envs, tasks, splits, verifiers, problems)
+
+
+def _rel(root: Path, path: Path) -> str:
+    return str(path.relative_to(root.parent)) if path.is_relative_to(root.parent) else str(path)
+
+
+def _read_toml(root: Path, path: Path, problems: list[Problem]) -> dict[str, Any] | None:
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        problems.append(Problem(_rel(root, path), f"not valid TOML: {error}; fix the syntax"))
+        return None
+
+
+def _validation_problems(root: Path, path: Path, error: ValidationError, what: str) -> list[Problem]:
+    found = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or what
+        if item["type"] == "extra_forbidden":
+            message = f"unknown key {where!r}; remove it (see docs/bundle-format.md for the keys of {what})"
+        elif item["type"] == "missing":
+            message = f"{where!r} is missing; add it to {what}"
+        else:
+            message = f"{where!r}: {item['msg']} (got {item.get('input')!r})"
+        found.append(Problem(_rel(root, path), message))
+    return found
+
+
+def _load_manifest(root: Path, problems: list[Problem]) -> Manifest:
+    path = root / "bundle.toml"
+    fallback = Manifest(name=re.sub(r"[^A-Za-z0-9_.-]", "-", root.name) or "bundle")
+    if not path.is_file():
+        problems.append(Problem(_rel(root, path), "missing; create it with at least name = \"...\""))
+        return fallback
+    data = _read_toml(root, path, problems)
+    if data is None:
+        return fallback
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as error:
+        problems.extend(_validation_problems(root, path, error, "bundle.toml"))
+        # Keep the parts that are fine, so one stray key does not make every task that relies
+        # on [defaults] (or on [serve] reward) report a problem of its own.
+        salvaged: dict[str, Any] = {}
+        if isinstance(data.get("defaults"), dict):
+            salvaged["defaults"] = data["defaults"]
+        try:
+            salvaged["serve"] = ServeDefaults.model_validate(data.get("serve", {}))
+        except ValidationError:
+            pass
+        return fallback.model_copy(update=salvaged)
+
+
+def _load_envs(root: Path, problems: list[Problem]) -> dict[str, Env]:
+    envs: dict[str, Env] = {}
+    folders = sorted(p for p in (root / "envs").glob("*") if p.is_dir() and not p.name.startswith((".", "_")))
+    if not folders:
+        problems.append(Problem(_rel(root, root / "envs"), "no env folders; add envs/<name>/env.toml"))
+    for folder in folders:
+        path = folder / "env.toml"
+        if not path.is_file():
+            problems.append(Problem(_rel(root, path), 'missing; add it with entry = "module:Class"'))
+            continue
+        data = _read_toml(root, path, problems)
+        if data is None:
+            continue
+        try:
+            config = EnvConfig.model_validate(data)
+        except ValidationError as error:
+            problems.extend(_validation_problems(root, path, error, "env.toml"))
+            continue
+        if (config.entry is None) == (config.command is None):
+            problems.append(Problem(_rel(root, path), 'set exactly one of entry = "module:Class" or command = [...]'))
+            continue
+        if config.entry:
+            module = config.entry.split(":")[0]
+            module_path = folder / (module.replace(".", "/") + ".py")
+            if not module_path.is_file() and not (folder / module.replace(".", "/") / "__init__.py").is_file():
+                problems.append(Problem(_rel(root, path), f"entry module {module!r} not found in {folder.name}/; add {module_path.name} or fix entry"))
+        envs[folder.name] = Env(folder.name, folder, config)
+    return envs
+
+
+def _load_tasks(root: Path, defaults: dict[str, Any], problems: list[Problem]) -> dict[str, Task]:
+    tasks: dict[str, Task] = {}
+    seen_in: dict[str, str] = {}
+
+    def add(raw: Any, where: str, default_id: str | None) -> None:
+        if not isinstance(raw, dict):
+            problems.append(Problem(where, "a task must be a JSON object"))
+            return
+        data = {**defaults, **raw}
+        if default_id is not None:
+            data.setdefault("id", default_id)
+        try:
+            task = Task.model_validate(data)
+        except ValidationError as error:
+            problems.extend(Problem(where, p.message) for p in _validation_problems(root, root, error, "the task"))
+            return
+        if task.id in tasks:
+            problems.append(Problem(where, f"task id {task.id!r} is already used in {seen_in[task.id]}; give each task its own id"))
+            return
+        tasks[task.id] = task
+        seen_in[task.id] = where
+
+    jsonl = root / "tasks.jsonl"
+    if jsonl.is_file():
+        for number, line in enumerate(jsonl.read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            where = f"{_rel(root, jsonl)}:{number}"
+            try:
+                raw = json.loads(line)
+            except json.JSONDecodeError as error:
+                problems.append(Problem(where, f"not valid JSON: {error.msg} at column {error.colno}"))
+                continue
+            add(raw, where, None)
+    for path in sorted((root / "tasks").glob("*.json")):
+        try:
+            raw = json.loads(path.read_text())
+        except json.JSONDecodeError as error:
+            problems.append(Problem(_rel(root, path), f"not valid JSON: {error.msg} at line {error.lineno}"))
+            continue
+        add(raw, _rel(root, path), path.stem)
+    if not tasks and not any(p.file.startswith((_rel(root, jsonl), _rel(root, root / "tasks"))) for p in problems):
+        problems.append(Problem(_rel(root, root / "tasks"), "no tasks; add tasks/<id>.json or tasks.jsonl"))
+    return tasks
+
+
+def _check_task_refs(task: Task, envs: dict[str, Env], verifiers: dict[str, Path], problems: list[Problem]) -> None:
+    where = f"task {task.id}"
+    if task.env not in envs:
+        known = ", ".join(envs) or "none"
+        problems.append(Problem(where, f"env {task.env!r} is not a folder under envs/ (envs: {known}); fix 'env'"))
+    for score_id, verifier in task.verifiers.items():
+        if verifier not in verifiers:
+            known = ", ".join(verifiers) or "none"
+            problems.append(Problem(where, f"score {score_id!r} names verifier {verifier!r}, but verifiers/{verifier}.py does not exist (verifiers: {known})"))
+
+
+def _load_evals(root: Path, tasks: dict[str, Task], problems: list[Problem]) -> dict[str, list[Task]]:
+    splits: dict[str, list[Task]] = {}
+    for path in sorted((root / "evals").glob("*.toml")):
+        where = _rel(root, path)
+        if path.stem == RESERVED_SPLIT:
+            problems.append(Problem(where, "the split 'all' is every task of the bundle; rename this eval"))
+            continue
+        data = _read_toml(root, path, problems)
+        if data is None:
+            continue
+        try:
+            config = EvalConfig.model_validate(data)
+        except ValidationError as error:
+            problems.extend(_validation_problems(root, path, error, "an eval file"))
+            continue
+        unknown = [task_id for task_id in config.tasks if task_id not in tasks]
+        if unknown:
+            shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+            problems.append(Problem(where, f"{len(unknown)} task id(s) not in the bundle: {shown}; fix or remove them"))
+        duplicates = sorted(task_id for task_id, n in Counter(config.tasks).items() if n > 1)
+        if duplicates:
+            problems.append(Problem(where, f"task(s) listed twice: {', '.join(duplicates[:5])}; list each once"))
+        splits[path.stem] = [tasks[t] for t in config.tasks if t in tasks]
+    return splits

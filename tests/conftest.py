@@ -1,0 +1,45 @@
+"""Shared test fixtures: the repository's paths, and a check that no env process outlives a test."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLES = REPO / "bundles"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def env_processes() -> list[int]:
+    """Pids of env runtimes (`python3 -m corral.env ...`) started by this test process."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if b"corral.env" in cmdline and ppid == os.getpid():
+            found.append(int(entry.name))
+    return found
+
+
+def wait_for_no_env_processes(timeout_s: float = 10.0) -> list[int]:
+    """Wait until every env process is gone; return those still there at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while (left := env_processes()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+@pytest.fixture
+def no_leftover_env_processes():
+    """Fails the test if an env process it started is still running after it ends."""
+    yield
+    assert wait_for_no_env_processes() == [], "env processes outlived the test"

@@ -1,0 +1,137 @@
+"""Bad input and failures end only what they must: the session and the server go on."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import httpx
+import pytest
+
+from corral.client import Bundle, CapacityError
+from tests.conftest import FIXTURES, env_processes, wait_for_no_env_processes
+from tests.integration.test_episodes import call, exchange, ws
+
+pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
+TOYBOX = FIXTURES / "toybox"
+
+
+def test_the_session_past_the_limit_is_refused_with_the_fix(serve):
+    server = serve(TOYBOX, max_concurrent_envs=2)
+    with Bundle(server.url, split="toy") as env:
+        first, second, third = env.factory(), env.factory(), env.factory()
+        first.reset(**env.dataset[0])
+        second.reset(**env.dataset[0])
+        with pytest.raises(CapacityError) as refused:
+            third.reset(**env.dataset[0])
+        message = str(refused.value)
+        assert f"the server at {server.url} is at its limit of 2 sessions" in message
+        assert "--max-concurrent-envs" in message
+        first.say(text="apple")
+        assert first.get_reward() == 1.0
+
+
+def test_a_missed_tool_deadline_ends_the_episode_unscored_and_the_session_plays_on(toybox_server, caplog):
+    with Bundle(toybox_server.url, split="toy", tool_timeout=0.5) as env:
+        environment = env.factory()
+        environment.reset(**env.dataset[0])
+        answer = environment.wait(seconds=30)
+        assert "wait didn't answer within 0.5s" in answer
+        with caplog.at_level(logging.WARNING, logger="corral.client"):
+            assert environment.get_reward() is None
+        assert "rollout left unscored: wait didn't answer within 0.5s" in caplog.text
+
+        environment.reset(**env.dataset[0])
+        assert json.loads(environment.say(text="apple")) == {"heard": "apple"}
+        assert environment.get_reward() == 1.0
+
+
+def test_an_env_that_dies_ends_its_episode_unscored_with_its_stderr(toybox_server):
+    with Bundle(toybox_server.url, split="toy") as env:
+        environment = env.factory()
+        environment.reset(**env.dataset[0])
+        answer = environment.crash()
+        assert "the env died during crash" in answer and "crashing on purpose" in answer
+        assert environment.get_reward() is None
+        environment.reset(**env.dataset[0])
+        environment.say(text="apple")
+        assert environment.get_reward() == 1.0
+
+
+def test_bad_tool_arguments_answer_the_model_and_the_episode_goes_on(toybox_server):
+    with ws(toybox_server) as socket:
+        exchange(socket, {"type": "reset", "data": {"split": "toy", "index": 0}})
+        wrong = exchange(socket, call("say", text=3))
+        assert wrong["data"]["done"] is False
+        assert "argument 'text'" in wrong["data"]["observation"]["result"]
+        unknown = exchange(socket, call("shout", text="apple"))
+        assert unknown["data"]["observation"]["error"]["error_type"] == "tool_not_found"
+        exchange(socket, call("say", text="apple"))
+        assert exchange(socket, call("end_turn", response=""))["data"]["reward"] == 1.0
+
+
+def test_malformed_frames_get_error_frames_and_the_session_survives(toybox_server):
+    with ws(toybox_server) as socket:
+        def code(frame: str) -> str:
+            socket.send(frame)
+            reply = json.loads(socket.recv(timeout=30))
+            assert reply["type"] == "error"
+            return reply["data"]["code"]
+
+        assert code("not json {") == "INVALID_JSON"
+        assert code('{"type": "dance"}') == "UNKNOWN_TYPE"
+        assert code('["reset"]') == "VALIDATION_ERROR"
+        assert code('{"type": "step", "data": {"type": "call_tool"}}') == "VALIDATION_ERROR"
+        assert code('{"type": "reset", "data": {"split": "nope"}}') == "VALIDATION_ERROR"
+        assert code('{"type": "reset", "data": {"split": "toy", "index": 99}}') == "VALIDATION_ERROR"
+        assert code(json.dumps(call("say", text="apple"))) == "EXECUTION_ERROR"  # no episode yet
+        opened = exchange(socket, {"type": "reset", "data": {"split": "toy", "index": 0}})
+        assert opened["data"]["done"] is False
+        exchange(socket, call("say", text="apple"))
+        assert exchange(socket, call("end_turn", response="ok"))["data"]["reward"] == 1.0
+
+
+def test_an_idle_environment_keeps_its_session_and_episode_through_keepalives(serve):
+    keepalive = 0.2
+    server = serve(TOYBOX, keepalive=keepalive)
+    with Bundle(server.url, split="toy", keepalive=keepalive) as env:
+        environment = env.factory()
+        environment.reset(**env.dataset[0])
+        time.sleep(8 * keepalive)  # the caller is busy (a trainer generating), the socket is not
+        assert httpx.get(f"{server.url}/health", trust_env=False).json()["sessions"] == 1
+        environment.say(text="apple")
+        assert environment.get_reward() == 1.0
+
+
+def test_a_client_that_drops_its_socket_mid_episode_has_its_env_torn_down(toybox_server):
+    socket = ws(toybox_server)
+    exchange(socket, {"type": "reset", "data": {"split": "toy", "index": 0}})
+    socket.send(json.dumps(call("wait", seconds=60)))
+    time.sleep(0.3)
+    assert len(env_processes()) == 1
+    socket.close()
+    assert wait_for_no_env_processes(timeout_s=5) == []
+
+
+def test_a_split_with_several_toolsets_gives_a_dict_factory_whose_rows_route(toybox_server):
+    with Bundle(toybox_server.url, split="mixed") as env:
+        assert sorted(env.factory) == ["counter", "toy:say+wait+crash"]  # the split's toolsets only
+        rows = list(env.dataset)
+        assert [row["environment"] for row in rows] == ["toy:say+wait+crash", "counter"]
+        for row in rows:
+            environment = env.factory[row["environment"]]()
+            environment.reset(**{k: v for k, v in row.items() if k != "environment"})
+        assert [n for n in vars(env.factory["counter"]) if not n.startswith("_")] == ["add", "end_turn"]
+        counter = env.factory["counter"]()
+        counter.reset(**rows[1])
+        counter.add(amount=3)
+        assert counter.get_reward() == 1.0
+
+
+def test_a_row_played_by_the_wrong_class_stops_with_the_reason(toybox_server):
+    with Bundle(toybox_server.url, split="toy") as env:
+        with pytest.raises(ValueError, match="open a Bundle on split 'all'"):
+            env.dataset_for("all")  # say-pear offers only `say`, a toolset split `toy` lacks
+        with pytest.raises(RuntimeError, match="offers the tools"):
+            env.factory().reset(task_id="say-pear")

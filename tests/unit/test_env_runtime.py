@@ -1,0 +1,300 @@
+"""The env runtime (`python -m corral.env MODULE:CLASS`) as the server sees it: JSON-RPC lines."""
+
+import json
+import os
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SANDBOXES = Path(__file__).parents[2] / "sandboxes"
+
+GRID = '''
+from corral.env import Env, tool
+
+
+class Grid(Env):
+    def reset(self, task: dict) -> None:
+        self.prices = task["prices"]
+        self.actions = []
+        self.turns = 0
+
+    @tool
+    def submit_schedule(self, actions: list[int], note: str | None = None) -> dict:
+        """Submit the day's schedule.
+
+        Args:
+            actions: one integer per hour: +1 charge, -1 discharge, 0 idle.
+            note: a remark kept with the schedule
+        """
+        print("submitting", actions)
+        self.actions = actions
+        return {"revenue": sum(a * p for a, p in zip(actions, self.prices))}
+
+    @tool
+    def price(self, hour: int) -> float:
+        """The price of one hour.
+
+        Args:
+            hour: the hour, 0 to 23
+        """
+        return self.prices[hour]
+
+    @tool
+    def explode(self) -> str:
+        """Fail on purpose."""
+        raise RuntimeError("battery on fire")
+
+    def end_turn(self, response: str) -> str | None:
+        self.turns += 1
+        return f"turn {self.turns + 1}: you said {response}" if self.turns < 2 else None
+
+    def report(self) -> dict:
+        return {"actions": self.actions, "turns": self.turns}
+'''
+
+BROKEN = """
+from corral.env import Env, tool
+
+
+class Broken(Env):
+    @tool
+    def submit_schedule(self, actions: list[int]) -> dict:
+        return {}
+"""
+
+
+class EnvProcess:
+    """The runtime as a child process, spoken to one JSON-RPC line at a time."""
+
+    def __init__(self, folder: Path, entry: str):
+        self.stderr_path = folder / "stderr.txt"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SANDBOXES), str(folder)])}
+        with open(self.stderr_path, "wb") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "corral.env", entry],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                cwd=folder,
+                env=env,
+            )
+        self.next_id = 0
+
+    def send_line(self, line: str) -> dict:
+        """Write one raw line and read the reply line."""
+        self.process.stdin.write(line.encode() + b"\n")
+        self.process.stdin.flush()
+        ready, _, _ = select.select([self.process.stdout], [], [], 5)
+        assert ready, f"no reply to {line!r}; stderr: {self.stderr()}"
+        return json.loads(self.process.stdout.readline())
+
+    def request(self, method: str, params: dict | None = None) -> dict:
+        """Send a request and return its whole reply (result or error)."""
+        self.next_id += 1
+        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        reply = self.send_line(json.dumps(message))
+        assert reply["id"] == self.next_id
+        return reply
+
+    def call(self, name: str, **arguments) -> dict:
+        """Call a tool and return the tools/call result."""
+        return self.request("tools/call", {"name": name, "arguments": arguments})["result"]
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    def close(self) -> int:
+        """Close stdin, as the server does at the end of an episode, and return the exit code."""
+        self.process.stdin.close()
+        code = self.process.wait(timeout=5)
+        self.process.stdout.close()
+        return code
+
+
+@pytest.fixture
+def grid(tmp_path):
+    (tmp_path / "gridenv.py").write_text(GRID)
+    process = EnvProcess(tmp_path, "gridenv:Grid")
+    process.request("corral/reset", {"task": {"prices": [30.0, 50.0, 20.0]}})
+    yield process
+    if process.process.poll() is None:
+        process.close()
+
+
+def test_initialize_names_the_env_class_and_offers_tools(grid):
+    result = grid.request("initialize", {"protocolVersion": "2025-06-18"})["result"]
+
+    assert result == {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {"tools": {}},
+        "serverInfo": {"name": "Grid", "version": "corral-env/1"},
+    }
+
+
+def test_a_notification_gets_no_reply(grid):
+    grid.process.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+
+    assert grid.request("ping")["result"] == {}
+
+
+def test_tools_list_gives_each_tool_with_its_schema_in_definition_order(grid):
+    tools = grid.request("tools/list")["result"]["tools"]
+
+    assert [t["name"] for t in tools] == ["submit_schedule", "price", "explode"]
+    assert tools[0]["description"] == "Submit the day's schedule."
+    assert tools[0]["inputSchema"]["properties"]["actions"] == {
+        "type": "array",
+        "items": {"type": "integer"},
+        "description": "one integer per hour: +1 charge, -1 discharge, 0 idle.",
+    }
+    assert tools[0]["inputSchema"]["required"] == ["actions"]
+
+
+def test_a_tool_that_returns_a_dict_gives_json_text_and_structured_content(grid):
+    result = grid.call("submit_schedule", actions=[1, 0, -1])
+
+    assert result == {
+        "content": [{"type": "text", "text": '{"revenue":10.0}'}],
+        "isError": False,
+        "structuredContent": {"revenue": 10.0},
+    }
+
+
+def test_a_tool_that_returns_a_number_gives_json_text_only(grid):
+    assert grid.call("price", hour=1) == {
+        "content": [{"type": "text", "text": "50.0"}],
+        "isError": False,
+    }
+
+
+@pytest.mark.parametrize(
+    ("arguments", "text"),
+    [
+        ({}, "submit_schedule: argument 'actions' is missing; it must be an array of integers"),
+        (
+            {"actions": [1], "hours": 3},
+            "submit_schedule: unknown argument 'hours'; its arguments are 'actions', 'note'",
+        ),
+        (
+            {"actions": "1,0,-1"},
+            "submit_schedule: argument 'actions' must be an array of integers; got \"1,0,-1\"",
+        ),
+        (
+            {"actions": [1, 0, 0, "x"]},
+            "submit_schedule: argument 'actions' must be an array of integers; item 3 is \"x\"",
+        ),
+        (
+            {"actions": [1, 0.5]},
+            "submit_schedule: argument 'actions' must be an array of integers; item 1 is 0.5",
+        ),
+        (
+            {"actions": [True]},
+            "submit_schedule: argument 'actions' must be an array of integers; item 0 is true",
+        ),
+        (
+            {"actions": [1], "note": 7},
+            "submit_schedule: argument 'note' must be a string or null; got 7",
+        ),
+    ],
+    ids=["missing", "unknown", "wrong-type", "wrong-item", "float-item", "bool-item", "nullable"],
+)
+def test_bad_arguments_give_an_error_result_that_says_what_is_expected(grid, arguments, text):
+    result = grid.call("submit_schedule", **arguments)
+
+    assert result == {"content": [{"type": "text", "text": text}], "isError": True}
+    assert "submitting" not in grid.stderr()
+
+
+def test_a_null_optional_argument_is_accepted(grid):
+    assert grid.call("submit_schedule", actions=[1], note=None)["isError"] is False
+
+
+def test_an_unknown_tool_gives_an_error_result_listing_the_tools(grid):
+    result = grid.call("charge")
+
+    assert result["isError"] is True
+    assert result["content"][0]["text"] == (
+        "unknown tool 'charge'; the tools are: submit_schedule, price, explode"
+    )
+
+
+def test_a_raising_tool_gives_an_error_result_and_the_episode_goes_on(grid):
+    result = grid.call("explode")
+
+    assert result == {
+        "content": [{"type": "text", "text": "explode failed: RuntimeError: battery on fire"}],
+        "isError": True,
+    }
+    assert "Traceback" in grid.stderr()
+    assert grid.call("price", hour=0)["isError"] is False
+
+
+def test_print_in_a_tool_goes_to_stderr_not_into_the_protocol(grid):
+    grid.call("submit_schedule", actions=[1, 1, 1])
+
+    assert grid.request("ping")["result"] == {}
+    assert "submitting [1, 1, 1]" in grid.stderr()
+
+
+def test_end_turn_gives_the_next_prompt_then_none_and_report_gives_what_was_done(grid):
+    grid.call("submit_schedule", actions=[-1, 1, 0])
+
+    first = grid.request("corral/end_turn", {"response": "charged at hour 1"})["result"]
+    second = grid.request("corral/end_turn", {"response": "done"})["result"]
+    report = grid.request("corral/report")["result"]
+
+    assert first == {"prompt": "turn 2: you said charged at hour 1"}
+    assert second == {"prompt": None}
+    assert report == {"report": {"actions": [-1, 1, 0], "turns": 2}}
+
+
+def test_a_failing_reset_is_a_json_rpc_error_with_the_traceback(grid):
+    reply = grid.request("corral/reset", {"task": {}})
+
+    assert reply["error"]["code"] == -32000
+    assert reply["error"]["message"] == "KeyError: 'prices'"
+    assert "Traceback" in reply["error"]["data"]["traceback"]
+    assert grid.request("ping")["result"] == {}
+
+
+def test_invalid_params_are_a_json_rpc_error(grid):
+    reply = grid.request("corral/end_turn", {"response": 3})
+
+    assert reply["error"]["code"] == -32602
+
+
+def test_an_unknown_method_is_method_not_found(grid):
+    assert grid.request("resources/list")["error"]["code"] == -32601
+
+
+def test_a_garbage_line_is_a_parse_error_and_a_non_object_an_invalid_request(grid):
+    garbage = grid.send_line("this is not json")
+    not_an_object = grid.send_line("[1, 2]")
+
+    assert garbage["id"] is None and garbage["error"]["code"] == -32700
+    assert not_an_object["id"] is None and not_an_object["error"]["code"] == -32600
+    assert grid.request("ping")["result"] == {}
+
+
+def test_end_of_input_exits_0(grid):
+    assert grid.close() == 0
+
+
+def test_a_tool_that_cannot_be_described_exits_2_with_the_fix_on_stderr(tmp_path):
+    (tmp_path / "brokenenv.py").write_text(BROKEN)
+
+    process = EnvProcess(tmp_path, "brokenenv:Broken")
+
+    assert process.process.wait(timeout=5) == 2
+    process.process.stdout.close()
+    process.process.stdin.close()
+    assert process.stderr().strip() == (
+        "corral.env: cannot serve brokenenv:Broken: tool submit_schedule: it has no docstring; "
+        "add one that says what the tool does, with an 'Args:' section that describes each "
+        "parameter"
+    )
