@@ -1,0 +1,377 @@
+"""A tiny Qwen3-style causal LM, built offline in well under a second, to run TRL end to end on CPU.
+
+`make_tiny_model` writes a randomly initialised 2-layer Qwen3 model, a byte-level BPE tokenizer
+trained here on generated chat text, and the Qwen3 chat template TRL ships. TRL recognises that
+template by identity: it attaches its Qwen3 response parser (so tool calls are parsed) and renders
+with its prefix-preserving Qwen3 training template.
+
+`teach_tool_call` fine-tunes the model for a few seconds so that, given a prompt rendered the way
+`GRPOTrainer` renders it, it usually answers with a given tool call, then ends its turn once the
+tool has answered. `sample_tool_calls` samples the model and parses its answers as the trainer does.
+Wrap other torch work on the model (e.g. `trainer.train()`) in `one_cpu_thread()`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is local; never reach for the Hub
+
+import jinja2
+import torch
+import trl
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from torch.nn.utils.rnn import pad_sequence
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+from trl.chat_template_utils import (
+    add_response_schema,
+    get_training_chat_template,
+    is_chat_template_prefix_preserving,
+    parse_response,
+)
+
+Tool = Callable[..., Any] | dict[str, Any]
+"""A tool as `apply_chat_template` takes it: a typed function with a Google docstring, or JSON."""
+
+QWEN3_TEMPLATE = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text(
+    encoding="utf-8"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Added but not special in Qwen3, so decoding with skip_special_tokens keeps them.
+TAG_TOKENS = [
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+]
+VOCAB_SIZE = 1024
+_COMPLETE = "tiny_model_complete"
+_ENGLISH = """
+The agent reads the task and plans a schedule: it puts each job on one of the machines, in order,
+then calls a tool with the actions as a list of numbers and waits for the result. If the tool
+returns an error, it tries again; when the score is good enough it answers the user that the plan
+is done. Every step takes some time, so the first answer should be right. Return JSON.
+"""
+_WORDS = re.findall(r"\w+", _ENGLISH)
+
+
+@contextmanager
+def one_cpu_thread() -> Iterator[None]:
+    """Run torch on one CPU thread inside the block.
+
+    A model this small gains nothing from more threads, and when other processes load the CPUs,
+    torch's spinning worker threads slow training down a hundredfold (seconds become minutes).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def make_tiny_model(out_dir: Path, *, seed: int = 0) -> Path:
+    """Write a tiny Qwen3 causal LM and its tokenizer to `out_dir`, unless a complete one is there.
+
+    Args:
+        out_dir: Folder to hold the model; created (with its parents) when missing.
+        seed: Seed of the generated tokenizer corpus and of the weight initialisation.
+
+    Returns:
+        `out_dir`, loadable with `from_pretrained` and usable as `GRPOTrainer(model=str(out_dir))`.
+    """
+    out_dir = Path(out_dir)
+    if (out_dir / _COMPLETE).exists():
+        return out_dir
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".tiny-model-", dir=out_dir.parent))
+    tokenizer = _build_tokenizer(random.Random(seed))
+    tokenizer.save_pretrained(staging)
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(  # as Qwen3: either token ends a turn
+        eos_token_id=[tokenizer.eos_token_id, tokenizer.pad_token_id],
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model.save_pretrained(staging)
+    (staging / _COMPLETE).touch()
+    try:
+        staging.rename(out_dir)
+    except OSError:  # another process finished first, or `out_dir` holds an incomplete model
+        if (out_dir / _COMPLETE).exists():
+            shutil.rmtree(staging, ignore_errors=True)
+        else:
+            shutil.rmtree(out_dir, ignore_errors=True)
+            staging.rename(out_dir)
+    return out_dir
+
+
+def _build_tokenizer(rng: random.Random) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE on generated chats and wrap it as a Qwen3-like HF tokenizer."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    added = SPECIAL_TOKENS + TAG_TOKENS
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE - len(added),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    environment = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    environment.filters["tojson"] = json.dumps
+    render = environment.from_string(QWEN3_TEMPLATE).render
+    splitter = re.compile("|".join(map(re.escape, added)))
+    texts = (render(**_sample_chat(rng)) for _ in range(300))
+    tokenizer.train_from_iterator(
+        (piece for text in texts for piece in splitter.split(text)), trainer
+    )
+    tokenizer.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS]
+    )
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=QWEN3_TEMPLATE,
+        model_max_length=2048,
+    )
+
+
+def _sample_chat(rng: random.Random) -> dict[str, Any]:
+    """Template variables of a random tool-calling chat; rendered, the tokenizer's training text."""
+
+    def words(n: int) -> str:
+        return " ".join(rng.choice(_WORDS) for _ in range(n))
+
+    def value() -> Any:
+        return rng.choice(
+            [
+                rng.randrange(-5, 1000),
+                [rng.randrange(10) for _ in range(rng.randrange(1, 12))],
+                words(rng.randrange(1, 4)),
+                rng.random() < 0.5,
+            ]
+        )
+
+    names = ["_".join(rng.sample(_WORDS, 2)) for _ in range(2)]
+    parameters = {
+        "type": "object",
+        "properties": {rng.choice(_WORDS): {"type": "array", "items": {"type": "integer"}}},
+        "required": [],
+    }
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": n, "description": words(8), "parameters": parameters},
+        }
+        for n in names
+    ]
+    call = {"function": {"name": names[0], "arguments": {rng.choice(_WORDS): value()}}}
+    answer = json.dumps({rng.choice(_WORDS): value(), "reward": rng.random()})
+    messages = [
+        {"role": "system", "content": _ENGLISH},
+        {"role": "user", "content": words(20) + " " + json.dumps({rng.choice(_WORDS): value()})},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": answer},
+        {"role": "assistant", "content": words(5) + "."},
+    ]
+    return {"messages": messages, "tools": tools}
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """A prompt and the tool call the model should answer it with.
+
+    Attributes:
+        prompt: The messages exactly as `GRPOTrainer` sends them: the dataset row's `prompt`, with
+            the environment's `reset()` observation appended to the last message's content.
+        tool: Name of the tool to call.
+        arguments: Arguments of the call, as the tool's JSON schema types them.
+        result: Tool answer in the taught conversation (the model learns to stop after any answer).
+        reply: The model's turn after the tool answered; empty to end the turn at once.
+    """
+
+    prompt: list[dict[str, str]]
+    tool: str
+    arguments: dict[str, Any]
+    result: str = '{"ok": true}'
+    reply: str = ""
+
+
+def teach_tool_call(
+    model_dir: Path,
+    lessons: Sequence[Lesson],
+    tools: Sequence[Tool],
+    *,
+    steps: int = 100,
+    learning_rate: float = 3e-3,
+) -> float:
+    """Fine-tune the model in `model_dir`, in place, to answer each lesson's prompt with its call.
+
+    Trains on whole conversations (prompt, tool call, tool answer, reply) rendered with the chat
+    template the trainer renders with, the loss on the assistant turns only. So few steps leave the
+    model sampling the call most of the time but not always, which gives a GRPO group rewards that
+    differ: after 100 steps on two lessons, about 9 of 16 answers sampled at temperature 1 parse as
+    the call, and about 13 after 150 steps.
+
+    Args:
+        model_dir: Model folder written by `make_tiny_model`; its weights are overwritten.
+        lessons: Prompts, and the tool call to answer each with; each step trains on all of them.
+        tools: Tools offered in every prompt, as the trainer offers them (the env's methods).
+        steps: Optimiser steps.
+        learning_rate: AdamW learning rate.
+
+    Returns:
+        The loss of the last step, per assistant token.
+    """
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    template = _trainer_chat_template(tokenizer)
+    encoded = [_encode_lesson(tokenizer, template, lesson, tools) for lesson in lessons]
+    ids = [ids for ids, _ in encoded]
+    input_ids = pad_sequence(ids, batch_first=True, padding_value=tokenizer.pad_token_id)
+    labels = pad_sequence([labels for _, labels in encoded], batch_first=True, padding_value=-100)
+    attention_mask = pad_sequence([torch.ones_like(i) for i in ids], batch_first=True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+    model.train()
+    loss = torch.tensor(float("nan"))
+    with one_cpu_thread():
+        for _ in range(steps):
+            loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    model.save_pretrained(model_dir)
+    return loss.item()
+
+
+def _trainer_chat_template(tokenizer: PreTrainedTokenizerBase) -> str | None:
+    """The template `GRPOTrainer` renders with when it has tools; `None` for the tokenizer's own."""
+    if is_chat_template_prefix_preserving(tokenizer):
+        return None
+    return get_training_chat_template(tokenizer)
+
+
+def _encode_lesson(
+    tokenizer: PreTrainedTokenizerBase, template: str | None, lesson: Lesson, tools: Sequence[Tool]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids of a lesson's whole conversation, and its labels (-100 outside assistant turns)."""
+    call = {"type": "function", "function": {"name": lesson.tool, "arguments": lesson.arguments}}
+    messages = [
+        *lesson.prompt,
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "name": lesson.tool, "content": lesson.result},
+        {"role": "assistant", "content": lesson.reply},
+    ]
+    encoded = tokenizer.apply_chat_template(
+        messages,
+        tools=list(tools),
+        chat_template=template,
+        enable_thinking=False,
+        tokenize=True,
+        return_dict=True,
+        return_assistant_tokens_mask=True,
+    )
+    input_ids = torch.tensor(encoded["input_ids"])
+    mask = torch.tensor(encoded["assistant_masks"], dtype=torch.bool)
+    if not mask.any():
+        raise ValueError("the chat template marks no assistant tokens: no {% generation %} markers")
+    return input_ids, input_ids.masked_fill(~mask, -100)
+
+
+def sample_tool_calls(
+    model_dir: Path,
+    lesson: Lesson,
+    tools: Sequence[Tool],
+    *,
+    samples: int = 16,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+) -> list[dict[str, Any] | None]:
+    """Sample answers to a lesson's prompt at temperature 1 and parse them as `GRPOTrainer` does.
+
+    The prompt is rendered with the trainer's chat template, thinking disabled; the answers are
+    parsed by TRL's Qwen3 response parser, which types the arguments with the tools' schemas.
+
+    Args:
+        model_dir: Model folder.
+        lesson: The prompt to answer, and the tool whose calls to collect.
+        tools: Tools offered in the prompt.
+        samples: Number of answers to sample.
+        max_new_tokens: Length limit of each answer.
+        seed: Sampling seed.
+
+    Returns:
+        Per answer, the arguments of its call of `lesson.tool` when it is exactly one such call,
+        else `None`; compare them with `lesson.arguments` to count exact answers.
+    """
+    tokenizer = add_response_schema(AutoTokenizer.from_pretrained(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    prompt_ids = tokenizer.apply_chat_template(
+        lesson.prompt,
+        tools=list(tools),
+        chat_template=_trainer_chat_template(tokenizer),
+        add_generation_prompt=True,
+        enable_thinking=False,
+        tokenize=True,
+        return_dict=False,
+    )
+    input_ids = torch.tensor([prompt_ids] * samples)
+    torch.manual_seed(seed)
+    with torch.no_grad(), one_cpu_thread():
+        output = model.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    calls: list[dict[str, Any] | None] = []
+    for row in output[:, len(prompt_ids) :].tolist():
+        ids = row[: row.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in row else row
+        parsed = parse_response(tokenizer, ids, prefix=prompt_ids, tools=list(tools))
+        match parsed.get("tool_calls"):
+            case [{"function": {"name": lesson.tool, "arguments": arguments}}]:
+                calls.append(arguments)
+            case _:
+                calls.append(None)
+    return calls

@@ -1,0 +1,196 @@
+"""Environment classes for TRL, generated from a server's toolset, and the reward rule.
+
+No server is needed: `environment_class` only builds a class (an instance connects on its
+first reset). The tools here are described by the env SDK's own schema function from real
+typed functions, as a served env's tools are.
+"""
+
+import inspect
+import multiprocessing
+import pickle
+from typing import Literal, Optional, Union
+
+import pytest
+from transformers.utils import get_json_schema
+
+from corral.client.factory import CorralEnvironment, EnvironmentSpec, environment_class
+from corral.client.protocol import END_TURN_TOOL, Toolset, ToolSpec
+from corral.client.rewards import RewardError, pick_reward
+from corral.env.schema import tool_schema
+
+
+def submit_schedule(actions: list[int]) -> dict:
+    """Submit the day's schedule; the last submission counts.
+
+    Args:
+        actions: one integer per hour, hour 0 first.
+    """
+
+
+def place(row: int, col: int, note: Optional[str] = None) -> dict:  # noqa: UP045 - the spelling users write
+    """Place your mark on a free square.
+
+    Args:
+        row: the row, 1 (top) to 3 (bottom).
+        col: the column, 1 (left) to 3 (right).
+        note: a remark to log with the move.
+    """
+
+
+def paint(
+    grid: list[list[int]],
+    colour: Literal["red", "green"],
+    brush: str = "m",
+    opacity: float = 1.0,
+    target: Union[int, str] = 0,  # noqa: UP007
+    weights: dict[str, float] | None = None,
+) -> dict:
+    """Paint cells of a grid.
+
+    Args:
+        grid: rows of cell ids to paint.
+        colour: the paint.
+        brush: the brush size (choices: ["s", "m", "l"])
+        opacity: from 0 (clear) to 1 (solid).
+        target: a layer number or name.
+        weights: how much of each pigment to mix in.
+    """
+
+
+def look() -> str:
+    """Describe the room."""
+
+
+TOOLS = [ToolSpec.model_validate(tool_schema(fn)) for fn in (submit_schedule, place, paint, look)]
+SPEC = EnvironmentSpec(
+    toolset=Toolset(name="studio", env="studio", tools=[*TOOLS, END_TURN_TOOL]),
+    url="http://127.0.0.1:9",
+    reward="grade",
+)
+Studio = environment_class(SPEC)
+
+
+def tool_names(cls: type) -> list[str]:
+    """The methods TRL offers as tools: public functions other than reset and get_reward."""
+    return [
+        name for name, _ in inspect.getmembers(cls, inspect.isfunction)
+        if not name.startswith("_") and name not in ("reset", "get_reward")
+    ]
+
+
+def schema_of(cls: type, name: str) -> dict:
+    """The tool as TRL renders it for the model (transformers' get_json_schema)."""
+    function = get_json_schema(getattr(cls, name))["function"]
+    return {"name": function["name"], "description": function["description"], "parameters": function["parameters"]}
+
+
+@pytest.mark.parametrize("tool", [*TOOLS, END_TURN_TOOL], ids=lambda tool: tool.name)
+def test_each_method_renders_as_the_tool_the_env_described(tool):
+    assert schema_of(Studio, tool.name) == {
+        "name": tool.name, "description": tool.description, "parameters": tool.input_schema,
+    }
+
+
+def test_methods_take_keyword_arguments_after_self():
+    assert str(inspect.signature(Studio.submit_schedule)) == "(self, *, actions: list[int]) -> str"
+    assert str(inspect.signature(Studio.look)) == "(self) -> str"
+    signature = inspect.signature(Studio.place)
+    assert list(signature.parameters) == ["self", "row", "col", "note"]
+    assert [p.kind for p in list(signature.parameters.values())[1:]] == [inspect.Parameter.KEYWORD_ONLY] * 3
+    assert signature.parameters["row"].default is inspect.Parameter.empty
+    assert signature.parameters["note"].default is not inspect.Parameter.empty
+
+
+def test_the_class_offers_the_toolset_plus_reset_and_get_reward():
+    assert sorted(tool_names(Studio)) == ["end_turn", "look", "paint", "place", "submit_schedule"]
+    assert issubclass(Studio, CorralEnvironment)
+    assert Studio.__name__ == "studio"
+
+
+def test_the_class_pickles_by_value():
+    restored = pickle.loads(pickle.dumps(Studio))
+
+    assert restored._corral_spec == SPEC
+    assert tool_names(restored) == tool_names(Studio)
+    for tool in TOOLS:
+        assert schema_of(restored, tool.name) == schema_of(Studio, tool.name)
+
+
+def build_and_list_tools(pickled: bytes) -> list[str]:
+    """In a fresh process: unpickle the class, build an environment, list its tools as TRL does."""
+    environment = pickle.loads(pickled)()
+    return tool_names(type(environment))
+
+
+def test_the_class_builds_in_a_spawned_process():
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        names = pool.apply(build_and_list_tools, (pickle.dumps(Studio),))
+
+    assert names == tool_names(Studio)
+
+
+@pytest.mark.parametrize("name", ["reset", "get_reward", "class", "not-an-identifier", "_call"])
+def test_a_tool_that_cannot_be_a_method_is_refused_when_the_class_is_built(name):
+    tool = ToolSpec(name=name, description="A tool.", input_schema={"type": "object", "properties": {}})
+    spec = EnvironmentSpec(toolset=Toolset(name="odd", env="odd", tools=[tool, END_TURN_TOOL]), url="http://x")
+
+    with pytest.raises(ValueError) as refused:
+        environment_class(spec)
+
+    assert f"tool {name!r} of toolset odd cannot be a method" in str(refused.value)
+    assert "rename it in the env to a Python identifier" in str(refused.value)
+
+
+class ScoredStudio(Studio):
+    """A trainer's own subclass: one more public method, and a reward hook of its own."""
+
+    def get_reward(self) -> float | None:
+        return 0.25
+
+    def hint(self) -> str:
+        """Say what to try next."""
+        return "try paint"
+
+
+def test_a_subclass_keeps_the_tools_and_adds_its_own():
+    environment = ScoredStudio()
+
+    assert environment.get_reward() == 0.25
+    assert sorted(tool_names(ScoredStudio)) == sorted([*tool_names(Studio), "hint"])
+    assert schema_of(ScoredStudio, "place") == schema_of(Studio, "place")
+    assert ScoredStudio._corral_spec == SPEC
+
+
+def test_a_subclass_pickles_as_itself():
+    assert pickle.loads(pickle.dumps(ScoredStudio)) is ScoredStudio
+
+
+SCORES = {"grade": 0.5, "format": 1.0}
+
+
+def test_pick_reward_by_score_id():
+    assert pick_reward(SCORES, "format") == 1.0
+
+
+def test_pick_reward_by_a_function_of_the_scores():
+    assert pick_reward(SCORES, lambda s: sum(s.values()) / len(s)) == 0.75
+
+
+def test_pick_reward_takes_the_only_score_without_a_rule():
+    assert pick_reward({"grade": 0.5}, None) == 0.5
+
+
+def test_pick_reward_refuses_an_unknown_score_id():
+    with pytest.raises(RewardError) as refused:
+        pick_reward(SCORES, "style")
+
+    assert str(refused.value) == "reward='style' names no score of this episode; it has: format, grade"
+
+
+def test_pick_reward_asks_for_a_rule_when_there_are_several_scores():
+    with pytest.raises(RewardError) as refused:
+        pick_reward(SCORES, None)
+
+    assert "records 2 scores (format, grade) and no reward was chosen" in str(refused.value)
+    assert "pick one with reward='format' (corral serve --reward format)" in str(refused.value)
+    assert "reward=lambda s: sum(s.values()) / len(s)" in str(refused.value)
