@@ -16,7 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 
-from tiny_model import Lesson, make_tiny_model, teach_tool_call  # noqa: E402
+from tiny_model import Lesson, make_tiny_model, one_cpu_thread, teach_tool_call  # noqa: E402
 
 from corral.client import Bundle  # noqa: E402
 from tests.conftest import BUNDLES, FIXTURES, wait_for_no_env_processes  # noqa: E402
@@ -71,7 +71,8 @@ def test_grpo_trains_two_steps_on_gridsim_with_the_servers_rewards(tmp_path: Pat
 
         trainer = GRPOTrainer(model=str(model_dir), args=grpo_config(tmp_path, steps=2),
                               train_dataset=dataset, environment_factory=factory)
-        trainer.train()
+        with one_cpu_thread():  # two threads on two busy cores run many times slower
+            trainer.train()
 
         log = factory.log
         assert len(log["resets"]) == 2 * GROUP  # every rollout reset an episode on the server
@@ -93,7 +94,8 @@ def test_trl_multi_environment_mode_trains_a_step_on_a_bundle_with_two_toolsets(
         factories = {name: recording(cls) for name, cls in env.factory.items()}
         trainer = GRPOTrainer(model=str(make_tiny_model(tmp_path / "model")), args=grpo_config(tmp_path, steps=1, num_generations=2),
                               train_dataset=env.dataset, environment_factory=factories)
-        trainer.train()
+        with one_cpu_thread():
+            trainer.train()
 
         # One step plays both rows, two rollouts each, each row on its own toolset's class.
         assert factories["counter"].log["resets"] == ["count-3"] * 2
