@@ -13,7 +13,7 @@ import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -21,6 +21,7 @@ from corral.sandboxes import Resources
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 RESERVED_SPLIT = "all"
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
 
 class _Strict(BaseModel):
@@ -169,6 +170,18 @@ def _validation_problems(root: Path, path: Path, error: ValidationError, what: s
     return found
 
 
+def _read_config(root: Path, path: Path, model: type[ConfigT], what: str, problems: list[Problem]) -> ConfigT | None:
+    """The TOML file at `path` validated as `model`; None (with its problems noted) when it is not."""
+    data = _read_toml(root, path, problems)
+    if data is None:
+        return None
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        problems.extend(_validation_problems(root, path, error, what))
+        return None
+
+
 def _load_manifest(root: Path, problems: list[Problem]) -> Manifest:
     path = root / "bundle.toml"
     fallback = Manifest(name=re.sub(r"[^A-Za-z0-9_.-]", "-", root.name) or "bundle")
@@ -204,13 +217,8 @@ def _load_envs(root: Path, problems: list[Problem]) -> dict[str, Env]:
         if not path.is_file():
             problems.append(Problem(_rel(root, path), 'missing; add it with entry = "module:Class"'))
             continue
-        data = _read_toml(root, path, problems)
-        if data is None:
-            continue
-        try:
-            config = EnvConfig.model_validate(data)
-        except ValidationError as error:
-            problems.extend(_validation_problems(root, path, error, "env.toml"))
+        config = _read_config(root, path, EnvConfig, "env.toml", problems)
+        if config is None:
             continue
         if (config.entry is None) == (config.command is None):
             problems.append(Problem(_rel(root, path), 'set exactly one of entry = "module:Class" or command = [...]'))
@@ -288,13 +296,8 @@ def _load_evals(root: Path, tasks: dict[str, Task], problems: list[Problem]) -> 
         if path.stem == RESERVED_SPLIT:
             problems.append(Problem(where, "the split 'all' is every task of the bundle; rename this eval"))
             continue
-        data = _read_toml(root, path, problems)
-        if data is None:
-            continue
-        try:
-            config = EvalConfig.model_validate(data)
-        except ValidationError as error:
-            problems.extend(_validation_problems(root, path, error, "an eval file"))
+        config = _read_config(root, path, EvalConfig, "an eval file", problems)
+        if config is None:
             continue
         unknown = [task_id for task_id in config.tasks if task_id not in tasks]
         if unknown:
