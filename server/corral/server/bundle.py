@@ -123,6 +123,10 @@ class Bundle:
     verifiers: dict[str, Path]
     problems: list[Problem] = field(default_factory=list)
 
+    def where(self, *parts: str) -> str:
+        """How a problem names a file of the bundle: `gridsim/envs/gridsim`."""
+        return _rel(self.root, self.root.joinpath(*parts))
+
 
 def load_bundle(root: Path) -> Bundle:
     """Read the bundle at `root`; `bundle.problems` lists what is wrong (empty when clean)."""

@@ -53,7 +53,7 @@ async def check_envs(bundle: Bundle, provider: SandboxProvider) -> dict[str, lis
     )
     tools_by_env: dict[str, list[ToolSpec]] = {}
     for env, result in zip(bundle.envs.values(), results, strict=True):
-        where = f"{bundle.root.name}/envs/{env.name}"
+        where = bundle.where("envs", env.name)
         if isinstance(result, BaseException):
             if not isinstance(result, (RuntimeError, SandboxError, EnvDied, EnvCallError, OSError)):
                 raise result
@@ -83,7 +83,7 @@ def check_verifiers(bundle: Bundle) -> None:
             load_verifiers({name: path})
         except VerifierError as error:
             # The problem names the file already; drop the absolute path the error starts with.
-            bundle.problems.append(Problem(f"{bundle.root.name}/verifiers/{path.name}", str(error).removeprefix(f"{path}: ")))
+            bundle.problems.append(Problem(bundle.where("verifiers", path.name), str(error).removeprefix(f"{path}: ")))
 
 
 def check_reward_rule(bundle: Bundle, rule: RewardRule) -> None:
