@@ -1,4 +1,5 @@
-"""Shared test fixtures: the repository's paths, and a check that no env process outlives a test."""
+"""Shared test fixtures: the repository's paths, the Docker engine, and a check that no env
+process outlives a test."""
 
 from __future__ import annotations
 
@@ -43,3 +44,21 @@ def no_leftover_env_processes():
     """Fails the test if an env process it started is still running after it ends."""
     yield
     assert wait_for_no_env_processes() == [], "env processes outlived the test"
+
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    """A client of this machine's Docker engine. Without one the test skips, except under
+    CI=true, where it fails: CI starts an engine, so a missing one is a broken run."""
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+    except Exception as error:
+        message = f"no Docker engine answers ({type(error).__name__}: {error}); start one with: bash ../shared/ci/docker-engine.sh"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    yield client
+    client.close()

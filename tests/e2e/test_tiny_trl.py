@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -20,9 +19,7 @@ if os.environ.get("CI") != "true":
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is "experimental"
-sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
-
-from tiny_model import (
+from corral.training.tiny import (
     Lesson,
     make_tiny_model,
     one_cpu_thread,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +13,11 @@ if os.environ.get("CI") != "true":
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 
-from tiny_model import Lesson, make_tiny_model, one_cpu_thread, teach_tool_call  # noqa: E402
+from corral.client import Bundle
+from corral.training.tiny import Lesson, make_tiny_model, one_cpu_thread, teach_tool_call
 
-from corral.client import Bundle  # noqa: E402
-from tests.conftest import BUNDLES, FIXTURES, wait_for_no_env_processes  # noqa: E402
+from tests.conftest import BUNDLES, FIXTURES, wait_for_no_env_processes
 
 pytestmark = [pytest.mark.trl, pytest.mark.usefixtures("no_leftover_env_processes")]
 GROUP = 4

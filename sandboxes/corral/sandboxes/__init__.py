@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from corral.sandboxes.base import (
+    CommandResult,
     Resources,
     Sandbox,
     SandboxError,
@@ -14,6 +15,7 @@ from corral.sandboxes.base import (
 from corral.sandboxes.local import LocalProvider
 
 __all__ = [
+    "CommandResult",
     "LocalProvider",
     "Resources",
     "Sandbox",

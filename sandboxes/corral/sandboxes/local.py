@@ -13,9 +13,10 @@ import os
 import shutil
 import signal
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from corral.sandboxes.base import Sandbox, SandboxError, SandboxProvider, SandboxSpec
+from corral.sandboxes.base import CommandResult, Sandbox, SandboxError, SandboxProvider, SandboxSpec
 
 # The folder that holds the `corral` namespace with the env SDK, put on the env's import path
 # so `python3 -m corral.env` works without installing anything.
@@ -29,10 +30,12 @@ class LocalSandbox(Sandbox):
         process: asyncio.subprocess.Process,
         workdir: Path,
         stderr_path: Path,
+        environ: dict[str, str],
         running: set[LocalSandbox],
     ):
         self._process = process
         self._workdir = workdir
+        self._environ = environ
         self._stderr_path = stderr_path
         self._running = running  # the provider's set, so shutdown finds every live process
         self._closed = False
@@ -63,6 +66,40 @@ class LocalSandbox(Sandbox):
                 return stderr.read().decode("utf-8", errors="replace")
         except FileNotFoundError:
             return ""
+
+    async def put_files(self, files: Mapping[str, bytes]) -> str:
+        # Read-only by mode only: locally the env runs as the server's user and could undo it.
+        folder = Path(tempfile.mkdtemp(prefix="files-", dir=self._workdir))
+        for relative, content in files.items():
+            target = folder / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+            target.chmod(0o444)
+        return str(folder)
+
+    async def run(self, command: Sequence[str], *, timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                cwd=self._workdir,
+                env=self._environ,
+                start_new_session=True,
+            )
+        except OSError as error:
+            return CommandResult(exit_code=127, output=f"could not run {command[0]!r}: {error}")
+        try:
+            async with asyncio.timeout(timeout_s):
+                output, _ = await process.communicate()
+            exit_code: int | None = process.returncode
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            output, _ = await process.communicate()
+            exit_code = None
+        return CommandResult(exit_code, output.decode("utf-8", errors="replace")[-max_output_chars:])
 
     async def close(self) -> None:
         if self._closed:
@@ -107,7 +144,7 @@ class LocalProvider(SandboxProvider):
         except OSError as error:
             shutil.rmtree(workdir, ignore_errors=True)
             raise SandboxError(f"could not start {spec.command[0]!r} for env {spec.env_name}: {error}")
-        return LocalSandbox(process, workdir, stderr_path, self._running)
+        return LocalSandbox(process, workdir, stderr_path, environ, self._running)
 
     async def aclose(self) -> None:
         await asyncio.gather(*(sandbox.close() for sandbox in list(self._running)))

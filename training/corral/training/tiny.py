@@ -1,4 +1,5 @@
-"""A tiny Qwen3-style causal LM, built offline in well under a second, to run TRL end to end on CPU.
+"""A tiny Qwen3-style causal LM, built offline in well under a second, to run TRL end to end on CPU
+(the `--tiny` mode of the recipes, and the tests).
 
 `make_tiny_model` writes a randomly initialised 2-layer Qwen3 model, a byte-level BPE tokenizer
 trained here on generated chat text, and the Qwen3 chat template TRL ships. TRL recognises that
