@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from corral.server.embedded import EmbeddedServer
+from corral.server.served import ServeOptions
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLES = REPO / "bundles"
@@ -62,3 +66,29 @@ def docker_engine():
         pytest.skip(message)
     yield client
     client.close()
+
+
+def serving(root: Path, **options) -> Iterator[EmbeddedServer]:
+    """An embedded server of `root` with ServeOptions `options` (the local sandbox unless one is
+    named: tests/docker covers docker); stopped when the generator is closed or exhausted."""
+    keepalive = options.pop("keepalive", 20.0)
+    options.setdefault("sandbox", "local")
+    server = EmbeddedServer(root, ServeOptions(**options), ws_ping_interval=keepalive, ws_ping_timeout=keepalive)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def serve():
+    """Start a server with options for one test: `serve(path, max_concurrent_envs=2, ...)`."""
+    running: list[Iterator[EmbeddedServer]] = []
+
+    def start(root: Path, **options) -> EmbeddedServer:
+        running.append(serving(root, **options))
+        return next(running[-1])
+
+    yield start
+    for server in running:
+        next(server, None)  # runs its teardown

@@ -95,10 +95,13 @@ class LocalSandbox(Sandbox):
                 output, _ = await process.communicate()
             exit_code: int | None = process.returncode
         except TimeoutError:
+            output, exit_code = b"", None
+        finally:
+            # Also on cancellation (the session went away): nothing the command started stays.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
+        if exit_code is None:
             output, _ = await process.communicate()
-            exit_code = None
         return CommandResult(exit_code, output.decode("utf-8", errors="replace")[-max_output_chars:])
 
     async def close(self) -> None:

@@ -23,6 +23,7 @@ def create_app(served: ServedBundle) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        served.start_pools()
         yield
         await registry.close_all()
         await served.aclose()

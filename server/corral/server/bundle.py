@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from corral.sandboxes import Resources
 
@@ -59,6 +59,10 @@ class EnvConfig(_Strict):
     image: str | None = None
     network: Literal["none", "egress"] = "none"
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    # docker sandbox: the root filesystem is read-only unless the env must change its own
+    # files; /tmp is a writable tmpfs of scratch_mb either way (docs/sandboxes.md)
+    writable_root: bool = False
+    scratch_mb: int = Field(default=64, ge=1)
 
 
 class Task(_Strict):
@@ -72,6 +76,28 @@ class Task(_Strict):
     tools: list[str] | None = None
     verifiers: dict[str, str] = Field(min_length=1)
     max_turns: int = Field(default=1, ge=1)
+
+
+class CommandVerifier(_Strict):
+    """verifiers/<name>.toml: a command run inside the episode's sandbox after the agent's last
+    turn; the score is 1.0 when it exits 0, else 0.0 (a timeout included)."""
+
+    command: list[str] = Field(min_length=1)
+    files: list[str] = Field(default_factory=list)
+    timeout_s: float = Field(default=60.0, gt=0)
+
+    @field_validator("files", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    def files_for(self, task_id: str) -> list[str]:
+        """The bundle paths (files or folders) copied in for `task_id`."""
+        return [entry.replace("{task_id}", task_id) for entry in self.files]
+
+    def command_for(self, task_id: str, files_dir: str) -> list[str]:
+        """The command with its placeholders filled in."""
+        return [part.replace("{files}", files_dir).replace("{task_id}", task_id) for part in self.command]
 
 
 class EvalConfig(_Strict):
@@ -120,8 +146,9 @@ class Bundle:
     envs: dict[str, Env]
     tasks: dict[str, Task]
     splits: dict[str, list[Task]]
-    verifiers: dict[str, Path]
+    verifiers: dict[str, Path]  # the Python verifiers, run outside the sandbox
     problems: list[Problem] = field(default_factory=list)
+    command_verifiers: dict[str, CommandVerifier] = field(default_factory=dict)  # run inside it
 
     def where(self, *parts: str) -> str:
         """How a problem names a file of the bundle: `gridsim/envs/gridsim`."""
@@ -138,14 +165,18 @@ def load_bundle(root: Path) -> Bundle:
     manifest = _load_manifest(root, problems)
     envs = _load_envs(root, problems)
     verifiers = {path.stem: path for path in sorted((root / "verifiers").glob("[!_]*.py"))}
+    command_verifiers = _load_command_verifiers(root, set(verifiers), problems)
+    # A command verifier whose TOML is broken is reported once, not again by every task using it.
+    verifier_names = {path.stem for path in (root / "verifiers").glob("[!_]*.*") if path.suffix in (".py", ".toml")}
     tasks = _load_tasks(root, manifest.defaults, problems)
     for task in tasks.values():
-        _check_task_refs(task, envs, verifiers, problems)
+        _check_task_refs(task, envs, verifier_names, problems)
+        _check_command_files(root, task, command_verifiers, problems)
     splits = {RESERVED_SPLIT: list(tasks.values())}
     splits.update(_load_evals(root, tasks, problems))
     readme_path = root / "README.md"
     readme = readme_path.read_text() if readme_path.is_file() else ""
-    return Bundle(root, manifest, readme, envs, tasks, splits, verifiers, problems)
+    return Bundle(root, manifest, readme, envs, tasks, splits, verifiers, problems, command_verifiers)
 
 
 def _rel(root: Path, path: Path) -> str:
@@ -282,15 +313,68 @@ def _load_tasks(root: Path, defaults: dict[str, Any], problems: list[Problem]) -
     return tasks
 
 
-def _check_task_refs(task: Task, envs: dict[str, Env], verifiers: dict[str, Path], problems: list[Problem]) -> None:
+def _check_task_refs(task: Task, envs: dict[str, Env], verifier_names: set[str], problems: list[Problem]) -> None:
     where = f"task {task.id}"
     if task.env not in envs:
         known = ", ".join(envs) or "none"
         problems.append(Problem(where, f"env {task.env!r} is not a folder under envs/ (envs: {known}); fix 'env'"))
     for score_id, verifier in task.verifiers.items():
-        if verifier not in verifiers:
-            known = ", ".join(verifiers) or "none"
-            problems.append(Problem(where, f"score {score_id!r} names verifier {verifier!r}, but verifiers/{verifier}.py does not exist (verifiers: {known})"))
+        if verifier not in verifier_names:
+            known = ", ".join(sorted(verifier_names)) or "none"
+            problems.append(Problem(where, (
+                f"score {score_id!r} names verifier {verifier!r}, but verifiers/{verifier}.py does not exist, "
+                f"nor verifiers/{verifier}.toml (verifiers: {known})"
+            )))
+
+
+# `{files}` and `{task_id}` are the placeholders; `${VAR}` (a shell's) is left alone.
+_PLACEHOLDER = re.compile(r"(?<!\$)\{([A-Za-z_]\w*)\}")
+
+
+def _load_command_verifiers(root: Path, python_names: set[str], problems: list[Problem]) -> dict[str, CommandVerifier]:
+    """Every verifiers/<name>.toml that is fine; each one that is not adds its problems."""
+    loaded: dict[str, CommandVerifier] = {}
+    for path in sorted((root / "verifiers").glob("[!_]*.toml")):
+        where = _rel(root, path)
+        if path.stem in python_names:
+            problems.append(Problem(where, f"verifiers/{path.stem}.py has the same name; rename one of them"))
+            continue
+        config = _read_config(root, path, CommandVerifier, "a command verifier", problems)
+        if config is None:
+            continue
+        found = _command_verifier_problems(config)
+        problems.extend(Problem(where, message) for message in found)
+        if not found:
+            loaded[path.stem] = config
+    return loaded
+
+
+def _command_verifier_problems(config: CommandVerifier) -> list[str]:
+    """What is wrong with a command verifier that parsed: placeholders and paths."""
+    found = []
+    for what, parts, allowed in (("command", config.command, "{files} and {task_id}"), ("files", config.files, "{task_id}")):
+        for part in parts:
+            for name in _PLACEHOLDER.findall(part):
+                if f"{{{name}}}" not in allowed:
+                    found.append(f"{what} has an unknown placeholder {{{name}}}; it may use {allowed}")
+    for entry in config.files:
+        if Path(entry).is_absolute() or ".." in Path(entry).parts:
+            found.append(f"files entry {entry!r} is not inside the bundle; give a path relative to the bundle folder")
+    if not found and config.files and not any("{files}" in part for part in config.command):
+        found.append("files are copied in, but command never names them; use {files} (the folder they are in)")
+    return found
+
+
+def _check_command_files(root: Path, task: Task, command_verifiers: dict[str, CommandVerifier], problems: list[Problem]) -> None:
+    """Every file or folder a task's command verifiers copy in must exist for that task."""
+    for name in dict.fromkeys(task.verifiers.values()):
+        config = command_verifiers.get(name)
+        for entry in config.files_for(task.id) if config else ():
+            if not (root / entry).exists():
+                problems.append(Problem(
+                    f"task {task.id}",
+                    f"verifier {name} copies {entry!r} into the sandbox, but {_rel(root, root / entry)} does not exist; add it",
+                ))
 
 
 def _load_evals(root: Path, tasks: dict[str, Task], problems: list[Problem]) -> dict[str, list[Task]]:

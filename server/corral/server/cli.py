@@ -1,9 +1,10 @@
-"""The `corral` command: check a bundle, serve it."""
+"""The `corral` command: check a bundle, build its images, serve it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +12,14 @@ import typer
 import uvicorn
 
 from corral.server.app import create_app
-from corral.server.served import BundleProblems, ServedBundle, ServeOptions
+from corral.server.bundle import load_bundle
+from corral.server.served import (
+    BundleProblems,
+    ServedBundle,
+    ServeOptions,
+    default_instance,
+    docker_envs,
+)
 
 app = typer.Typer(
     help="corral: serve bundles of agent tasks as live environments for RL trainers.",
@@ -25,7 +33,7 @@ BundleArg = Annotated[Path, typer.Argument(help="The bundle folder (it holds bun
 @app.command()
 def check(
     bundle: BundleArg,
-    sandbox: Annotated[str, typer.Option(help="Where to start each env once to list its tools: auto or local.")] = "local",
+    sandbox: Annotated[str, typer.Option(help="Where to start each env once to list its tools: auto, docker or local.")] = "local",
 ) -> None:
     """List every problem of a bundle at once, each with its file and fix; exit 1 if any."""
     served = _open_or_exit(bundle, ServeOptions(sandbox=sandbox))
@@ -38,7 +46,13 @@ def serve(
     bundle: BundleArg,
     host: Annotated[str, typer.Option(help="Address to listen on; 0.0.0.0 to serve trainers on other machines.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
-    sandbox: Annotated[str, typer.Option(help="Where episodes run: auto (the best this machine has) or local (a child process each; no isolation).")] = "auto",
+    sandbox: Annotated[str, typer.Option(help="Where episodes run: auto (docker when an engine answers, else local), docker (a hardened container each) or local (a child process each; no isolation).")] = "auto",
+    warm_pool: Annotated[int, typer.Option(
+        envvar="CORRAL_WARM_POOL", min=0,
+        help="docker: started containers kept waiting per env, so a reset skips the container start.")] = 0,
+    instance: Annotated[str | None, typer.Option(
+        envvar="CORRAL_INSTANCE",
+        help="docker: this server's name on its containers; on start it removes what a killed run of the same name left (default: HOSTNAME-PORT).")] = None,
     max_concurrent_envs: Annotated[int, typer.Option(
         envvar="MAX_CONCURRENT_ENVS", min=1,
         help="Sessions allowed at once; a trainer holds one per rollout it generates at once.")] = 8,
@@ -52,11 +66,41 @@ def serve(
     options = ServeOptions(
         sandbox=sandbox, max_concurrent_envs=max_concurrent_envs, reward=reward,
         tool_timeout_s=tool_timeout, reset_timeout_s=reset_timeout, token=token,
+        warm_pool=warm_pool, instance=instance or default_instance(port),
     )
     served = _open_or_exit(bundle, options)
     typer.echo(summary(served))
-    typer.echo(f"serving on http://{host}:{port} (sandbox: {served.provider.name}, at most {max_concurrent_envs} sessions)")
+    warm = f", {warm_pool} warm container(s) per env" if served.provider.name == "docker" and warm_pool else ""
+    typer.echo(f"serving on http://{host}:{port} (sandbox: {served.provider.name}{warm}, at most {max_concurrent_envs} sessions)")
     uvicorn.run(create_app(served), host=host, port=port, log_level="info")
+
+
+@app.command()
+def build(bundle: BundleArg) -> None:
+    """Build the Docker image of every env of a bundle that lacks one (an unchanged env
+    folder is never rebuilt; a changed one always is)."""
+    loaded = load_bundle(bundle)
+    if loaded.problems:
+        typer.echo(str(BundleProblems(loaded.root, loaded.problems)), err=True)
+        raise typer.Exit(1)
+    try:
+        from corral.sandboxes.docker_images import ImageError, ensure_image  # docker is optional
+        from corral.sandboxes.docker_provider import engine
+    except ImportError as error:
+        typer.echo(f"corral build needs the docker package: pip install 'corral[docker]' ({error})", err=True)
+        raise typer.Exit(1) from None
+    client = engine()
+    try:
+        for env in docker_envs(loaded):
+            started = time.monotonic()
+            result = ensure_image(client, env.image, typer.echo)
+            state = f"built in {time.monotonic() - started:.0f}s" if result.built else "up to date"
+            typer.echo(f"{result.env_name}: {result.tag} {state}")
+    except ImageError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(1) from None
+    finally:
+        client.close()
 
 
 def summary(served: ServedBundle) -> str:

@@ -7,6 +7,7 @@ same deadlines) without a second terminal.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import threading
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 import uvicorn
 
 from corral.server.app import create_app
-from corral.server.served import ServedBundle, ServeOptions
+from corral.server.served import ServedBundle, ServeOptions, default_instance
 
 START_TIMEOUT_S = 60.0
 SHUTDOWN_TIMEOUT_S = 420.0  # a local server's sandboxes get time to tear down
@@ -26,8 +27,10 @@ class EmbeddedServer:
 
     def __init__(self, root: Path, options: ServeOptions, *, ws_ping_interval: float = 20.0,
                  ws_ping_timeout: float = 20.0):
-        served = asyncio.run(ServedBundle.open(Path(root), options))  # raises BundleProblems
         port = _free_port()
+        if options.instance is None:  # the reaper's name for this server: its port makes it unique here
+            options = dataclasses.replace(options, instance=default_instance(port))
+        served = asyncio.run(ServedBundle.open(Path(root), options))  # raises BundleProblems
         self.url = f"http://127.0.0.1:{port}"
         config = uvicorn.Config(
             create_app(served), host="127.0.0.1", port=port, log_level="warning",

@@ -6,7 +6,6 @@ an episode, but replies are matched by id, so a late reply to an abandoned call 
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 from typing import Any

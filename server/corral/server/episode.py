@@ -18,7 +18,7 @@ from corral.server.bundle import Task
 from corral.server.checks import sandbox_spec
 from corral.server.envproc import EnvCallError, EnvDied, EnvProcess
 from corral.server.served import ServedBundle
-from corral.server.verifiers import VerifierError, score_episode
+from corral.server.verifiers import CommandScore, VerifierError, run_command_verifier, score_episode
 
 METHOD_NOT_FOUND = -32601  # an MCP-only env without corral's reset/end_turn/report hooks
 
@@ -126,7 +126,12 @@ class Episode:
         })
 
     async def end_turn(self, response: str) -> dict[str, Any]:
-        """Hand the reply to the env; open its next turn, or score the episode."""
+        """Hand the reply to the env; open its next turn, or score the episode.
+
+        Scoring: the env's report, then the command verifiers inside the still-open sandbox
+        (each within its own timeout, all within the end_turn deadline), then the sandbox
+        closes and the Python verifiers grade the report outside it.
+        """
         assert self._env is not None
         try:
             async with asyncio.timeout(self.reset_timeout_s):
@@ -138,9 +143,11 @@ class Episode:
                         {"tool_name": END_TURN, "result": next_prompt, "error": None, "prompt": next_prompt, "turn": self.turn}
                     )
                 report = ((await self._optional_call("corral/report")) or {}).get("report", {})
+                checked = await self._run_command_verifiers()
                 await self.close()
+                python_verifiers = {sid: name for sid, name in self.task.verifiers.items() if name in self.served.verifiers}
                 scores = await asyncio.to_thread(
-                    score_episode, self.task.model_dump(), report, self.task.verifiers, self.served.verifiers
+                    score_episode, self.task.model_dump(), report, python_verifiers, self.served.verifiers
                 )
         except TimeoutError:
             return await self._fail(
@@ -149,18 +156,30 @@ class Episode:
                 tool_name=END_TURN,
                 error_type="timeout",
             )
-        except (EnvDied, EnvCallError, VerifierError) as error:
+        except (EnvDied, EnvCallError, VerifierError, SandboxError) as error:
             return await self._fail(f"the episode could not be scored: {error}", tool_name=END_TURN)
+        scores.update({score_id: result.score for score_id, result in checked.items()})
         try:
             reward = pick_reward(scores, self.served.reward)
         except Exception as error:  # RewardError, or anything a user's reward function may raise anything
             return await self._fail(f"the reward could not be computed from {scores}: {error}", tool_name=END_TURN, scores=scores)
         self.outcome = Outcome(status="scored", scores=scores)
-        return observation(
-            {"tool_name": END_TURN, "result": EPISODE_ENDED, "error": None, "status": "scored", "scores": scores},
-            reward=reward,
-            done=True,
-        )
+        fields: dict[str, Any] = {"tool_name": END_TURN, "result": EPISODE_ENDED, "error": None, "status": "scored", "scores": scores}
+        if checked:
+            # Where a user debugging a 0 looks first: what the tests printed, cut short.
+            fields["metadata"] = {"verifier_output": {score_id: result.output_tail for score_id, result in checked.items()}}
+        return observation(fields, reward=reward, done=True)
+
+    async def _run_command_verifiers(self) -> dict[str, CommandScore]:
+        """The task's command verifiers, one after another, in the sandbox the agent used."""
+        assert self._env is not None
+        checked: dict[str, CommandScore] = {}
+        bundle = self.served.bundle
+        for score_id, name in self.task.verifiers.items():
+            config = bundle.command_verifiers.get(name)
+            if config is not None:
+                checked[score_id] = await run_command_verifier(self._env.sandbox, bundle.root, name, config, self.task.id)
+        return checked
 
     async def close(self) -> None:
         """Tear the sandbox down; the episode keeps its outcome. Safe to call twice."""

@@ -6,16 +6,23 @@ and never change it, except the provider, which starts their sandboxes.
 
 from __future__ import annotations
 
+import logging
+import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from corral.client.protocol import END_TURN_TOOL, ResetData, TaskInfo, Toolset, ToolSpec
 from corral.client.rewards import RewardRule
 from corral.sandboxes import SandboxProvider, make_provider
 from corral.server.bundle import RESERVED_SPLIT, Bundle, Problem, Task, load_bundle
-from corral.server.checks import check_envs, check_reward_rule, check_verifiers
+from corral.server.checks import check_envs, check_reward_rule, check_verifiers, sandbox_spec
 from corral.server.verifiers import Verify, load_verifiers
 
+if TYPE_CHECKING:
+    from corral.sandboxes.docker_provider import DockerEnv, DockerProvider
+
+log = logging.getLogger("corral.server")
 DEFAULT_TOOL_TIMEOUT_S = 60.0
 DEFAULT_RESET_TIMEOUT_S = 600.0
 
@@ -39,6 +46,8 @@ class ServeOptions:
     tool_timeout_s: float | None = None
     reset_timeout_s: float | None = None
     token: str | None = None
+    warm_pool: int = 0  # docker: started containers waiting per env
+    instance: str | None = None  # docker: whose leftover containers the reaper removes on start
 
 
 @dataclass
@@ -57,8 +66,9 @@ class ServedBundle:
     async def open(cls, root: Path, options: ServeOptions) -> ServedBundle:
         """Load and check the bundle, probe its envs; raise BundleProblems if anything is off."""
         bundle = load_bundle(root)
-        provider = make_provider(options.sandbox)
-        tools_by_env = await check_envs(bundle, provider) if bundle.envs else {}
+        provider = make_provider(options.sandbox, instance=options.instance, warm_pool=options.warm_pool)
+        images_ready = provider.name != "docker" or not bundle.envs or await _prepare_docker(bundle, provider)
+        tools_by_env = await check_envs(bundle, provider) if bundle.envs and images_ready else {}
         check_verifiers(bundle)
         reward = options.reward if options.reward is not None else bundle.manifest.serve.reward
         check_reward_rule(bundle, reward)
@@ -121,8 +131,52 @@ class ServedBundle:
         """The turn's tools: the env tools the task offers, then end_turn."""
         return self.toolsets[self.toolset_of[task.id]].tools
 
+    def start_pools(self) -> None:
+        """Start warm pools, if the provider keeps them (on the loop that serves sessions)."""
+        start_pools = getattr(self.provider, "start_pools", None)
+        if start_pools is not None:
+            start_pools([sandbox_spec(env) for env in self.bundle.envs.values()])
+
     async def aclose(self) -> None:
         await self.provider.aclose()
+
+
+def default_instance(port: int) -> str:
+    """A server's instance name: this machine's name and its port, the same after a restart,
+    different for a server on another port (so concurrent servers never reap each other)."""
+    return f"{socket.gethostname()}-{port}"
+
+
+def docker_envs(bundle: Bundle) -> list[DockerEnv]:
+    """How the docker provider builds and runs each env of `bundle` (needs corral[docker])."""
+    from corral.sandboxes.docker_images import EnvImage  # docker is optional
+    from corral.sandboxes.docker_provider import DockerEnv
+
+    return [
+        DockerEnv(
+            EnvImage(env.name, env.folder, dockerfile=env.config.dockerfile, image=env.config.image),
+            writable_root=env.config.writable_root,
+            scratch_mb=env.config.scratch_mb,
+        )
+        for env in bundle.envs.values()
+    ]
+
+
+async def _prepare_docker(bundle: Bundle, provider: DockerProvider) -> bool:
+    """Reap a killed run's containers and build missing images before any session is accepted;
+    False (with the problem added to the bundle) when an image cannot be had."""
+    from corral.sandboxes.docker_images import ImageError
+
+    envs = docker_envs(bundle)
+    missing = [env.image.tag for env in envs if not await provider.call(provider.has_image, env.image.tag)]
+    if missing:
+        log.info("building %d missing env image(s) before accepting sessions: %s", len(missing), ", ".join(missing))
+    try:
+        await provider.prepare(envs)
+    except ImageError as error:
+        bundle.problems.append(Problem(bundle.where("envs"), str(error)))
+        return False
+    return True
 
 
 def _toolsets(bundle: Bundle, tools_by_env: dict[str, list[ToolSpec]]) -> tuple[dict[str, Toolset], dict[str, str]]:

@@ -1,17 +1,28 @@
-"""Loading a bundle's verifiers and scoring an episode with them, outside any sandbox.
+"""Scoring an episode with a bundle's verifiers, of two kinds.
 
-A verifier is `verifiers/<name>.py` with `verify(task: dict, report: dict) -> float | dict`.
-It reads the env's report, never the agent's sandbox, so nothing the agent does can forge it.
+A Python verifier is `verifiers/<name>.py` with `verify(task: dict, report: dict) -> float | dict`.
+It runs outside any sandbox and reads the env's report, never the agent's sandbox, so nothing
+the agent does can forge it.
+
+A command verifier is `verifiers/<name>.toml` (`bundle.CommandVerifier`): after the agent's
+last turn its files (a task's tests) are copied into the episode's sandbox and its command
+runs there; exit status 0 scores 1.0, anything else, a timeout included, 0.0. The agent never
+sees the files: they arrive only once it can no longer act.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import math
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from corral.sandboxes import Sandbox
+from corral.server.bundle import CommandVerifier
 
 Verify = Callable[[dict[str, Any], dict[str, Any]], Any]
 
@@ -65,3 +76,49 @@ def _as_score(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise VerifierError(f"verifier {name} returned {value!r}; return a finite number (or a dict of them)")
     return float(value)
+
+
+OUTPUT_TAIL_CHARS = 2000  # what the final observation keeps of a command's output
+
+
+@dataclass(frozen=True)
+class CommandScore:
+    """A command verifier's verdict and the end of its output (for whoever debugs a 0)."""
+
+    score: float
+    output_tail: str
+
+
+def command_files(root: Path, config: CommandVerifier, task_id: str) -> dict[str, bytes]:
+    """The files a command verifier copies in for `task_id`, by their path in the copy.
+
+    A folder entry contributes its contents, a file entry itself, both at the top of the copy:
+    `["tests/run_tests.py", "tests/{task_id}"]` gives `run_tests.py` beside the task's tests.
+    """
+    files: dict[str, bytes] = {}
+    for entry in config.files_for(task_id):
+        path = root / entry
+        if path.is_file():
+            files[path.name] = path.read_bytes()
+        elif path.is_dir():
+            for item in sorted(path.rglob("*")):
+                if item.is_file() and "__pycache__" not in item.parts:
+                    files[item.relative_to(path).as_posix()] = item.read_bytes()
+        else:
+            raise VerifierError(f"{path} does not exist; the command verifier copies it for task {task_id}")
+    return files
+
+
+async def run_command_verifier(
+    sandbox: Sandbox, root: Path, name: str, config: CommandVerifier, task_id: str
+) -> CommandScore:
+    """Copy the verifier's files into `sandbox`, run its command there, and score the exit."""
+    files = await asyncio.to_thread(command_files, root, config, task_id)  # disk reads, off the loop
+    folder = await sandbox.put_files(files)
+    result = await sandbox.run(config.command_for(task_id, folder), timeout_s=config.timeout_s)
+    if result.exit_code is None:
+        verdict = f"[verifier {name}: timed out after {config.timeout_s:g}s; scored 0]"
+    else:
+        verdict = f"[verifier {name}: exit status {result.exit_code}; scored {1 if result.exit_code == 0 else 0}]"
+    tail = result.output.rstrip("\n")[-(OUTPUT_TAIL_CHARS - len(verdict) - 1):]
+    return CommandScore(1.0 if result.exit_code == 0 else 0.0, f"{tail}\n{verdict}" if tail else verdict)

@@ -1,0 +1,273 @@
+"""One episode's env in a hardened Docker container, reached over its attach stream only.
+
+The container is created with its stdin open, attached before it starts (so no byte of output
+is missed), then started; the server writes protocol lines to stdin and reads them from
+stdout. Nothing connects to the container over IP: its network is off unless the env opts in.
+Verifier commands (`put_files`, `run`) go through exec streams beside the env process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+import tarfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import docker.errors
+
+from corral.sandboxes.base import CommandResult, Sandbox, SandboxError, SandboxSpec
+from corral.sandboxes.docker_bootstrap import (
+    PUT_FILES,
+    RUN,
+    TIMED_OUT,
+    bootstrapped,
+    framed,
+    sdk_payload,
+)
+from corral.sandboxes.docker_stream import MuxStream
+
+if TYPE_CHECKING:
+    from corral.sandboxes.docker_provider import DockerProvider
+
+log = logging.getLogger("corral.sandboxes.docker")
+
+ENV_USER = "1000:1000"  # non-root even for an image without USER
+SCRATCH = "/tmp"
+REMOVE_RETRY_S = 1.0
+RUN_GRACE_S = 30.0  # past a command's own deadline, the exec stream is given up on
+ENVIRONMENT = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "HOME": SCRATCH}
+
+
+@dataclass(frozen=True)
+class ContainerSettings:
+    """What an env's container needs beyond its `SandboxSpec` (from env.toml)."""
+
+    image: str
+    writable_root: bool = False  # env.toml `writable_root`: the image's own files may change
+    scratch_mb: int = 64  # env.toml `scratch_mb`: the size of the tmpfs at /tmp
+
+
+def container_config(spec: SandboxSpec, settings: ContainerSettings, *, name: str, labels: dict[str, str],
+                     api: docker.APIClient) -> dict:
+    """create_container's arguments: the hardening every env container gets."""
+    command = bootstrapped(spec.command) or spec.command
+    host_config = api.create_host_config(
+        network_mode="none" if spec.network == "none" else "bridge",
+        nano_cpus=int(spec.resources.cpus * 1e9),
+        mem_limit=f"{spec.resources.memory_mb}m",
+        memswap_limit=f"{spec.resources.memory_mb}m",  # no swap: the limit is the limit
+        pids_limit=spec.resources.pids,
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        read_only=not settings.writable_root,
+        tmpfs={SCRATCH: f"rw,nosuid,nodev,size={settings.scratch_mb}m,mode=1777"},
+    )
+    return {
+        "image": settings.image, "command": list(command), "user": ENV_USER, "stdin_open": True, "tty": False,
+        "environment": ENVIRONMENT, "name": name, "labels": labels, "host_config": host_config,
+        "use_config_proxy": False,
+    }
+
+
+class DockerSandbox(Sandbox):
+    """A started container whose env process talks over `stream`."""
+
+    def __init__(self, provider: DockerProvider, container_id: str, name: str, spec: SandboxSpec, stream: MuxStream):
+        self.provider = provider
+        self.container_id = container_id
+        self.name = name
+        self.spec = spec
+        self._stream = stream
+        self._closed = False
+        self._rename: asyncio.Task | None = None
+
+    @classmethod
+    async def create(cls, provider: DockerProvider, spec: SandboxSpec, settings: ContainerSettings,
+                     *, name: str, labels: dict[str, str]) -> DockerSandbox:
+        """Create, attach and start a container; hand its env the SDK. Raises SandboxError."""
+        api = provider.client.api
+        config = container_config(spec, settings, name=name, labels=labels, api=api)
+        try:
+            return await cls._create(provider, spec, config)
+        except BaseException:
+            # Cancelled (a reset deadline, a dropped client) or failed half-way: whatever the
+            # engine made under this name goes now. (A create still under way in its thread
+            # when this removal runs finishes after it; the run's reap at shutdown takes that one.)
+            provider.remove(name, name)
+            raise
+
+    @classmethod
+    async def _create(cls, provider: DockerProvider, spec: SandboxSpec, config: dict) -> DockerSandbox:
+        api = provider.client.api
+        try:
+            container_id = (await provider.call(api.create_container, **config))["Id"]
+            hijacked = await provider.call(
+                api.attach_socket, container_id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+            stream = await MuxStream.open(hijacked)
+        except docker.errors.ImageNotFound:
+            raise SandboxError(
+                f"env {spec.env_name}: image {config['image']} is missing; build it with `corral build BUNDLE`"
+            ) from None
+        except (docker.errors.APIError, RuntimeError, OSError) as error:
+            detail = getattr(error, "explanation", None) or error
+            raise SandboxError(f"could not create a container for env {spec.env_name}: {detail}") from None
+        try:
+            await provider.call(api.start, container_id)
+            if bootstrapped(spec.command):
+                await stream.write(sdk_payload())
+        except BaseException as error:
+            await stream.close()
+            if isinstance(error, (docker.errors.APIError, EOFError)):
+                raise SandboxError(f"could not start the container of env {spec.env_name}: {error}") from None
+            raise
+        return cls(provider, container_id, config["name"], spec, stream)
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and not self._stream.ended.is_set()
+
+    def claim(self, labels: Mapping[str, str]) -> None:
+        """Take this warm container for an episode. Labels cannot change after creation, so the
+        episode's session and episode ids go into the container's name, renamed in the
+        background so that a reset does not wait for the engine."""
+        name = container_name(self.provider.instance, self.spec.env_name, labels)
+        self._rename = asyncio.create_task(self._rename_to(name))
+
+    async def _rename_to(self, name: str) -> None:
+        with contextlib.suppress(docker.errors.APIError):
+            await self.provider.call(self.provider.client.api.rename, self.container_id, name)
+            self.name = name
+
+    async def send_line(self, line: bytes) -> None:
+        await self._stream.write(line + b"\n")
+
+    async def read_line(self) -> bytes:
+        try:
+            return await self._stream.read_line()
+        except EOFError:
+            await self._explain_stop()
+            raise
+
+    def stderr_tail(self, max_chars: int = 4000) -> str:
+        return self._stream.stderr_tail(max_chars)
+
+    async def put_files(self, files: Mapping[str, bytes]) -> str:
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            for relative, content in files.items():
+                info = tarfile.TarInfo(relative)
+                info.size, info.mtime = len(content), int(time.time())
+                tar.addfile(info, io.BytesIO(content))
+        code, output, _ = await self._exec(["python3", "-c", PUT_FILES, SCRATCH], user="0",
+                                           stdin=framed(archive.getvalue()), timeout_s=120.0, keep=4000)
+        if code != 0:
+            raise SandboxError(f"could not copy files into the container of env {self.spec.env_name}: {output.strip()}")
+        return output.strip()
+
+    async def run(self, command: Sequence[str], *, timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
+        code, output, status = await self._exec(
+            ["python3", "-c", RUN, str(timeout_s), *command], user=ENV_USER, stdin=None,
+            timeout_s=timeout_s + RUN_GRACE_S, keep=max_output_chars,
+        )
+        return CommandResult(None if status == TIMED_OUT else code, output)
+
+    async def close(self) -> None:
+        """Kill and remove the container (force remove), starting now; safe to call twice.
+
+        The removal is handed to the provider's threads before anything is awaited, so a
+        caller being cancelled (a dropped client) cannot stop it, and an episode's reward does
+        not wait for it.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._rename is not None:
+            self._rename.cancel()
+        self.provider.forget(self)
+        self.provider.remove(self.container_id, self.name)
+        await self._stream.close()
+
+    async def _exec(self, command: list[str], *, user: str, stdin: bytes | None, timeout_s: float,
+                    keep: int) -> tuple[int | None, str, str]:
+        """Run `command` in the container; (exit code or None at timeout, stdout tail, stderr)."""
+        api = self.provider.client.api
+        try:
+            exec_id = (await self.provider.call(
+                api.exec_create, self.container_id, command, stdin=stdin is not None, user=user,
+                environment=ENVIRONMENT,
+            ))["Id"]
+            stream = await MuxStream.open(await self.provider.call(api.exec_start, exec_id, socket=True))
+        except docker.errors.APIError as error:
+            raise SandboxError(f"could not run a command in the container of env {self.spec.env_name}: "
+                               f"{error.explanation or error}") from None
+        output = bytearray()
+        try:
+            if stdin is not None:
+                await stream.write(stdin)
+            async with asyncio.timeout(timeout_s):
+                while chunk := await stream.read():
+                    output += chunk
+                    del output[:-keep * 4]  # characters are at most 4 bytes
+            code = (await self.provider.call(api.exec_inspect, exec_id))["ExitCode"]
+        except TimeoutError:
+            code = None
+        finally:
+            await stream.close()
+        text = output.decode("utf-8", errors="replace")[-keep:]
+        return code, text, stream.stderr_tail(1000)
+
+    async def _explain_stop(self) -> None:
+        """The stream ended: note in the stderr tail why, e.g. the memory limit."""
+        try:
+            state = (await self.provider.call(self.provider.client.api.inspect_container, self.container_id))["State"]
+        except docker.errors.APIError:
+            return
+        if state.get("OOMKilled"):
+            self._stream.note(
+                f"the container was killed for using more than its memory limit of "
+                f"{self.spec.resources.memory_mb} MB ([resources] memory_mb in env.toml)"
+            )
+        elif not state.get("Running"):
+            self._stream.note(f"the container exited with code {state.get('ExitCode')}")
+
+
+def container_name(instance: str, env_name: str, labels: Mapping[str, str]) -> str:
+    """`corral-<instance>-<env>-<session>-<episode>` for an episode's container."""
+    session, episode = labels.get("corral.session"), labels.get("corral.episode")
+    tail = f"{session}-{episode}" if session and episode else f"{labels.get('corral.purpose', 'env')}-{uuid.uuid4().hex[:8]}"
+    return _safe_name(f"corral-{instance}-{env_name}-{tail}")
+
+
+def warm_name(instance: str, env_name: str) -> str:
+    return _safe_name(f"corral-{instance}-{env_name}-warm-{uuid.uuid4().hex[:8]}")
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "_.-" else "-" for c in name)
+
+
+def remove_container(api: docker.APIClient, container: str, attempts: int = 3) -> None:
+    """Force-remove a container (killing it first); one gone already is fine (blocking).
+
+    The engine can give up killing a container whose processes fork as fast as they die (a
+    fork bomb at its pids limit); the kill converges, so the removal is tried again.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            api.remove_container(container, force=True)
+            return
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as error:
+            if error.status_code == 409:  # its removal is under way already
+                return
+            if attempt == attempts:
+                raise
+            time.sleep(REMOVE_RETRY_S)

@@ -1,0 +1,71 @@
+"""shellfix in hardened containers: the hidden tests run in the agent's container after its
+last turn, copied in where the agent's user cannot write, and decide the score there."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from corral.client import Bundle
+from tests.conftest import serving
+from tests.integration.test_command_verifiers import FORGERIES, SHELLFIX, play, solution
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def shellfix_docker(docker_engine) -> Iterator[Bundle]:
+    for server in serving(SHELLFIX, sandbox="docker"):
+        with Bundle(server.url, split="all") as bundle:
+            yield bundle
+
+
+@pytest.mark.parametrize("task_id", ["shellfix-median", "shellfix-shopcart"])
+def test_the_fix_scores_1_and_the_unfixed_repository_0_in_a_container(shellfix_docker, task_id):
+    fixed = play(shellfix_docker, task_id, ("replace_in_file", solution(task_id)))
+    unfixed = play(shellfix_docker, task_id)
+
+    assert (fixed, unfixed) == (1.0, 0.0)
+
+
+def test_forged_tests_in_the_container_do_not_change_the_verdict(shellfix_docker):
+    forge = [("write_file", {"path": path, "content": text}) for path, text in FORGERIES.items()]
+
+    unfixed = play(shellfix_docker, "shellfix-paginate", *forge)
+    fixed = play(shellfix_docker, "shellfix-paginate", *forge, ("replace_in_file", solution("shellfix-paginate")))
+
+    assert (unfixed, fixed) == (0.0, 1.0)
+
+
+def test_the_agent_works_in_its_repository_as_a_user_who_cannot_touch_the_copied_tests(shellfix_docker):
+    environment = shellfix_docker.factory()
+    environment.reset(**next(row for row in shellfix_docker.dataset if row["task_id"] == "shellfix-median"))
+
+    seen = environment.bash(command="pwd; ls; id -u")
+
+    assert seen == "/repo\nstats.py\n1000\n[exit status 0]"
+    assert environment.get_reward() == 0.0
+
+
+# Started by the agent and detached from its bash call, so it outlives the turn: whenever a
+# test file appears under /tmp, it tries to overwrite it with a test that always passes (and
+# it touches /repo/alive each round, to show it runs).
+OVERWRITER = (
+    "setsid sh -c 'while :; do touch /repo/alive; for f in /tmp/*/test_*.py; do "
+    "cat /repo/forged.py > \"$f\"; done; sleep 0.01; done' < /dev/null > /dev/null 2>&1 & "
+    # Return once it has left bash's process group: killed before its setsid(), it would not outlive the call.
+    "until [ -e /repo/alive ]; do sleep 0.01; done"
+)
+
+
+def test_a_process_left_running_cannot_rewrite_the_tests_once_they_are_copied_in(shellfix_docker):
+    environment = shellfix_docker.factory()
+    environment.reset(**next(row for row in shellfix_docker.dataset if row["task_id"] == "shellfix-paginate"))
+    environment.write_file(path="forged.py", content=FORGERIES["tests/test_paginate.py"])
+
+    environment.bash(command=OVERWRITER)
+    still_running = environment.bash(command="rm -f alive; sleep 0.5; ls alive")
+
+    assert still_running == "alive\n[exit status 0]"
+    assert environment.get_reward() == 0.0
