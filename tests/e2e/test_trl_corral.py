@@ -16,8 +16,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from corral.client import Bundle
 from corral.training.tiny import Lesson, make_tiny_model, one_cpu_thread, teach_tool_call
-
 from tests.conftest import BUNDLES, FIXTURES, wait_for_no_env_processes
+from tests.e2e.support import CPU_RUN
 
 pytestmark = [pytest.mark.trl, pytest.mark.usefixtures("no_leftover_env_processes")]
 GROUP = 4
@@ -45,15 +45,14 @@ def grpo_config(tmp_path: Path, steps: int, num_generations: int = GROUP):
     return GRPOConfig(
         output_dir=str(tmp_path / "out"), max_steps=steps, per_device_train_batch_size=GROUP,
         num_generations=num_generations, max_completion_length=160, max_tool_calling_iterations=2,
-        chat_template_kwargs={"enable_thinking": False}, use_cpu=True, bf16=False,
-        logging_steps=1, save_strategy="no", report_to="none", seed=0,
+        chat_template_kwargs={"enable_thinking": False}, **CPU_RUN,
     )
 
 
 def test_grpo_trains_two_steps_on_gridsim_with_the_servers_rewards(tmp_path: Path) -> None:
     from trl import GRPOTrainer
 
-    with Bundle.local(BUNDLES / "gridsim", split="train", max_concurrent_envs=GROUP) as env:
+    with Bundle.local(BUNDLES / "gridsim", split="train", sandbox="local", max_concurrent_envs=GROUP) as env:
         # A row's prompt is the trainer's to change (the task stays the same): a short one keeps
         # the tiny model's CPU steps fast.
         dataset = env.dataset.select(range(2)).map(
@@ -88,7 +87,7 @@ def test_grpo_trains_two_steps_on_gridsim_with_the_servers_rewards(tmp_path: Pat
 def test_trl_multi_environment_mode_trains_a_step_on_a_bundle_with_two_toolsets(tmp_path: Path) -> None:
     from trl import GRPOTrainer
 
-    with Bundle.local(FIXTURES / "toybox", split="mixed", max_concurrent_envs=GROUP) as env:
+    with Bundle.local(FIXTURES / "toybox", split="mixed", sandbox="local", max_concurrent_envs=GROUP) as env:
         factories = {name: recording(cls) for name, cls in env.factory.items()}
         trainer = GRPOTrainer(model=str(make_tiny_model(tmp_path / "model")), args=grpo_config(tmp_path, steps=1, num_generations=2),
                               train_dataset=env.dataset, environment_factory=factories)

@@ -77,18 +77,22 @@ class Bundle:
         tool_timeout: float = 60.0,
         reset_timeout: float = 600.0,
         keepalive: float = 20.0,
+        warm_pool: int = 0,
     ) -> Bundle:
-        """Serve the bundle at `path` in this process (on a free loopback port) and open it."""
-        try:
-            from corral.server.embedded import EmbeddedServer  # noqa: PLC0415 (the server is optional)
-            from corral.server.served import ServeOptions  # noqa: PLC0415
+        """Serve the bundle at `path` in this process (on a free loopback port) and open it.
+
+        `sandbox` is `auto` (docker when an engine answers, else local processes), `docker`
+        or `local`; `warm_pool` keeps that many started containers per env (docker only)."""
+        try:  # imported here: the server is optional for a client
+            from corral.server.embedded import EmbeddedServer
+            from corral.server.served import ServeOptions
         except ImportError as error:
             raise ImportError(
                 f"Bundle.local serves the bundle in this process and needs corral's server: "
                 f"pip install 'corral[server]' ({error})"
             ) from None
         options = ServeOptions(sandbox=sandbox, max_concurrent_envs=max_concurrent_envs, reward=reward,
-                               tool_timeout_s=tool_timeout, reset_timeout_s=reset_timeout)
+                               tool_timeout_s=tool_timeout, reset_timeout_s=reset_timeout, warm_pool=warm_pool)
         server = EmbeddedServer(Path(path), options, ws_ping_interval=keepalive, ws_ping_timeout=keepalive)
         try:
             bundle = cls(server.url, split=split, reward=reward, tool_timeout=tool_timeout,
@@ -107,7 +111,7 @@ class Bundle:
 
     def dataset_for(self, split: str):
         """Another split's tasks, as rows `factory` can play."""
-        from datasets import Dataset  # noqa: PLC0415 (importing datasets is slow; only when needed)
+        from datasets import Dataset  # importing datasets is slow: only when needed
 
         rows = [self._row(task) for task in self._tasks(split)]
         return Dataset.from_list(rows)
@@ -155,7 +159,7 @@ class Bundle:
             row["environment"] = task.toolset
         return row
 
-    @functools.lru_cache(maxsize=None)  # noqa: B019 (one Bundle lives as long as its tasks do)
+    @functools.cache  # noqa: B019 (one Bundle lives as long as its tasks do)
     def _tasks(self, split: str) -> list[TaskInfo]:
         if split not in self.splits:
             raise ValueError(f"bundle {self.name} has no split {split!r}; its splits are: {', '.join(self.splits)}")

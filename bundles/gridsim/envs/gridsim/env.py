@@ -5,6 +5,7 @@ submission, which is what the verifier grades.
 """
 
 from battery import simulate
+
 from corral.env import Env, tool
 
 

@@ -1,0 +1,47 @@
+"""A generation step's rollouts, counted the way GRPO sees them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from corral.training.accounting import StepAccount
+
+
+@dataclass
+class Outcome:
+    toolset: str
+    reward: float | None
+    unscored_reason: str | None = None
+    truncated: str | None = None
+    tool_calls: int = 1
+    tool_errors: int = 0
+
+
+def test_a_step_counts_unscored_rollouts_with_reasons_and_groups_without_signal() -> None:
+    outcomes = [
+        # group 1: rewards differ, the only group GRPO learns from
+        Outcome("gridsim", 1.0), Outcome("gridsim", 0.2, truncated="completion_length"),
+        # group 2: one scored rollout, nothing to compare it with
+        Outcome("gridsim", 0.5), Outcome("gridsim", None, "the env died during submit_schedule", tool_errors=1),
+        # group 3: equal rewards, zero advantage
+        Outcome("tictactoe", 0.0, truncated="tool_calls", tool_calls=16), Outcome("tictactoe", 0.0),
+        # group 4: nothing scored
+        Outcome("tictactoe", None, "the reset didn't finish within 600s"),
+        Outcome("tictactoe", None, "the reset didn't finish within 600s"),
+    ]
+
+    account = StepAccount.of(outcomes, group_size=2)
+
+    assert (account.rollouts, account.scored, account.unscored, account.groups) == (8, 5, 3, 4)
+    assert account.unscored_reasons == {"the reset didn't finish within 600s": 2,
+                                        "the env died during submit_schedule": 1}
+    assert (account.groups_under_two_scored, account.groups_zero_variance) == (2, 1)
+    assert account.reward_by_toolset == pytest.approx({"gridsim": (1.0 + 0.2 + 0.5) / 3, "tictactoe": 0.0})
+    assert account.truncated == {"completion_length": 1, "tool_calls": 1}
+    metrics = account.metrics()
+    assert metrics["rollouts/unscored"] == 3 and metrics["rollouts/truncated/tool_calls"] == 1
+    assert metrics["rollouts/reward/tictactoe"] == 0.0
+    assert metrics["rollouts/tool_calls_per_rollout"] == pytest.approx(23 / 8)
+    assert "2x the reset didn't finish within 600s" in account.summary()

@@ -1,0 +1,111 @@
+"""What each generation step's rollouts came to, for the trainer's logger.
+
+GRPO learns only from groups whose rewards differ; a rollout the server could not score is left
+out of its group. So a step's log says how many rollouts were scored and why the others were not,
+how many groups were left with one scored rollout or none (nothing to compare) or with equal
+rewards (zero advantage), the reward per environment class, and how many rollouts hit a limit.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class RolloutOutcome(Protocol):
+    """What accounting reads from one rollout."""
+
+    toolset: str
+    reward: float | None
+    unscored_reason: str | None
+    truncated: str | None
+    tool_calls: int
+    tool_errors: int
+
+
+@dataclass
+class StepAccount:
+    """One generation step's rollouts, counted.
+
+    Attributes:
+        rollouts: Rollouts played.
+        scored: Rollouts the server scored.
+        unscored_reasons: Why the others were not (the server's error_message), with counts.
+        groups: Groups of `num_generations` rollouts of one prompt.
+        groups_under_two_scored: Groups with fewer than two scored rollouts: no comparison, no signal.
+        groups_zero_variance: Groups whose scored rollouts (two or more) all got the same reward.
+        reward_by_toolset: Mean reward of the scored rollouts, per environment class (toolset).
+        truncated: Rollouts stopped by a limit, per limit: `completion_length` or `tool_calls`.
+        tool_calls: Tool calls made (end_turn included).
+        tool_errors: Tool calls that failed (unreadable, unknown tool, bad arguments, an error).
+    """
+
+    rollouts: int = 0
+    scored: int = 0
+    unscored_reasons: Counter[str] = field(default_factory=Counter)
+    groups: int = 0
+    groups_under_two_scored: int = 0
+    groups_zero_variance: int = 0
+    reward_by_toolset: dict[str, float] = field(default_factory=dict)
+    truncated: Counter[str] = field(default_factory=Counter)
+    tool_calls: int = 0
+    tool_errors: int = 0
+
+    @classmethod
+    def of(cls, outcomes: Sequence[RolloutOutcome], group_size: int) -> StepAccount:
+        """Count `outcomes`, consecutive runs of `group_size` of them being one prompt's group."""
+        account = cls(rollouts=len(outcomes))
+        rewards: dict[str, list[float]] = {}
+        for outcome in outcomes:
+            account.tool_calls += outcome.tool_calls
+            account.tool_errors += outcome.tool_errors
+            if outcome.truncated:
+                account.truncated[outcome.truncated] += 1
+            if outcome.reward is None:
+                account.unscored_reasons[outcome.unscored_reason or "no reason given"] += 1
+            else:
+                account.scored += 1
+                rewards.setdefault(outcome.toolset, []).append(outcome.reward)
+        account.reward_by_toolset = {name: statistics.fmean(values) for name, values in rewards.items()}
+        for start in range(0, len(outcomes), max(group_size, 1)):
+            scored = [o.reward for o in outcomes[start : start + group_size] if o.reward is not None]
+            account.groups += 1
+            if len(scored) < 2:
+                account.groups_under_two_scored += 1
+            elif len(set(scored)) == 1:
+                account.groups_zero_variance += 1
+        return account
+
+    @property
+    def unscored(self) -> int:
+        return self.rollouts - self.scored
+
+    def metrics(self) -> dict[str, float]:
+        """Flat metrics for the trainer's logger (W&B, trackio, ...), under `rollouts/`."""
+        metrics = {
+            "rollouts/scored": float(self.scored),
+            "rollouts/unscored": float(self.unscored),
+            "rollouts/groups_under_two_scored": float(self.groups_under_two_scored),
+            "rollouts/groups_zero_variance": float(self.groups_zero_variance),
+            "rollouts/truncated": float(sum(self.truncated.values())),
+            "rollouts/tool_calls_per_rollout": self.tool_calls / max(self.rollouts, 1),
+            "rollouts/tool_errors_per_rollout": self.tool_errors / max(self.rollouts, 1),
+        }
+        for limit, count in self.truncated.items():
+            metrics[f"rollouts/truncated/{limit}"] = float(count)
+        for toolset, reward in self.reward_by_toolset.items():
+            metrics[f"rollouts/reward/{toolset}"] = reward
+        return metrics
+
+    def summary(self) -> str:
+        """One line for a log: the counts, and the reasons rollouts were left unscored."""
+        text = (f"{self.scored}/{self.rollouts} rollouts scored; {self.groups_under_two_scored}/{self.groups} groups "
+                f"with under two scored, {self.groups_zero_variance} with equal rewards")
+        if self.truncated:
+            text += "; truncated: " + ", ".join(f"{n} by {limit}" for limit, n in self.truncated.items())
+        if self.unscored_reasons:
+            text += "; unscored: " + "; ".join(f"{n}x {reason}" for reason, n in self.unscored_reasons.most_common())
+        return text

@@ -1,0 +1,137 @@
+"""Generators: token ids in, sampled token ids and their logprobs out.
+
+`TransformersGenerator` samples with HF `generate` (the CPU, or a small GPU run without vLLM);
+`VLLMGenerator` asks a vLLM server's token-in `/v1/completions` (`prompt` as token ids,
+`return_token_ids`, `logprobs=0`), the request TRL's AsyncGRPO sends. Neither decodes or
+re-tokenizes anything: what they return is exactly what was sampled.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+import torch
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sampled continuation: its ids, each id's logprob, and whether it ended on a stop id
+    (False: it ran into `max_new_tokens`)."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    stopped: bool
+
+
+class Generator(Protocol):
+    """Samples one continuation of a prompt given as token ids. Called from several threads."""
+
+    def generate(self, prompt_ids: list[int], *, max_new_tokens: int, stop_token_ids: list[int]) -> Sample:
+        """Sample until a stop id (kept as the last id) or `max_new_tokens` ids."""
+        ...
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample: the trainer's `temperature`, `top_p` and `top_k` (0: no top-k). The trainer's
+    `min_p` and `repetition_penalty` are not applied."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    @classmethod
+    def from_trainer_args(cls, args: Any) -> SamplingParams:
+        return cls(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k or 0)
+
+
+class TransformersGenerator:
+    """HF `generate` on an in-process model; logprobs are log-softmax of the logits over the
+    temperature (the distribution sampled from before top-k/top-p), one per sampled id.
+
+    One generation at a time: concurrent episodes take turns on the model.
+    """
+
+    def __init__(self, model: Any, sampling: SamplingParams = SamplingParams()):
+        self.model = model
+        self.sampling = sampling
+        self._lock = threading.Lock()
+
+    def generate(self, prompt_ids: list[int], *, max_new_tokens: int, stop_token_ids: list[int]) -> Sample:
+        device = next(self.model.parameters()).device
+        input_ids = torch.tensor([prompt_ids], device=device)
+        with self._lock, torch.no_grad():
+            output = self.model.generate(
+                input_ids, attention_mask=torch.ones_like(input_ids), do_sample=True,
+                temperature=self.sampling.temperature, top_p=self.sampling.top_p, top_k=self.sampling.top_k,
+                max_new_tokens=max_new_tokens, eos_token_id=stop_token_ids, pad_token_id=stop_token_ids[0],
+                output_logits=True, return_dict_in_generate=True,
+            )
+        ids = output.sequences[0, len(prompt_ids):].tolist()
+        # generate pads finished rows; a single row stops at its first stop id.
+        stop = next((i for i, token in enumerate(ids) if token in stop_token_ids), None)
+        ids = ids if stop is None else ids[: stop + 1]
+        logprobs = [
+            torch.log_softmax(logits[0].float() / self.sampling.temperature, dim=-1)[token].item()
+            for logits, token in zip(output.logits, ids, strict=False)
+        ]
+        return Sample(token_ids=ids, logprobs=logprobs, stopped=stop is not None)
+
+
+class VLLMGenerator:
+    """A vLLM server's OpenAI-compatible `/v1/completions`, token-in and token-out.
+
+    Sends `prompt` as token ids with `return_token_ids: true` and `logprobs: 0`, and reads
+    `choices[0].token_ids` and `choices[0].logprobs.token_logprobs` (vLLM 0.10.2 and later).
+
+    Args:
+        base_url: The server, e.g. `http://gpu-box:8000`.
+        model: The served model name (`vllm serve ... --served-model-name`).
+        sampling: Temperature, top-p and top-k.
+        timeout: Seconds one request may take.
+    """
+
+    def __init__(self, base_url: str, model: str, sampling: SamplingParams = SamplingParams(), timeout: float = 600.0):
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.sampling = sampling
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, trust_env=False)
+
+    def generate(self, prompt_ids: list[int], *, max_new_tokens: int, stop_token_ids: list[int]) -> Sample:
+        payload = {
+            "model": self.model,
+            "prompt": prompt_ids,
+            "max_tokens": max_new_tokens,
+            "temperature": self.sampling.temperature,
+            "top_p": self.sampling.top_p,
+            "top_k": self.sampling.top_k if self.sampling.top_k > 0 else -1,  # vLLM: -1 (or 0) disables top-k
+            "n": 1,
+            "stop_token_ids": stop_token_ids,
+            "return_token_ids": True,
+            "logprobs": 0,  # the sampled token's logprob only
+            "skip_special_tokens": False,
+            "seed": random.getrandbits(63),  # independent samples across data-parallel engines, as TRL does
+        }
+        try:
+            reply = self._http.post("/v1/completions", json=payload)
+        except httpx.HTTPError as error:
+            raise ConnectionError(f"could not reach the vLLM server at {self.base_url}: {error}") from None
+        if reply.status_code != 200:
+            raise RuntimeError(f"the vLLM server at {self.base_url} refused a completion ({reply.status_code}): "
+                               f"{reply.text[:500]}")
+        choice = reply.json()["choices"][0]
+        ids = choice.get("token_ids")
+        if ids is None:
+            raise RuntimeError(
+                f"the server at {self.base_url} returned no token ids: token-exact rollouts need vLLM 0.10.2 or "
+                "later, which answers return_token_ids"
+            )
+        logprobs = [0.0 if lp is None else lp for lp in choice["logprobs"]["token_logprobs"]]
+        return Sample(token_ids=ids, logprobs=logprobs, stopped=choice.get("finish_reason") == "stop")
+
+    def close(self) -> None:
+        self._http.close()
