@@ -28,9 +28,8 @@ from pathlib import Path
 
 from websockets.asyncio.client import connect
 
-import docker
 from corral.server.embedded import EmbeddedServer
-from corral.server.served import ServeOptions, default_instance
+from corral.server.served import ServeOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "tests" / "fixtures" / "dockerbox"
@@ -62,13 +61,11 @@ def ws_url(server: EmbeddedServer) -> str:
 
 
 async def reset_latencies(server: EmbeddedServer, count: int, warm_pool: int) -> list[float]:
-    engine = docker.from_env() if warm_pool else None
-    instance = default_instance(int(server.url.rsplit(":", 1)[1]))
     latencies = []
     async with connect(ws_url(server), max_size=None) as socket:
         for _ in range(count):
-            if engine is not None:
-                await wait_for_pool(engine, instance, warm_pool)
+            if warm_pool:
+                await wait_for_pool(server, warm_pool)
             started = time.perf_counter()
             await exchange(socket, RESET)
             latencies.append(time.perf_counter() - started)
@@ -76,10 +73,10 @@ async def reset_latencies(server: EmbeddedServer, count: int, warm_pool: int) ->
     return latencies
 
 
-async def wait_for_pool(engine: docker.DockerClient, instance: str, size: int) -> None:
-    filters = {"label": [f"corral.instance={instance}", "corral.env=plain", "corral.pool=warm"]}
-    while sum("-warm-" in c["Names"][0] for c in engine.api.containers(filters=filters)) < size:
-        await asyncio.sleep(0.05)
+async def wait_for_pool(server: EmbeddedServer, size: int) -> None:
+    """Until the pool holds `size` containers whose env answers: the reset measured is warm."""
+    while server.served.provider.pool_sizes().get("plain", 0) < size:
+        await asyncio.sleep(0.02)
 
 
 async def throughput(server: EmbeddedServer, seconds: float) -> float:

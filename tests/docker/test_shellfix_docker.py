@@ -38,13 +38,13 @@ def test_forged_tests_in_the_container_do_not_change_the_verdict(shellfix_docker
     assert (unfixed, fixed) == (0.0, 1.0)
 
 
-def test_the_agent_works_in_its_repository_as_a_user_who_cannot_touch_the_copied_tests(shellfix_docker):
+def test_the_agent_works_in_its_repository_as_a_user_who_cannot_touch_the_image_or_the_copied_tests(shellfix_docker):
     environment = shellfix_docker.factory()
     environment.reset(**next(row for row in shellfix_docker.dataset if row["task_id"] == "shellfix-median"))
 
-    seen = environment.bash(command="pwd; ls; id -u")
+    seen = environment.bash(command="pwd; ls; id -u; touch /env/planted 2>/dev/null || echo read-only")
 
-    assert seen == "/repo\nstats.py\n1000\n[exit status 0]"
+    assert seen == "/repo\nstats.py\n1000\nread-only\n[exit status 0]"
     assert environment.get_reward() == 0.0
 
 

@@ -57,7 +57,7 @@ class DockerEnv:
     """An env as the docker provider runs it: where its image comes from, and its filesystem."""
 
     image: EnvImage
-    writable_root: bool = False
+    writable: tuple[str, ...] = ()
     scratch_mb: int = 64
 
 
@@ -117,7 +117,7 @@ class DockerProvider(SandboxProvider):
             result = await self.call(ensure_image, self.client, env.image, progress)
             # The tag is fixed here: an env folder edited while serving changes nothing until a restart.
             self._settings[env.image.context_dir.resolve()] = ContainerSettings(
-                image=result.tag, writable_root=env.writable_root, scratch_mb=env.scratch_mb
+                image=result.tag, writable=env.writable, scratch_mb=env.scratch_mb
             )
             results.append(result)
         return results

@@ -49,8 +49,8 @@ class ContainerSettings:
     """What an env's container needs beyond its `SandboxSpec` (from env.toml)."""
 
     image: str
-    writable_root: bool = False  # env.toml `writable_root`: the image's own files may change
-    scratch_mb: int = 64  # env.toml `scratch_mb`: the size of the tmpfs at /tmp
+    writable: tuple[str, ...] = ()  # env.toml `writable`: folders that get a tmpfs of their own
+    scratch_mb: int = 64  # env.toml `scratch_mb`: the size of each tmpfs
 
 
 def container_config(spec: SandboxSpec, settings: ContainerSettings, *, name: str, labels: dict[str, str],
@@ -65,14 +65,23 @@ def container_config(spec: SandboxSpec, settings: ContainerSettings, *, name: st
         pids_limit=spec.resources.pids,
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
-        read_only=not settings.writable_root,
-        tmpfs={SCRATCH: f"rw,nosuid,nodev,size={settings.scratch_mb}m,mode=1777"},
+        read_only=True,
+        tmpfs=scratch_mounts(settings),
     )
     return {
         "image": settings.image, "command": list(command), "user": ENV_USER, "stdin_open": True, "tty": False,
         "environment": ENVIRONMENT, "name": name, "labels": labels, "host_config": host_config,
         "use_config_proxy": False,
     }
+
+
+def scratch_mounts(settings: ContainerSettings) -> dict[str, str]:
+    """The tmpfs mounts: /tmp, shared and sticky (root-owned, so the env user cannot move the
+    folders `put_files` makes there), and each `writable` folder, owned by the env user (a
+    folder the image already has keeps its own mode whatever `mode=` says; `uid=` wins)."""
+    options = f"rw,nosuid,nodev,size={settings.scratch_mb}m"
+    uid, gid = ENV_USER.split(":")
+    return {SCRATCH: f"{options},mode=1777", **{path: f"{options},uid={uid},gid={gid},mode=0755" for path in settings.writable}}
 
 
 class DockerSandbox(Sandbox):

@@ -13,7 +13,7 @@ import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -59,9 +59,9 @@ class EnvConfig(_Strict):
     image: str | None = None
     network: Literal["none", "egress"] = "none"
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
-    # docker sandbox: the root filesystem is read-only unless the env must change its own
-    # files; /tmp is a writable tmpfs of scratch_mb either way (docs/sandboxes.md)
-    writable_root: bool = False
+    # docker sandbox: the root filesystem is read-only; /tmp and each `writable` folder (e.g.
+    # where the agent edits a repository) is a writable tmpfs of scratch_mb (docs/sandboxes.md)
+    writable: list[Annotated[str, Field(pattern=r"^/.+$")]] = Field(default_factory=list)
     scratch_mb: int = Field(default=64, ge=1)
 
 

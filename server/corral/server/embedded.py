@@ -30,10 +30,10 @@ class EmbeddedServer:
         port = _free_port()
         if options.instance is None:  # the reaper's name for this server: its port makes it unique here
             options = dataclasses.replace(options, instance=default_instance(port))
-        served = asyncio.run(ServedBundle.open(Path(root), options))  # raises BundleProblems
+        self.served = asyncio.run(ServedBundle.open(Path(root), options))  # raises BundleProblems
         self.url = f"http://127.0.0.1:{port}"
         config = uvicorn.Config(
-            create_app(served), host="127.0.0.1", port=port, log_level="warning",
+            create_app(self.served), host="127.0.0.1", port=port, log_level="warning",
             ws_ping_interval=ws_ping_interval, ws_ping_timeout=ws_ping_timeout,
             timeout_graceful_shutdown=5,
         )

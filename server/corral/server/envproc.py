@@ -35,9 +35,8 @@ class EnvProcess:
     async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         """Send one request and wait for its reply (callers bound the wait with a deadline)."""
         request_id = next(self._ids)
-        request = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
+        await self._send(method, params, request_id)
         try:
-            await self.sandbox.send_line(json.dumps(request, separators=(",", ":")).encode())
             while True:
                 reply = json.loads(await self.sandbox.read_line())
                 if isinstance(reply, dict) and reply.get("id") == request_id:
@@ -51,18 +50,27 @@ class EnvProcess:
         return reply.get("result")
 
     async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
-        message = {"jsonrpc": "2.0", "method": method, "params": params or {}}
+        await self._send(method, params)
+
+    async def initialize(self, *, await_reply: bool = True) -> None:
+        """MCP's handshake. corral's own runtime answers lines in order, so for it the reply
+        need not be awaited (`await_reply=False`): the next call's reply comes after it, and a
+        reset saves a round trip. A plain MCP server gets the handshake by the book."""
+        params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "corral", "version": "1"}}
+        if await_reply:
+            await self.call("initialize", params)
+        else:
+            await self._send("initialize", params, next(self._ids))  # its reply is dropped by the next call
+        await self.notify("notifications/initialized")
+
+    async def _send(self, method: str, params: dict[str, Any] | None, request_id: int | None = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params or {}}
+        if request_id is not None:
+            message["id"] = request_id
         try:
-            await self.sandbox.send_line(json.dumps(message).encode())
+            await self.sandbox.send_line(json.dumps(message, separators=(",", ":")).encode())
         except EOFError as error:
             raise EnvDied(self._died_message()) from error
-
-    async def initialize(self) -> None:
-        await self.call(
-            "initialize",
-            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "corral", "version": "1"}},
-        )
-        await self.notify("notifications/initialized")
 
     def _died_message(self) -> str:
         tail = self.sandbox.stderr_tail(1500).strip()

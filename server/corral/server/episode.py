@@ -72,7 +72,7 @@ class Episode:
             async with asyncio.timeout(self.reset_timeout_s):
                 sandbox = await self.served.provider.start(sandbox_spec(self._env_config(), labels))
                 self._env = EnvProcess(sandbox)
-                await self._env.initialize()
+                await self._env.initialize(await_reply=self._env_config().config.entry is None)
                 await self._optional_call("corral/reset", {"task": self.task.args})
         except TimeoutError:
             return await self._fail(

@@ -155,7 +155,7 @@ def docker_envs(bundle: Bundle) -> list[DockerEnv]:
     return [
         DockerEnv(
             EnvImage(env.name, env.folder, dockerfile=env.config.dockerfile, image=env.config.image),
-            writable_root=env.config.writable_root,
+            writable=tuple(env.config.writable),
             scratch_mb=env.config.scratch_mb,
         )
         for env in bundle.envs.values()
