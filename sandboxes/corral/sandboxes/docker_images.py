@@ -20,9 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import docker.errors
-
 import docker
+import docker.errors
 
 IMAGE_REPOSITORY = "corral-env"
 DIGEST_CHARS = 16

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import docker
 import docker.errors
 
-import docker
 from corral.sandboxes.base import Sandbox, SandboxError, SandboxProvider, SandboxSpec
 from corral.sandboxes.docker_images import (
     BuildResult,
