@@ -43,7 +43,7 @@ from transformers import TrainerCallback
 from corral.client import Bundle
 from corral.training.presets import preset
 from corral.training.sft import gold_dataset, load_gold_calls, sampled_tool_calls, trainer_tools
-from corral.training.tiny import make_tiny_model, one_cpu_thread
+from corral.training.tiny import CPU_RUN_SETTINGS, make_tiny_model, one_cpu_thread
 
 GRIDSIM = Path(__file__).resolve().parent.parent / "bundles" / "gridsim"
 HOURS = 24
@@ -133,9 +133,8 @@ def grpo_args(out: Path, opts: argparse.Namespace):
         per_device_eval_batch_size=opts.eval_generations * 4, num_generations_eval=opts.eval_generations,
         # a call of 24 integers (~75 tokens), its answer (~100), end_turn and its answer, a last turn
         max_completion_length=320, max_tool_calling_iterations=2,
-        chat_template_kwargs={"enable_thinking": False}, use_cpu=True, bf16=False, logging_steps=1,
-        save_strategy="no", report_to="none", seed=opts.seed,
-        activation_checkpointing=False,  # TRL turns it on to save GPU memory; a tiny model only pays its time
+        chat_template_kwargs={"enable_thinking": False}, logging_steps=1, save_strategy="no", seed=opts.seed,
+        **CPU_RUN_SETTINGS,
     )
 
 
@@ -204,9 +203,8 @@ def main(argv: list[str] | None = None) -> dict:
         trainer = sft.trainer(
             model=str(model_dir), train_dataset=gold,
             args=sft.config(output_dir=str(sft_out), max_steps=opts.sft_max_steps, learning_rate=opts.sft_lr,
-                            per_device_train_batch_size=4, max_length=2048, use_cpu=True, bf16=False,
-                            logging_steps=5, save_strategy="no", report_to="none", seed=opts.seed,
-                            activation_checkpointing=False),
+                            per_device_train_batch_size=4, max_length=2048, logging_steps=5,
+                            save_strategy="no", seed=opts.seed, **CPU_RUN_SETTINGS),
         )
         probes = [row["prompt"] for row in train_rows.select(range(min(8, len(train_rows))))]
         gate = FormatGate(trainer.processing_class, probes, trainer_tools(factory()), opts.format_target,

@@ -67,6 +67,17 @@ def say(message: str) -> None:
     print(f"[{time.monotonic() - _STARTED:6.1f}s] {message}", flush=True)
 
 
+def run_training(trainer, *, tiny: bool) -> None:
+    """`trainer.train()`; with --tiny on one torch thread, since torch's threads crawl on a shared CPU."""
+    if not tiny:
+        trainer.train()
+        return
+    from corral.training.tiny import one_cpu_thread
+
+    with one_cpu_thread():
+        trainer.train()
+
+
 def lora_config():
     """LoRA on every linear layer of the attention and MLP blocks, rank 32: enough capacity to learn a
     tool-call format and a schedule without touching the base weights vLLM keeps serving."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from common import add_arguments, lora_config, open_bundle, resolve_model, say
+from common import add_arguments, lora_config, open_bundle, resolve_model, run_training, say
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -72,7 +72,9 @@ def grpo_settings(opts: argparse.Namespace) -> dict:
         settings.update(eval_strategy="steps", eval_steps=opts.eval_steps,
                         num_generations_eval=settings["num_generations"])
     if tiny:
-        settings.update(use_cpu=True, bf16=False, report_to="none", activation_checkpointing=False)
+        from corral.training.tiny import CPU_RUN_SETTINGS
+
+        settings.update(CPU_RUN_SETTINGS)
     else:
         settings.update(bf16=True)
     if opts.use_vllm:
@@ -104,19 +106,12 @@ def main(argv: list[str] | None = None):
         if opts.token_exact:
             trainer, rollout = token_exact_trainer(algorithm, model, args, env, opts, days, peft)
         else:
-            train = env.dataset if days is None else env.dataset.select(range(min(days, len(env.dataset))))
             evaluation = env.dataset_for(opts.eval_split) if opts.eval_split else None
-            trainer = algorithm.trainer(model=model, args=args, train_dataset=train, eval_dataset=evaluation,
-                                        environment_factory=env.factory, peft_config=peft)
+            trainer = algorithm.trainer(model=model, args=args, train_dataset=first(env.dataset, days),
+                                        eval_dataset=evaluation, environment_factory=env.factory, peft_config=peft)
         say(f"{algorithm.name}: {args.max_steps} steps of {args.per_device_train_batch_size} rollouts "
             f"({args.num_generations} per task), on {len(trainer.train_dataset)} tasks")
-        if opts.tiny:
-            from corral.training.tiny import one_cpu_thread
-
-            with one_cpu_thread():  # torch's threads crawl on a shared CPU
-                trainer.train()
-        else:
-            trainer.train()
+        run_training(trainer, tiny=opts.tiny)
         rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
         say(f"done: {trainer.state.global_step} steps; mean reward per step: {[round(r, 3) for r in rewards]}")
         if not opts.tiny:
@@ -140,11 +135,16 @@ def token_exact_trainer(algorithm, model: str, args, env, opts: argparse.Namespa
 
         generator = VLLMGenerator(opts.vllm_server_url, model, SamplingParams.from_trainer_args(args))
     rollout = CorralRollout(env, generator=generator, max_tool_calls=args.max_tool_calling_iterations)
-    train = rollout.dataset if days is None else rollout.dataset.select(range(min(days, len(rollout.dataset))))
     evaluation = rollout.dataset_for(opts.eval_split) if opts.eval_split else None
-    trainer = algorithm.trainer(model=model, args=args, train_dataset=train, eval_dataset=evaluation,
-                                reward_funcs=episode_reward, rollout_func=rollout, peft_config=peft)
+    trainer = algorithm.trainer(model=model, args=args, train_dataset=first(rollout.dataset, days),
+                                eval_dataset=evaluation, reward_funcs=episode_reward, rollout_func=rollout,
+                                peft_config=peft)
     return trainer, rollout
+
+
+def first(dataset, days: int | None):
+    """The dataset's first `days` rows (all of them for None)."""
+    return dataset if days is None else dataset.select(range(min(days, len(dataset))))
 
 
 if __name__ == "__main__":

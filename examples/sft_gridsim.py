@@ -17,7 +17,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from common import GRIDSIM, add_arguments, lora_config, open_bundle, resolve_model, say
+from common import (
+    GRIDSIM,
+    add_arguments,
+    lora_config,
+    open_bundle,
+    resolve_model,
+    run_training,
+    say,
+)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -66,7 +74,9 @@ def main(argv: list[str] | None = None) -> Path:
         "save_strategy": "no", "seed": opts.seed,
     }
     if opts.tiny:
-        settings.update(use_cpu=True, bf16=False, report_to="none", activation_checkpointing=False)
+        from corral.training.tiny import CPU_RUN_SETTINGS
+
+        settings.update(CPU_RUN_SETTINGS)
     else:
         settings.update(bf16=True, activation_checkpointing=True, lr_scheduler_type="cosine", warmup_ratio=0.05)
     out = opts.output_dir / "sft"
@@ -74,13 +84,7 @@ def main(argv: list[str] | None = None) -> Path:
                           peft_config=lora_config() if opts.lora else None)
     say(f"SFT ({trainer.args.max_steps if trainer.args.max_steps > 0 else f'{opts.epochs:g} epoch(s)'}) "
         f"on {len(data)} conversations")
-    if opts.tiny:
-        from corral.training.tiny import one_cpu_thread
-
-        with one_cpu_thread():  # torch's threads crawl on a shared CPU
-            trainer.train()
-    else:
-        trainer.train()
+    run_training(trainer, tiny=opts.tiny)
     if opts.lora:  # merged, so that `grpo.py --model OUT/sft` (and vLLM) load a plain model
         trainer.model.merge_and_unload().save_pretrained(str(out))
         trainer.processing_class.save_pretrained(str(out))

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-CPU_RUN: dict[str, Any] = {
-    "use_cpu": True,
-    "bf16": False,
-    "logging_steps": 1,
-    "save_strategy": "no",
-    "report_to": "none",
-    "seed": 0,
-}
-"""Fields every TRL config has (they come from `TrainingArguments`): train on the CPU in float32,
-log every step, write no checkpoints, report to no tracker, seed the run."""
+from corral.training.tiny import CPU_RUN_SETTINGS
+
+CPU_RUN: dict[str, Any] = {**CPU_RUN_SETTINGS, "logging_steps": 1, "save_strategy": "no", "seed": 0}
+"""Fields every TRL config has (they come from `TrainingArguments`): the tiny model's CPU run,
+logging every step, writing no checkpoints, seeded."""

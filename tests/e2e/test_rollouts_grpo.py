@@ -18,6 +18,7 @@ from corral.client import Bundle
 from corral.training.rollouts import TASK_KEY, CorralRollout, Rollout, chat_tools, episode_reward
 from corral.training.tiny import Lesson, make_tiny_model, one_cpu_thread, teach_tool_call
 from tests.conftest import BUNDLES
+from tests.e2e.support import CPU_RUN
 
 pytestmark = [pytest.mark.trl, pytest.mark.usefixtures("no_leftover_env_processes")]
 GROUP = 4
@@ -47,7 +48,7 @@ def test_rollout_func_trains_two_grpo_steps_on_gridsim_with_the_servers_rewards(
         args = GRPOConfig(
             output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=GROUP,
             num_generations=GROUP, max_completion_length=256, chat_template_kwargs={"enable_thinking": False},
-            use_cpu=True, bf16=False, logging_steps=1, save_strategy="no", report_to="none", seed=0,
+            **CPU_RUN,
         )
         trainer = GRPOTrainer(model=str(model_dir), args=args, train_dataset=dataset, reward_funcs=episode_reward,
                               rollout_func=rollout_func)

@@ -20,6 +20,7 @@ if os.environ.get("CI") != "true":
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is "experimental"
 from corral.training.tiny import (
+    CPU_RUN_SETTINGS,
     Lesson,
     make_tiny_model,
     one_cpu_thread,
@@ -120,12 +121,9 @@ def test_grpo_trains_with_an_environment_factory(tmp_path: Path) -> None:
         num_generations=GROUP,
         max_completion_length=64,
         chat_template_kwargs={"enable_thinking": False},
-        use_cpu=True,
-        bf16=False,
-        activation_checkpointing=False,
         logging_steps=1,
         save_strategy="no",
-        report_to="none",
+        **CPU_RUN_SETTINGS,
     )
     trainer = GRPOTrainer(
         model=str(model_dir),

@@ -75,6 +75,16 @@ is done. Every step takes some time, so the first answer should be right. Return
 """
 _WORDS = re.findall(r"\w+", _ENGLISH)
 
+CPU_RUN_SETTINGS: dict[str, Any] = {
+    "use_cpu": True,
+    "bf16": False,
+    "report_to": "none",
+    "activation_checkpointing": False,
+}
+"""Fields of every TRL config (they come from `TrainingArguments`) for a run of the tiny model on
+a CPU: float32 on the CPU, no tracker, and no activation checkpointing (TRL turns it on to save
+GPU memory; a tiny model only pays its time)."""
+
 
 @contextmanager
 def one_cpu_thread() -> Iterator[None]:
