@@ -75,7 +75,7 @@ async def reset_latencies(server: EmbeddedServer, count: int, warm_pool: int) ->
 
 async def wait_for_pool(server: EmbeddedServer, size: int) -> None:
     """Until the pool holds `size` containers whose env answers: the reset measured is warm."""
-    while server.served.provider.pool_sizes().get("plain", 0) < size:
+    while server.served.provider.status().warm.get("plain", 0) < size:
         await asyncio.sleep(0.02)
 
 

@@ -7,7 +7,6 @@ shares the python3 layer between bundles) and starts every env once to list its 
 from __future__ import annotations
 
 import functools
-import json
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -15,9 +14,11 @@ from collections.abc import Callable, Iterator
 import pytest
 from websockets.sync.client import connect
 
+from corral.client.urls import ws_url
 from corral.server.embedded import EmbeddedServer
 from corral.server.served import default_instance
 from tests.conftest import BUNDLES, FIXTURES, serving
+from tests.wire import opened
 
 DOCKERBOX = FIXTURES / "dockerbox"
 
@@ -48,15 +49,12 @@ def poll(condition: Callable[[], object], timeout_s: float = 30.0, what: str = "
 
 
 def ws(url: str):
-    return connect(url.replace("http://", "ws://") + "/ws", proxy=None)
+    return connect(ws_url(url), proxy=None)
 
 
 def reset(socket_, split: str = "probe") -> str:
     """Start an episode on a raw socket; its episode id."""
-    socket_.send(json.dumps({"type": "reset", "data": {"split": split, "index": 0}}))
-    opened = json.loads(socket_.recv(timeout=60))
-    assert opened["type"] == "observation", opened
-    return opened["data"]["observation"]["episode_id"]
+    return opened(socket_, split=split, index=0).episode_id
 
 
 def free_port() -> int:

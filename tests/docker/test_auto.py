@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+from corral.errors import ConfigError
 from corral.sandboxes import make_provider
 
 
@@ -15,7 +16,7 @@ from corral.sandboxes import make_provider
 def test_auto_picks_docker_when_an_engine_answers(docker_engine):
     provider = make_provider("auto")
     try:
-        assert (provider.name, provider.isolated) == ("docker", True)
+        assert (provider.kind, provider.isolated) == ("docker", True)
     finally:
         asyncio.run(provider.aclose())
 
@@ -24,11 +25,11 @@ def test_auto_falls_back_to_local_processes_when_no_engine_answers(monkeypatch, 
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
     with caplog.at_level(logging.INFO, logger="corral.sandboxes"):
         provider = make_provider("auto")
-    assert (provider.name, provider.isolated) == ("local", False)
+    assert (provider.kind, provider.isolated) == ("local", False)
     assert "sandbox: local processes (the embedded default; not an isolation boundary)" in caplog.text
 
 
 def test_docker_without_an_engine_is_refused_with_the_fix(monkeypatch, tmp_path):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
-    with pytest.raises(ValueError, match="no Docker engine answers .* or serve with --sandbox local"):
+    with pytest.raises(ConfigError, match="no Docker engine answers .* or serve with --sandbox local"):
         make_provider("docker")

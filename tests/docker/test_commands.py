@@ -8,8 +8,7 @@ import asyncio
 import pytest
 
 from corral.sandboxes import CommandResult, SandboxSpec
-from corral.sandboxes.docker_images import EnvImage
-from corral.sandboxes.docker_provider import DockerEnv, DockerProvider
+from corral.sandboxes.docker_provider import DockerProvider
 from tests.docker.conftest import DOCKERBOX
 
 pytestmark = pytest.mark.docker
@@ -19,8 +18,9 @@ PROBE = DOCKERBOX / "envs/probe"
 async def in_a_probe_container(check) -> None:
     provider = DockerProvider()
     try:
-        await provider.prepare([DockerEnv(EnvImage("probe", PROBE))])
-        sandbox = await provider.start(SandboxSpec("probe", PROBE, ("python3", "-m", "corral.env", "env:Probe")))
+        spec = SandboxSpec("probe", PROBE, ("python3", "-m", "corral.env", "env:Probe"))
+        await provider.prepare(spec)
+        sandbox = await provider.start(spec)
         await check(sandbox)
     finally:
         await provider.aclose()

@@ -17,7 +17,7 @@ import pytest
 
 from corral.client import Bundle
 from tests.conftest import BUNDLES, serving
-from tests.integration.test_episodes import call, exchange, ws
+from tests.wire import called, opened, ws
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
 SHELLFIX = BUNDLES / "shellfix"
@@ -89,11 +89,11 @@ def test_code_that_exits_early_fails_the_tests(shellfix):
 
 def test_the_final_observation_shows_the_end_of_the_tests_output(shellfix):
     with ws(shellfix) as socket:
-        exchange(socket, {"type": "reset", "data": {"task_id": "shellfix-median"}})
-        ended = exchange(socket, call("end_turn", response="done"))["data"]
+        opened(socket, task_id="shellfix-median")
+        ended = called(socket, "end_turn", response="done")
 
-    assert ended["done"] is True and ended["reward"] == 0.0
-    shown = ended["observation"]["metadata"]["verifier_output"]["tests"]
+    assert ended.done is True and ended.reward == 0.0
+    shown = ended.metadata["verifier_output"]["tests"]
     assert "FAIL: test_even_count_takes_the_mean_of_the_middle_two" in shown
     assert shown.endswith("[verifier tests: exit status 1; scored 0]")
     assert len(shown) <= 2000
@@ -180,15 +180,15 @@ def test_command_and_python_verifiers_score_the_same_episode(tmp_path, serve):
     with Bundle(server.url) as bundle:
         environment = bundle.factory()
         with ws(server) as socket:
-            exchange(socket, {"type": "reset", "data": {"task_id": "apple"}})
-            exchange(socket, call("say", word="apple"))
-            right = exchange(socket, call("end_turn", response=""))["data"]
-            exchange(socket, {"type": "reset", "data": {"task_id": "apple"}})
-            exchange(socket, call("say", word="pear"))
-            wrong = exchange(socket, call("end_turn", response=""))["data"]
+            opened(socket, task_id="apple")
+            called(socket, "say", word="apple")
+            right = called(socket, "end_turn", response="")
+            opened(socket, task_id="apple")
+            called(socket, "say", word="pear")
+            wrong = called(socket, "end_turn", response="")
 
-        assert (right["reward"], right["observation"]["scores"]) == (1.0, {"heard": 1.0, "file": 1.0})
-        assert (wrong["reward"], wrong["observation"]["scores"]) == (0.0, {"heard": 0.0, "file": 0.0})
+        assert (right.reward, right.scores) == (1.0, {"heard": 1.0, "file": 1.0})
+        assert (wrong.reward, wrong.scores) == (0.0, {"heard": 0.0, "file": 0.0})
         environment.reset(**bundle.dataset[0])
         environment.say(word="apple")
         assert environment.get_reward() == 1.0
@@ -198,10 +198,10 @@ def test_a_command_verifier_that_times_out_scores_0(tmp_path, serve):
     hangs = 'command = ["sleep", "600"]\ntimeout_s = 0.5\n'
     server = serve(write_say_bundle(tmp_path, hangs), sandbox="local")
     with ws(server) as socket:
-        exchange(socket, {"type": "reset", "data": {"task_id": "apple"}})
-        exchange(socket, call("say", word="apple"))
-        ended = exchange(socket, call("end_turn", response=""))["data"]
+        opened(socket, task_id="apple")
+        called(socket, "say", word="apple")
+        ended = called(socket, "end_turn", response="")
 
-    assert ended["reward"] == 0.0
-    assert ended["observation"]["scores"] == {"heard": 1.0, "file": 0.0}
-    assert ended["observation"]["metadata"]["verifier_output"]["file"] == "[verifier file: timed out after 0.5s; scored 0]"
+    assert ended.reward == 0.0
+    assert ended.scores == {"heard": 1.0, "file": 0.0}
+    assert ended.metadata["verifier_output"]["file"] == "[verifier file: timed out after 0.5s; scored 0]"

@@ -7,25 +7,13 @@ import json
 import re
 
 import pytest
-from websockets.sync.client import connect
 
 from corral.client import Bundle
+from corral.client.protocol import ResetObservation
 from tests.conftest import BUNDLES
+from tests.wire import called, listed, mcp, opened, rpc, send, state, state_of, ws
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
-
-
-def ws(server):
-    return connect(server.url.replace("http://", "ws://") + "/ws", proxy=None)
-
-
-def exchange(socket, frame: dict) -> dict:
-    socket.send(json.dumps(frame))
-    return json.loads(socket.recv(timeout=60))
-
-
-def call(name: str, **arguments) -> dict:
-    return {"type": "step", "data": {"type": "call_tool", "tool_name": name, "arguments": arguments}}
 
 
 def gridsim_grader():
@@ -37,45 +25,58 @@ def gridsim_grader():
 
 def test_a_gridsim_episode_by_frames(gridsim_server):
     with ws(gridsim_server) as socket:
-        opened = exchange(socket, {"type": "reset", "data": {"split": "eval", "index": 3}})
-        assert opened["type"] == "observation" and opened["data"]["done"] is False
-        first = opened["data"]["observation"]
-        assert first["task_id"].startswith("gridsim-2025-")
-        assert "submit_schedule" in first["prompt"] and first["system_prompt"]
-        assert [tool["name"] for tool in first["tools"]] == ["submit_schedule", "end_turn"]
+        first = opened(socket, split="eval", index=3)
+        assert isinstance(first, ResetObservation) and first.done is False and first.reward is None
+        assert first.task_id.startswith("gridsim-2025-")
+        assert "submit_schedule" in first.prompt and first.system_prompt
+        assert [tool.name for tool in first.offered_tools] == ["submit_schedule", "end_turn"]
+        assert first.limits.tool_timeout_s == 60 and first.limits.reset_timeout_s == 600
 
-        listed = exchange(socket, {"type": "step", "data": {"type": "list_tools"}})
-        assert [t["name"] for t in listed["data"]["observation"]["tools"]] == ["submit_schedule", "end_turn"]
+        assert [tool.name for tool in listed(socket).tools] == ["submit_schedule", "end_turn"]
 
-        short = exchange(socket, call("submit_schedule", actions=[0] * 23))
-        assert short["data"]["observation"]["result"] == '{"submitted":false,"error":"expected exactly 24 integers, got 23"}'
-        assert short["data"]["done"] is False
+        short = called(socket, "submit_schedule", actions=[0] * 23)
+        assert short.result == '{"submitted":false,"error":"expected exactly 24 integers, got 23"}'
+        assert short.error is None and short.done is False and short.reward == 0.0
 
-        idle = json.loads(exchange(socket, call("submit_schedule", actions=[0] * 24))["data"]["observation"]["result"])
+        idle = json.loads(called(socket, "submit_schedule", actions=[0] * 24).result)
         assert idle["submitted"] and idle["feasible"] and idle["profit_usd"] == 0.0
 
-        state = exchange(socket, {"type": "state"})
-        assert state["data"]["step_count"] == 2 and state["data"]["task_id"] == first["task_id"]
+        counted = state_of(send(socket, state()))
+        assert counted.step_count == 3 and counted.task_id == first.task_id  # list_tools is a step too
 
-        ended = exchange(socket, call("end_turn", response="done"))
-        assert ended["data"]["done"] is True
-        assert ended["data"]["reward"] == pytest.approx(0.2)
-        assert ended["data"]["observation"]["scores"] == {"grade": pytest.approx(0.2)}
+        ended = called(socket, "end_turn", response="done")
+        assert ended.done is True and ended.status == "scored"
+        assert ended.reward == pytest.approx(0.2)
+        assert ended.scores == {"grade": pytest.approx(0.2)}
 
-        after = exchange(socket, call("submit_schedule", actions=[0] * 24))
-        assert after["type"] == "error" and "reset" in after["data"]["message"]
+        after = send(socket, '{"type": "step", "data": {"type": "call_tool", "tool_name": "end_turn"}}')
+        assert after.type == "error" and "reset" in after.data.message
+
+
+def test_a_seed_picks_the_same_task_every_time(gridsim_server):
+    with ws(gridsim_server) as socket:
+        picked = {opened(socket, split="eval", seed=seed).task_id for seed in (5, 5, 205)}
+        other = opened(socket, split="eval", seed=6).task_id
+    assert len(picked) == 1 and other not in picked  # eval has 200 days: seed 205 is seed 5's
 
 
 def test_mcp_frames_list_and_call_the_episode_tools(gridsim_server):
     with ws(gridsim_server) as socket:
-        exchange(socket, {"type": "reset", "data": {"split": "train", "index": 0}})
-        listed = exchange(socket, {"type": "mcp", "data": {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}})
-        assert listed["data"]["id"] == 1
-        assert listed["data"]["result"]["tools"][0]["inputSchema"]["properties"]["actions"]["type"] == "array"
-        called = exchange(socket, {"type": "mcp", "data": {
-            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
-            "params": {"name": "submit_schedule", "arguments": {"actions": [0] * 2}}}})
-        assert called["data"]["result"]["content"][0]["text"].startswith('{"submitted":false')
+        before = rpc(send(socket, mcp("tools/list", request_id=7)))
+        assert [tool["name"] for tool in before.result["tools"]] == ["submit_schedule", "end_turn"]
+        opened(socket, split="train", index=0)
+        listed_now = rpc(send(socket, mcp("tools/list", request_id=1)))
+        assert listed_now.id == 1
+        assert listed_now.result["tools"][0]["inputSchema"]["properties"]["actions"]["type"] == "array"
+        short = rpc(send(socket, mcp("tools/call", {"name": "submit_schedule", "arguments": {"actions": [0] * 2}}, 2)))
+        assert short.result["content"][0]["text"].startswith('{"submitted":false')
+        assert short.result["isError"] is False and short.result["data"] == short.result["content"][0]["text"]
+        refused = rpc(send(socket, mcp("tools/call", {"name": "submit_schedule", "arguments": {"actions": "x"}}, 3)))
+        assert refused.result["isError"] is True and "actions" in refused.result["data"]
+        assert rpc(send(socket, '{"type": "mcp", "data": {"id": 4, "method": "tools/list"}}')).error.code == -32600
+        assert rpc(send(socket, mcp("tools/dance", request_id=5))).error.code == -32601
+        bad = rpc(send(socket, mcp("tools/call", {"name": 3}, 6)))
+        assert (bad.id, bad.error.code) == (6, -32602)
 
 
 def test_idle_scores_point_two_and_the_optimum_scores_one(gridsim_server):
@@ -88,7 +89,7 @@ def test_idle_scores_point_two_and_the_optimum_scores_one(gridsim_server):
             assert environment.submit_schedule(actions=[0] * 23) == (
                 '{"submitted":false,"error":"expected exactly 24 integers, got 23"}'
             )
-            environment.submit_schedule(actions=[0] * 24)
+            environment.submit_schedule([0] * 24)  # by position, as a person in a notebook would
             assert environment.get_reward() == pytest.approx(0.2)
 
             environment.reset(**row)

@@ -11,7 +11,7 @@ import pytest
 
 from corral.client import Bundle, CapacityError
 from tests.conftest import FIXTURES, env_processes, wait_for_no_env_processes
-from tests.integration.test_episodes import call, exchange, ws
+from tests.wire import call, called, error_of, opened, send, ws
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
 TOYBOX = FIXTURES / "toybox"
@@ -61,23 +61,20 @@ def test_an_env_that_dies_ends_its_episode_unscored_with_its_stderr(toybox_serve
 
 def test_bad_tool_arguments_answer_the_model_and_the_episode_goes_on(toybox_server):
     with ws(toybox_server) as socket:
-        exchange(socket, {"type": "reset", "data": {"split": "toy", "index": 0}})
-        wrong = exchange(socket, call("say", text=3))
-        assert wrong["data"]["done"] is False
-        assert "argument 'text'" in wrong["data"]["observation"]["result"]
-        unknown = exchange(socket, call("shout", text="apple"))
-        assert unknown["data"]["observation"]["error"]["error_type"] == "tool_not_found"
-        exchange(socket, call("say", text="apple"))
-        assert exchange(socket, call("end_turn", response=""))["data"]["reward"] == 1.0
+        opened(socket, split="toy", index=0)
+        wrong = called(socket, "say", text=3)
+        assert wrong.done is False and wrong.result is None
+        assert wrong.error.error_type == "invalid_args" and "argument 'text'" in wrong.error.message
+        unknown = called(socket, "shout", text="apple")
+        assert unknown.error.error_type == "tool_not_found"
+        called(socket, "say", text="apple")
+        assert called(socket, "end_turn", response="").reward == 1.0
 
 
 def test_malformed_frames_get_error_frames_and_the_session_survives(toybox_server):
     with ws(toybox_server) as socket:
         def code(frame: str) -> str:
-            socket.send(frame)
-            reply = json.loads(socket.recv(timeout=30))
-            assert reply["type"] == "error"
-            return reply["data"]["code"]
+            return error_of(send(socket, frame, timeout_s=30)).code
 
         assert code("not json {") == "INVALID_JSON"
         assert code('{"type": "dance"}') == "UNKNOWN_TYPE"
@@ -85,11 +82,12 @@ def test_malformed_frames_get_error_frames_and_the_session_survives(toybox_serve
         assert code('{"type": "step", "data": {"type": "call_tool"}}') == "VALIDATION_ERROR"
         assert code('{"type": "reset", "data": {"split": "nope"}}') == "VALIDATION_ERROR"
         assert code('{"type": "reset", "data": {"split": "toy", "index": 99}}') == "VALIDATION_ERROR"
-        assert code(json.dumps(call("say", text="apple"))) == "EXECUTION_ERROR"  # no episode yet
-        opened = exchange(socket, {"type": "reset", "data": {"split": "toy", "index": 0}})
-        assert opened["data"]["done"] is False
-        exchange(socket, call("say", text="apple"))
-        assert exchange(socket, call("end_turn", response="ok"))["data"]["reward"] == 1.0
+        assert code('{"type": "reset", "data": {"tool_timeout_s": -1}}') == "VALIDATION_ERROR"
+        assert code('{"type": "reset", "data": {"tool_timeout_s": Infinity}}') == "VALIDATION_ERROR"
+        assert code('{"type": "step", "data": {"type": "call_tool", "tool_name": "say"}}') == "EXECUTION_ERROR"  # no episode yet
+        assert opened(socket, split="toy", index=0).done is False
+        called(socket, "say", text="apple")
+        assert called(socket, "end_turn", response="ok").reward == 1.0
 
 
 def test_an_idle_environment_keeps_its_session_and_episode_through_keepalives(serve):
@@ -106,8 +104,8 @@ def test_an_idle_environment_keeps_its_session_and_episode_through_keepalives(se
 
 def test_a_client_that_drops_its_socket_mid_episode_has_its_env_torn_down(toybox_server):
     socket = ws(toybox_server)
-    exchange(socket, {"type": "reset", "data": {"split": "toy", "index": 0}})
-    socket.send(json.dumps(call("wait", seconds=60)))
+    opened(socket, split="toy", index=0)
+    socket.send(call("wait", seconds=60).model_dump_json())
     time.sleep(0.3)
     assert len(env_processes()) == 1
     socket.close()

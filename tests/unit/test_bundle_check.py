@@ -96,7 +96,8 @@ def write_bundle(root: Path, bundle_toml: str = "") -> Path:
 
 
 def corral_check(bundle: Path):
-    return CliRunner().invoke(app, ["check", str(bundle)])
+    """`corral check` on the local sandbox (tests/docker checks bundles on docker)."""
+    return CliRunner().invoke(app, ["check", str(bundle), "--sandbox", "local"])
 
 
 def problem_lines(output: str) -> list[str]:
@@ -242,3 +243,111 @@ def test_a_serve_reward_in_bundle_toml_picks_the_score(tmp_path):
 
     assert result.exit_code == 0, result.output
     assert result.output.startswith("tiny: 3 tasks;")
+
+
+# The split `train` -----------------------------------------------------------------------
+
+
+def split_ids(bundle: Path) -> list[tuple[str, list[str]]]:
+    """Each split's name and task ids, in the bundle's order of splits."""
+    return [(name, [task.id for task in tasks]) for name, tasks in load_bundle(bundle).splits.items()]
+
+
+def test_train_is_every_task_in_no_eval_split(tmp_path):
+    bundle = write_bundle(tmp_path)
+    (bundle / "evals" / "train.toml").unlink()
+    add_task_file(bundle, "tiny-3")
+    write(bundle / "evals" / "eval.toml", 'tasks = ["tiny-1"]\n')
+    write(bundle / "evals" / "hard.toml", 'tasks = ["tiny-3"]\n')
+
+    assert split_ids(bundle) == [
+        ("all", ["tiny-2", "tiny-1", "tiny-3"]),
+        ("train", ["tiny-2"]),
+        ("eval", ["tiny-1"]),
+        ("hard", ["tiny-3"]),
+    ]
+
+
+def test_evals_train_toml_names_the_train_split_itself(tmp_path):
+    bundle = write_bundle(tmp_path)
+    write(bundle / "evals" / "train.toml", 'tasks = ["tiny-2", "tiny-1"]\n')
+    write(bundle / "evals" / "eval.toml", 'tasks = ["tiny-1"]\n')
+
+    assert split_ids(bundle) == [
+        ("all", ["tiny-2", "tiny-1"]),
+        ("train", ["tiny-2", "tiny-1"]),  # the file's list, in its order, eval tasks and all
+        ("eval", ["tiny-1"]),
+    ]
+
+
+def test_a_bundle_of_eval_tasks_only_has_an_empty_train_split_and_says_so(tmp_path):
+    bundle = write_bundle(tmp_path)
+    (bundle / "evals" / "train.toml").unlink()
+    write(bundle / "evals" / "eval.toml", 'tasks = ["tiny-1", "tiny-2"]\n')
+
+    result = corral_check(bundle)
+
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(
+        "tiny: 2 tasks; splits all (2), train (0: every task is in an eval split), eval (2); "
+    )
+
+
+# A problem many tasks share is one line --------------------------------------------------
+
+
+def with_tasks(tmp_path, count: int, defaults: str) -> Path:
+    """The clean bundle with `count` tasks (t-01, t-02, ...) in tasks.jsonl, and [defaults]
+    changed by `defaults` (appended to its table)."""
+    bundle = write_bundle(tmp_path)
+    (bundle / "tasks" / "tiny-1.json").unlink()
+    (bundle / "tasks.jsonl").unlink()
+    (bundle / "evals" / "train.toml").unlink()
+    for number in range(1, count + 1):
+        add_task_line(bundle, json.dumps({"id": f"t-{number:02}", "prompt": "Reach 10."}))
+    text = (bundle / "bundle.toml").read_text()
+    write(bundle / "bundle.toml", text.replace('verifiers = { total = "total" }\n', defaults))
+    return bundle
+
+
+def test_a_missing_verifier_shared_by_fifty_tasks_is_one_line(tmp_path):
+    bundle = with_tasks(tmp_path, 50, 'verifiers = { total = "totl" }\n')
+
+    result = corral_check(bundle)
+
+    assert result.exit_code == 1
+    assert problem_lines(result.output) == [(
+        "50 tasks (t-01, t-02, t-03 and 47 more): score 'total' names verifier 'totl', but "
+        "verifiers/totl.py does not exist, nor verifiers/totl.toml (verifiers: total)"
+    )]
+
+
+def test_a_field_missing_from_every_task_line_is_one_line(tmp_path):
+    bundle = with_tasks(tmp_path, 50, "")
+
+    problems = [str(problem) for problem in load_bundle(bundle).problems]
+
+    assert problems == [(
+        "50 tasks (tiny/tasks.jsonl:1, tiny/tasks.jsonl:2, tiny/tasks.jsonl:3 and 47 more): "
+        "'verifiers' is missing; add it to the task"
+    )]
+
+
+def test_a_tool_missing_from_the_env_for_fifty_tasks_is_one_line(tmp_path):
+    bundle = with_tasks(tmp_path, 50, 'verifiers = { total = "total" }\ntools = ["add", "subtract"]\n')
+
+    result = corral_check(bundle)
+
+    assert result.exit_code == 1
+    assert problem_lines(result.output) == [(
+        "50 tasks (t-01, t-02, t-03 and 47 more): offers tool(s) subtract that env counter does not "
+        "have (it has: add); fix 'tools'"
+    )]
+
+
+def test_problems_of_two_tasks_name_both(tmp_path):
+    bundle = with_tasks(tmp_path, 2, 'verifiers = { total = "totl" }\n')
+
+    problems = [problem.file for problem in load_bundle(bundle).problems]
+
+    assert problems == ["2 tasks (t-01, t-02)"]

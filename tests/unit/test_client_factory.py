@@ -13,10 +13,12 @@ from typing import Literal, Optional, Union
 import pytest
 from transformers.utils import get_json_schema
 
+from corral.client.catalog import END_TURN_TOOL, Toolset, ToolSpec
 from corral.client.factory import CorralEnvironment, EnvironmentSpec, environment_class
-from corral.client.protocol import END_TURN_TOOL, Toolset, ToolSpec
-from corral.client.rewards import RewardError, pick_reward
+from corral.client.protocol import Limits
+from corral.client.rewards import pick_reward
 from corral.env.schema import tool_schema
+from corral.errors import NoEpisode, RewardError, ToolSchemaError
 
 
 def submit_schedule(actions: list[int]) -> dict:
@@ -65,6 +67,7 @@ TOOLS = [ToolSpec.model_validate(tool_schema(fn)) for fn in (submit_schedule, pl
 SPEC = EnvironmentSpec(
     toolset=Toolset(name="studio", env="studio", tools=[*TOOLS, END_TURN_TOOL]),
     url="http://127.0.0.1:9",
+    server_limits=Limits(tool_timeout_s=60, reset_timeout_s=600),
     reward="grade",
 )
 Studio = environment_class(SPEC)
@@ -91,14 +94,42 @@ def test_each_method_renders_as_the_tool_the_env_described(tool):
     }
 
 
-def test_methods_take_keyword_arguments_after_self():
-    assert str(inspect.signature(Studio.submit_schedule)) == "(self, *, actions: list[int]) -> str"
+def test_methods_take_the_required_arguments_first_by_position_or_name():
+    assert str(inspect.signature(Studio.submit_schedule)) == "(self, actions: list[int]) -> str"
     assert str(inspect.signature(Studio.look)) == "(self) -> str"
     signature = inspect.signature(Studio.place)
     assert list(signature.parameters) == ["self", "row", "col", "note"]
-    assert [p.kind for p in list(signature.parameters.values())[1:]] == [inspect.Parameter.KEYWORD_ONLY] * 3
     assert signature.parameters["row"].default is inspect.Parameter.empty
     assert signature.parameters["note"].default is not inspect.Parameter.empty
+
+
+class Recording(Studio):
+    """Records what the generated methods would send, instead of sending it."""
+
+    def _call(self, name, arguments):
+        self.sent = (name, arguments)
+        return "sent"
+
+
+def test_positional_arguments_reach_the_server_by_name():
+    studio = Recording()
+    studio.place(2, 3)
+    assert studio.sent == ("place", {"row": 2, "col": 3})
+    studio.place(2, col=1, note="here")
+    assert studio.sent == ("place", {"row": 2, "col": 1, "note": "here"})
+    studio.place(row=1, col=1, stray="kept")  # the env's refusal is what the model should read
+    assert studio.sent == ("place", {"row": 1, "col": 1, "stray": "kept"})
+    with pytest.raises(TypeError, match="place got 'row' twice"):
+        studio.place(1, row=2)
+    with pytest.raises(TypeError, match="place takes at most 3 arguments"):
+        studio.place(1, 2, "a", "b")
+
+
+def test_a_tool_called_before_reset_says_to_reset_first():
+    with pytest.raises(NoEpisode, match=r"place was called before an episode started: call reset\(\*\*row\) first"):
+        Studio().place(1, 1)
+    with pytest.raises(NoEpisode, match="get_reward was called before an episode started"):
+        Studio().get_reward()
 
 
 def test_the_class_offers_the_toolset_plus_reset_and_get_reward():
@@ -132,9 +163,10 @@ def test_the_class_builds_in_a_spawned_process():
 @pytest.mark.parametrize("name", ["reset", "get_reward", "class", "not-an-identifier", "_call"])
 def test_a_tool_that_cannot_be_a_method_is_refused_when_the_class_is_built(name):
     tool = ToolSpec(name=name, description="A tool.", input_schema={"type": "object", "properties": {}})
-    spec = EnvironmentSpec(toolset=Toolset(name="odd", env="odd", tools=[tool, END_TURN_TOOL]), url="http://x")
+    spec = EnvironmentSpec(toolset=Toolset(name="odd", env="odd", tools=[tool, END_TURN_TOOL]), url="http://x",
+                           server_limits=SPEC.server_limits)
 
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(ToolSchemaError) as refused:
         environment_class(spec)
 
     assert f"tool {name!r} of toolset odd cannot be a method" in str(refused.value)

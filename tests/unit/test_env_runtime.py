@@ -47,6 +47,11 @@ class Grid(Env):
         """Fail on purpose."""
         raise RuntimeError("battery on fire")
 
+    @tool
+    def shapeless(self) -> object:
+        """Return something JSON has no word for."""
+        return {1, 2}
+
     def end_turn(self, response: str) -> str | None:
         self.turns += 1
         return f"turn {self.turns + 1}: you said {response}" if self.turns < 2 else None
@@ -63,6 +68,18 @@ class Broken(Env):
     @tool
     def submit_schedule(self, actions: list[int]) -> dict:
         return {}
+
+    @tool
+    def price(self, hour) -> float:
+        '''The price of one hour.
+
+        Args:
+            hour: the hour, 0 to 23
+        '''
+
+    @tool
+    def report(self) -> dict:
+        '''What was done.'''
 """
 
 
@@ -126,14 +143,47 @@ def grid(tmp_path):
         process.close()
 
 
-def test_initialize_names_the_env_class_and_offers_tools(grid):
+def test_initialize_names_the_env_class_and_declares_tools_and_corral_hooks(grid):
     result = grid.request("initialize", {"protocolVersion": "2025-06-18"})["result"]
 
     assert result == {
         "protocolVersion": "2025-06-18",
-        "capabilities": {"tools": {}},
+        "capabilities": {
+            "tools": {},
+            "experimental": {
+                "corral": {"hooks": ["corral/reset", "corral/end_turn", "corral/report"]}
+            },
+        },
         "serverInfo": {"name": "Grid", "version": "corral-env/1"},
     }
+
+
+@pytest.mark.parametrize(
+    ("asked", "answered"),
+    [
+        ("2024-11-05", "2024-11-05"),
+        ("2025-03-26", "2025-03-26"),
+        ("2025-11-25", "2025-11-25"),
+        ("2099-01-01", "2025-06-18"),
+        (None, "2025-06-18"),
+    ],
+)
+def test_initialize_echoes_a_protocol_version_it_speaks_and_else_offers_its_own(
+    grid, asked, answered
+):
+    params = {} if asked is None else {"protocolVersion": asked}
+
+    assert grid.request("initialize", params)["result"]["protocolVersion"] == answered
+
+
+def test_params_null_is_taken_as_no_params(grid):
+    listed = grid.send_line('{"jsonrpc":"2.0","id":7,"method":"tools/list","params":null}')
+    called = grid.send_line(
+        '{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"price","arguments":null}}'
+    )
+
+    assert listed["result"]["tools"][0]["name"] == "submit_schedule"
+    assert called["result"]["content"][0]["text"].startswith("price: argument 'hour' is missing")
 
 
 def test_a_notification_gets_no_reply(grid):
@@ -145,7 +195,7 @@ def test_a_notification_gets_no_reply(grid):
 def test_tools_list_gives_each_tool_with_its_schema_in_definition_order(grid):
     tools = grid.request("tools/list")["result"]["tools"]
 
-    assert [t["name"] for t in tools] == ["submit_schedule", "price", "explode"]
+    assert [t["name"] for t in tools] == ["submit_schedule", "price", "explode", "shapeless"]
     assert tools[0]["description"] == "Submit the day's schedule."
     assert tools[0]["inputSchema"]["properties"]["actions"] == {
         "type": "array",
@@ -206,7 +256,11 @@ def test_a_tool_that_returns_a_number_gives_json_text_only(grid):
 def test_bad_arguments_give_an_error_result_that_says_what_is_expected(grid, arguments, text):
     result = grid.call("submit_schedule", **arguments)
 
-    assert result == {"content": [{"type": "text", "text": text}], "isError": True}
+    assert result == {
+        "content": [{"type": "text", "text": text}],
+        "isError": True,
+        "_meta": {"corral/error_type": "invalid_args"},
+    }
     assert "submitting" not in grid.stderr()
 
 
@@ -219,8 +273,9 @@ def test_an_unknown_tool_gives_an_error_result_listing_the_tools(grid):
 
     assert result["isError"] is True
     assert result["content"][0]["text"] == (
-        "unknown tool 'charge'; the tools are: submit_schedule, price, explode"
+        "unknown tool 'charge'; the tools are: submit_schedule, price, explode, shapeless"
     )
+    assert result["_meta"] == {"corral/error_type": "tool_not_found"}
 
 
 def test_a_raising_tool_gives_an_error_result_and_the_episode_goes_on(grid):
@@ -229,9 +284,20 @@ def test_a_raising_tool_gives_an_error_result_and_the_episode_goes_on(grid):
     assert result == {
         "content": [{"type": "text", "text": "explode failed: RuntimeError: battery on fire"}],
         "isError": True,
+        "_meta": {"corral/error_type": "execution_error"},
     }
     assert "Traceback" in grid.stderr()
     assert grid.call("price", hour=0)["isError"] is False
+
+
+def test_a_tool_that_returns_a_value_json_cannot_hold_gives_an_execution_error(grid):
+    result = grid.call("shapeless")
+
+    assert result["isError"] is True
+    assert result["content"][0]["text"].startswith(
+        "shapeless failed: it returned a value that is not JSON"
+    )
+    assert result["_meta"] == {"corral/error_type": "execution_error"}
 
 
 def test_print_in_a_tool_goes_to_stderr_not_into_the_protocol(grid):
@@ -285,7 +351,7 @@ def test_end_of_input_exits_0(grid):
     assert grid.close() == 0
 
 
-def test_a_tool_that_cannot_be_described_exits_2_with_the_fix_on_stderr(tmp_path):
+def test_tools_that_cannot_be_described_exit_2_with_every_fix_on_stderr(tmp_path):
     (tmp_path / "brokenenv.py").write_text(BROKEN)
 
     process = EnvProcess(tmp_path, "brokenenv:Broken")
@@ -293,8 +359,14 @@ def test_a_tool_that_cannot_be_described_exits_2_with_the_fix_on_stderr(tmp_path
     assert process.process.wait(timeout=5) == 2
     process.process.stdout.close()
     process.process.stdin.close()
-    assert process.stderr().strip() == (
-        "corral.env: cannot serve brokenenv:Broken: tool submit_schedule: it has no docstring; "
-        "add one that says what the tool does, with an 'Args:' section that describes each "
-        "parameter"
+    header, *lines = process.stderr().strip().splitlines()
+    assert header == (
+        "corral.env: cannot serve brokenenv:Broken: Broken has 3 tool(s) that cannot be described:"
     )
+    assert lines == [
+        "    tool submit_schedule: it has no docstring; add one that says what the tool does, "
+        + "with an 'Args:' section that describes each parameter",
+        "    tool price: parameter 'hour' has no type hint; add one, as 'hour: str'",
+        "    tool report: the name is Env's own method, which the server calls itself; "
+        + "rename the tool (e.g. 'report_state')",
+    ]

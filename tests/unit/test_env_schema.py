@@ -9,7 +9,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "sandboxes"))
 
+import corral.errors
 from corral.env import Env, ToolSchemaError, tool
+from corral.env import schema as schema_module
 from corral.env.schema import tool_schema
 
 
@@ -274,6 +276,59 @@ def test_a_broken_tool_fails_when_its_class_is_defined():
                 """Submit the day's schedule."""
 
 
+def test_every_broken_tool_of_a_class_is_reported_in_one_error():
+    with pytest.raises(ToolSchemaError) as caught:
+
+        class Broken(Env):
+            @tool
+            def price(self, hour: int) -> float:
+                """The price of one hour.
+
+                Args:
+                    hour: the hour, 0 to 23
+                """
+
+            submit = tool(_undescribed)
+            charge = tool(_no_hint)
+            discharge = tool(_star_args)
+
+    header, *lines = str(caught.value).splitlines()
+    assert header == "Broken has 3 tool(s) that cannot be described:"
+    assert lines == [
+        "    tool _undescribed: parameter 'actions' is not described; add it under 'Args:' in "
+        + "the docstring, as '    actions: what it is'",
+        "    tool _no_hint: parameter 'actions' has no type hint; add one, as 'actions: str'",
+        "    tool _star_args: parameter '*actions' takes any number of values, which a JSON "
+        + "schema cannot name; replace it with a list, as 'actions: list[str]'",
+    ]
+
+
+def test_a_broken_tool_of_a_base_class_is_reported_where_it_is_inherited():
+    class Mixin:  # not an Env: nothing checks it until an Env inherits its tools
+        charge = tool(_no_hint)
+
+    with pytest.raises(ToolSchemaError, match="tool _no_hint: parameter 'actions'"):
+
+        class Battery(Mixin, Env):
+            pass
+
+
+def test_a_broken_tool_withdrawn_by_a_subclass_is_no_problem():
+    class Mixin:
+        charge = tool(_no_hint)
+
+    class Battery(Mixin, Env):
+        charge = None
+
+    assert Battery.tool_schemas() == []
+
+
+def test_tool_schema_error_is_corral_s_and_importable_from_the_env_sdk():
+    assert ToolSchemaError is corral.errors.ToolSchemaError
+    assert schema_module.ToolSchemaError is corral.errors.ToolSchemaError
+    assert issubclass(ToolSchemaError, corral.errors.CorralError)
+
+
 @pytest.mark.parametrize("name", ["reset", "end_turn", "report", "tool_schemas"])
 def test_a_tool_named_like_an_env_method_is_refused_with_a_rename(name):
     def fn(self) -> str:
@@ -282,4 +337,4 @@ def test_a_tool_named_like_an_env_method_is_refused_with_a_rename(name):
     fn.__name__ = name
 
     with pytest.raises(ToolSchemaError, match=f"tool {name}: .*rename the tool"):
-        tool(fn)
+        type("Clash", (Env,), {name: tool(fn)})

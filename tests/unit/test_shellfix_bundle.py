@@ -28,10 +28,10 @@ def load_module(name: str, path):
 
 
 def test_corral_check_passes_on_shellfix():
-    result = CliRunner().invoke(app, ["check", str(SHELLFIX)])
+    result = CliRunner().invoke(app, ["check", str(SHELLFIX), "--sandbox", "local"])
 
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("shellfix: 16 tasks; splits all (16), eval (4), train (12); ")
+    assert result.output.startswith("shellfix: 16 tasks; splits all (16), train (12), eval (4); ")
     assert "tools bash, end_turn, read_file, replace_in_file, write_file" in result.output
 
 
@@ -93,7 +93,7 @@ def test_a_clean_command_verifier_passes(tmp_path):
 def test_a_broken_command_verifier_is_reported_once_with_its_fix(tmp_path, toml, says):
     bundle = with_command_verifier(tmp_path, toml, **{"checks/tiny-1/check.py": "", "checks/tiny-2/check.py": ""})
 
-    result = CliRunner().invoke(app, ["check", str(bundle)])
+    result = CliRunner().invoke(app, ["check", str(bundle), "--sandbox", "local"])
 
     assert result.exit_code == 1
     assert problem_lines(result.output) and problem_lines(result.output)[0].startswith(says), result.output
@@ -104,7 +104,7 @@ def test_a_broken_command_verifier_is_reported_once_with_its_fix(tmp_path, toml,
 def test_a_task_whose_files_folder_is_missing_is_named(tmp_path):
     bundle = with_command_verifier(tmp_path, GOOD, **{"checks/tiny-1/check.py": ""})
 
-    result = CliRunner().invoke(app, ["check", str(bundle)])
+    result = CliRunner().invoke(app, ["check", str(bundle), "--sandbox", "local"])
 
     assert result.exit_code == 1
     assert problem_lines(result.output) == [

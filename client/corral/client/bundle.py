@@ -8,21 +8,27 @@
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from corral.client.catalog import SplitInfo, TaskInfo, Toolset
 from corral.client.factory import (
     CorralEnvironment,
     EnvironmentSpec,
     close_environments,
     environment_class,
 )
-from corral.client.protocol import TaskInfo, Toolset
+from corral.client.protocol import Limits
 from corral.client.rewards import RewardRule
+from corral.client.session import refusal
+from corral.client.urls import base_url
+from corral.errors import ServerError, ServerUnreachable, UnknownSplit
 
 HTTP_TIMEOUT_S = 60.0
+TOKEN_VARIABLE = "CORRAL_TOKEN"
 
 
 class Bundle:
@@ -30,59 +36,71 @@ class Bundle:
 
     Args:
         url: the corral server, e.g. `http://env-host:8000`.
-        split: the split whose tasks `dataset` holds: `all`, or one per eval file.
-        reward: which score is the reward (a score id), or a function of all the scores.
-            A function must be importable (not a lambda) to pickle into AsyncGRPO's process.
-        tool_timeout: seconds a tool call may take before the server ends its episode unscored.
-        reset_timeout: seconds a reset (deploying the env) or an end_turn may take.
-        token: the server's bearer token, if it asks for one.
+        split: the split whose tasks `dataset` holds: `train` (the tasks in no eval split),
+            `all`, or one per eval file of the bundle.
+        reward: which score is the reward (a score id), or a function of all the scores; by
+            default the server's reward. A function must be importable (not a lambda) to
+            pickle into AsyncGRPO's process.
+        tool_timeout: seconds a tool call may take before the server ends its episode; by
+            default the server's limit, which a client may lower but never raise.
+        reset_timeout: likewise, for a reset (deploying the env) or an end_turn.
+        token: the server's bearer token, if it asks for one (default: $CORRAL_TOKEN).
         keepalive: seconds between keepalive pings on each session's socket.
     """
 
     def __init__(
         self,
         url: str,
-        split: str = "all",
+        split: str = "train",
         reward: RewardRule = None,
-        tool_timeout: float = 60.0,
-        reset_timeout: float = 600.0,
+        tool_timeout: float | None = None,
+        reset_timeout: float | None = None,
         token: str | None = None,
         keepalive: float = 20.0,
     ):
-        self.url = url.rstrip("/")
+        self.url = base_url(url)
         self.split = split
         self._reward = reward
         self._tool_timeout = tool_timeout
         self._reset_timeout = reset_timeout
-        self._token = token
+        self._token = token if token is not None else os.environ.get(TOKEN_VARIABLE) or None
         self._keepalive = keepalive
         self._server: Any = None  # the embedded server Bundle.local started, if any
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=HTTP_TIMEOUT_S, trust_env=False)
-        self.name: str = self._get("/metadata")["name"]
-        self.splits: dict[str, int] = {s["name"]: s["num_tasks"] for s in self._get(f"/{self.name}/splits")["splits"]}
+        metadata = self._get("/metadata")
+        self.name: str = metadata["name"]
+        self.limits = Limits(tool_timeout_s=metadata["tool_timeout_s"], reset_timeout_s=metadata["reset_timeout_s"])
+        self.splits: dict[str, int] = {
+            split.name: split.num_tasks for split in map(SplitInfo.model_validate, self._get(f"/{self.name}/splits"))
+        }
         self.toolsets: dict[str, Toolset] = {
             t["name"]: Toolset.model_validate(t) for t in self._get("/toolsets")["toolsets"]
         }
-        self._tasks(split)  # fail now, with the list of splits, if the split does not exist
+        if not self._tasks(split):  # fail now, with the list of splits, if the split is of no use
+            raise UnknownSplit(
+                f"split {split!r} of bundle {self.name} has no tasks (its splits: {self._split_sizes()}); "
+                "pick another split, or give the bundle tasks outside its eval splits (evals/train.toml)"
+            )
 
     @classmethod
     def local(
         cls,
         path: str | Path,
-        split: str = "all",
+        split: str = "train",
         sandbox: str = "auto",
         max_concurrent_envs: int = 8,
         reward: RewardRule = None,
-        tool_timeout: float = 60.0,
-        reset_timeout: float = 600.0,
+        tool_timeout: float | None = None,
+        reset_timeout: float | None = None,
         keepalive: float = 20.0,
         warm_pool: int = 0,
     ) -> Bundle:
         """Serve the bundle at `path` in this process (on a free loopback port) and open it.
 
         `sandbox` is `auto` (docker when an engine answers, else local processes), `docker`
-        or `local`; `warm_pool` keeps that many started containers per env (docker only)."""
+        or `local`; `warm_pool` keeps that many started containers per env (docker only).
+        `reward`, `tool_timeout` and `reset_timeout` are the server's settings here."""
         try:  # imported here: the server is optional for a client
             from corral.server.embedded import EmbeddedServer
             from corral.server.served import ServeOptions
@@ -95,8 +113,7 @@ class Bundle:
                                tool_timeout_s=tool_timeout, reset_timeout_s=reset_timeout, warm_pool=warm_pool)
         server = EmbeddedServer(Path(path), options, ws_ping_interval=keepalive, ws_ping_timeout=keepalive)
         try:
-            bundle = cls(server.url, split=split, reward=reward, tool_timeout=tool_timeout,
-                         reset_timeout=reset_timeout, keepalive=keepalive)
+            bundle = cls(server.url, split=split, keepalive=keepalive)
         except BaseException:
             server.stop()
             raise
@@ -162,26 +179,33 @@ class Bundle:
     @functools.cache  # noqa: B019 (one Bundle lives as long as its tasks do)
     def _tasks(self, split: str) -> list[TaskInfo]:
         if split not in self.splits:
-            raise ValueError(f"bundle {self.name} has no split {split!r}; its splits are: {', '.join(self.splits)}")
-        reply = self._http.post(f"/{self.name}/tasks", json={"split": split})
-        reply.raise_for_status()
-        return [TaskInfo.model_validate(task) for task in reply.json()["tasks"]]
+            raise UnknownSplit(f"bundle {self.name} has no split {split!r}; its splits are: {self._split_sizes()}")
+        reply = self._send("POST", f"/{self.name}/tasks", json={"split": split})
+        return [TaskInfo.model_validate(task) for task in reply["tasks"]]
+
+    def _split_sizes(self) -> str:
+        return ", ".join(f"{name} ({size} tasks)" for name, size in self.splits.items())
 
     def _spec(self, toolset: str) -> EnvironmentSpec:
         return EnvironmentSpec(
-            toolset=self.toolsets[toolset], url=self.url, token=self._token, tool_timeout_s=self._tool_timeout,
-            reset_timeout_s=self._reset_timeout, reward=self._reward, keepalive_s=self._keepalive,
+            toolset=self.toolsets[toolset], url=self.url, server_limits=self.limits, token=self._token,
+            tool_timeout_s=self._tool_timeout, reset_timeout_s=self._reset_timeout, reward=self._reward,
+            keepalive_s=self._keepalive,
         )
 
     def _get(self, path: str) -> Any:
+        return self._send("GET", path)
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
-            reply = self._http.get(path)
+            reply = self._http.request(method, path, **kwargs)
         except httpx.TransportError as error:
-            raise ConnectionError(
+            raise ServerUnreachable(
                 f"could not reach a corral server at {self.url} ({error}); start one with "
                 "`corral serve BUNDLE --port PORT`, or use Bundle.local(BUNDLE)"
             ) from None
-        if reply.status_code == 401:
-            raise PermissionError(f"the server at {self.url} wants a bearer token: pass token=...")
-        reply.raise_for_status()
+        if reply.status_code in (401, 403):
+            raise refusal(self.url, reply.status_code)
+        if reply.is_error:
+            raise ServerError(f"HTTP {reply.status_code}", f"{method} {self.url}{path} failed: {reply.text[:500]}")
         return reply.json()

@@ -20,28 +20,33 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union
 
-from corral.client.protocol import END_TURN, EPISODE_ENDED, Toolset, ToolSpec
-from corral.client.rewards import RewardError, RewardRule, pick_reward
-from corral.client.session import ServerError, Session
+from corral.client.catalog import Toolset, ToolSpec
+from corral.client.episode import Episode
+from corral.client.protocol import Limits, ResetData
+from corral.client.rewards import RewardRule
+from corral.client.session import Session
+from corral.errors import NoEpisode, ToolSchemaError, ToolsetMismatch
 
 log = logging.getLogger("corral.client")
 
-REPLY_MARGIN_S = 30.0  # the server enforces deadlines; the client waits a little longer
-MAX_CLOSING_TURNS = 64
-_RESERVED = {"reset", "get_reward"}
+_METHODS = {"reset", "get_reward"}  # the class's own; no tool may take their names
 _UNSET: Any = type("Unset", (), {"__repr__": lambda self: "<unset>"})()
 _LIVE: weakref.WeakSet[CorralEnvironment] = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
 class EnvironmentSpec:
-    """Everything an environment class is built from: plain data, so it pickles."""
+    """Everything an environment class is built from: plain data, so it pickles.
+
+    `tool_timeout_s` and `reset_timeout_s` are limits the client asks for (None: the server's,
+    which it may only lower); `server_limits` are the server's own, read from its /metadata."""
 
     toolset: Toolset
     url: str
+    server_limits: Limits
     token: str | None = None
-    tool_timeout_s: float = 60.0
-    reset_timeout_s: float = 600.0
+    tool_timeout_s: float | None = None
+    reset_timeout_s: float | None = None
     reward: RewardRule = None
     keepalive_s: float = 20.0
 
@@ -54,10 +59,7 @@ class CorralEnvironment:
     def __init__(self) -> None:
         spec = self._corral_spec
         self._session = Session(spec.url, token=spec.token, keepalive_s=spec.keepalive_s)
-        self._episode_open = False
-        self._reward: float | None = None
-        self._scores: dict[str, float] = {}
-        self._error: str | None = "reset was never called"
+        self._episode: Episode | None = None
         _LIVE.add(self)
         # An environment dropped without closing still frees its server session and sandbox.
         weakref.finalize(self, self._session.close_in_background)
@@ -65,71 +67,38 @@ class CorralEnvironment:
     def reset(self, **row: Any) -> str | None:
         """Start the row's task as a new episode (the previous one, if any, is abandoned)."""
         spec = self._corral_spec
-        data = {key: row[key] for key in ("split", "index", "task_id") if key in row}
-        data.update(tool_timeout_s=spec.tool_timeout_s, reset_timeout_s=spec.reset_timeout_s)
-        self._reward, self._scores, self._error = None, {}, None
-        reply = self._session.request({"type": "reset", "data": data}, spec.reset_timeout_s + REPLY_MARGIN_S)
-        observed = reply["data"]
-        if observed["done"]:
-            self._end(observed)
-            return None
-        offered = [tool["name"] for tool in observed["observation"].get("tools", [])]
+        data = ResetData(**{key: row[key] for key in ("split", "index", "task_id") if key in row},
+                         tool_timeout_s=spec.tool_timeout_s, reset_timeout_s=spec.reset_timeout_s)
+        self._episode = Episode(self._session, spec.server_limits, reward=spec.reward)
+        opened = self._episode.start(data)
+        offered = [tool.name for tool in opened.offered_tools]
         expected = [tool.name for tool in spec.toolset.tools]
-        if offered != expected:
-            raise RuntimeError(
-                f"task {data.get('task_id')} offers the tools {offered}, but this environment class "
+        if not opened.done and offered != expected:
+            raise ToolsetMismatch(
+                f"task {opened.task_id} offers the tools {offered}, but this environment class "
                 f"({spec.toolset.name}) was built for {expected}: the model was shown the class's tools. "
                 "The bundle's toolsets do not separate these tasks; give them their own toolset."
             )
-        self._episode_open = True
         return None
 
     def get_reward(self) -> float | None:
-        """The episode's reward, or None (logged with the reason) when it ended in an error.
+        """The episode's reward, or None (logged with the reason) when it ended unscored.
 
         A turn the model left open is ended with an empty reply first.
         """
-        for _ in range(MAX_CLOSING_TURNS):
-            if not self._episode_open:
-                break
-            self._call(END_TURN, {"response": ""})
-        if self._error is not None:
-            log.warning("rollout left unscored: %s", self._error)
-            return None
-        if self._corral_spec.reward is not None:
-            try:
-                return pick_reward(self._scores, self._corral_spec.reward)
-            except RewardError as error:
-                log.warning("rollout left unscored: %s", error)
-                return None
-        return self._reward
+        if self._episode is None:
+            raise NoEpisode("get_reward was called before an episode started: call reset(**row) first")
+        self._episode.finish()
+        if self._episode.reward is None:
+            log.warning("rollout left unscored: %s", self._episode.reason)
+        return self._episode.reward
 
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
-        if not self._episode_open:
-            return f"{EPISODE_ENDED} {self._error or ''}".strip()
-        spec = self._corral_spec
-        timeout = (spec.reset_timeout_s if name == END_TURN else spec.tool_timeout_s) + REPLY_MARGIN_S
-        frame = {"type": "step", "data": {"type": "call_tool", "tool_name": name, "arguments": arguments}}
-        try:
-            observed = self._session.request(frame, timeout)["data"]
-        except (ServerError, ConnectionError, TimeoutError) as error:
-            self._end({"observation": {"error_message": f"the server went away: {error}"}, "reward": None})
-            return f"{EPISODE_ENDED} {self._error}"
-        if observed["done"]:
-            self._end(observed)
-        return str(observed["observation"].get("result", ""))
-
-    def _end(self, observed: dict[str, Any]) -> None:
-        fields = observed["observation"]
-        self._episode_open = False
-        self._scores = fields.get("scores", {})
-        self._reward = observed.get("reward")
-        self._error = fields.get("error_message") if self._reward is None else None
-        if self._reward is None and self._error is None:
-            self._error = "the episode ended without a reward"
+        if self._episode is None:
+            raise NoEpisode(f"{name} was called before an episode started: call reset(**row) first")
+        return self._episode.call(name, arguments).answer
 
     def _close(self) -> None:
-        self._episode_open = False
         self._session.close()
 
 
@@ -142,12 +111,12 @@ def environment_class(spec: EnvironmentSpec) -> type[CorralEnvironment]:
     namespace: dict[str, Any] = {"_corral_spec": spec, "__module__": __name__}
     for tool in spec.toolset.tools:
         name = tool.name
-        if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_") or name in _RESERVED:
-            raise ValueError(
+        if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_") or name in _METHODS:
+            raise ToolSchemaError(
                 f"tool {name!r} of toolset {spec.toolset.name} cannot be a method of the environment "
                 f"class (TRL calls tools as public methods, and reset and get_reward are taken): rename "
                 f"it in the env to a Python identifier that does not start with '_', other than "
-                f"{' or '.join(sorted(_RESERVED))}"
+                f"{' or '.join(sorted(_METHODS))}"
             )
         namespace[tool.name] = _tool_method(tool)
     cls = _EnvironmentType(spec.toolset.name, (CorralEnvironment,), namespace)
@@ -177,17 +146,25 @@ def _tool_method(tool: ToolSpec):
     schema = tool.input_schema
     properties: dict[str, Any] = schema.get("properties", {})
     required = set(schema.get("required", []))
+    # Required parameters first, so a positional call fills them in the schema's order.
+    order = sorted(properties, key=lambda n: n not in required)
 
-    def call(self: CorralEnvironment, **arguments: Any) -> str:
+    def call(self: CorralEnvironment, *positional: Any, **arguments: Any) -> str:
+        if len(positional) > len(order):
+            raise TypeError(f"{tool.name} takes at most {len(order)} arguments ({', '.join(order)}); got {len(positional)}")
+        for name, value in zip(order, positional, strict=False):
+            if name in arguments:
+                raise TypeError(f"{tool.name} got {name!r} twice: by position and by name")
+            arguments[name] = value
+        # Arguments beyond the schema go through: the env's refusal is what the model should read.
         return self._call(tool.name, {k: v for k, v in arguments.items() if v is not _UNSET})
 
     parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     annotations: dict[str, Any] = {}
-    # Required parameters first: a keyword-only signature still lists them in schema order.
-    for name in sorted(properties, key=lambda n: n not in required):
+    for name in order:
         annotations[name] = python_type(properties[name])
         parameters.append(inspect.Parameter(
-            name, inspect.Parameter.KEYWORD_ONLY, annotation=annotations[name],
+            name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=annotations[name],
             default=inspect.Parameter.empty if name in required else _UNSET,
         ))
     annotations["return"] = str

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from corral.errors import RewardError
+
 RewardRule = str | Callable[[dict[str, float]], float] | None
-
-
-class RewardError(ValueError):
-    """The scores and the reward rule do not fit together."""
 
 
 def pick_reward(scores: Mapping[str, float], rule: RewardRule) -> float:

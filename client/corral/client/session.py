@@ -10,31 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from pydantic import BaseModel, ValidationError
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from corral.client.protocol import ErrorCode
+from corral.client.protocol import SERVER_FRAMES, CloseRequest, ErrorCode, ErrorReply, ServerFrame
+from corral.client.urls import ws_url
+from corral.errors import (
+    CapacityError,
+    ReplyTimeout,
+    ServerError,
+    ServerUnreachable,
+    SessionLost,
+    TokenMissing,
+    TokenRefused,
+)
 
 T = TypeVar("T")
 MAX_MESSAGE_BYTES = 100 * 1024 * 1024
-
-
-class ServerError(RuntimeError):
-    """The server answered a frame with an `error` frame."""
-
-    def __init__(self, code: str, message: str, data: dict[str, Any] | None = None):
-        super().__init__(f"{message} (code: {code})")
-        self.code = code
-        self.data = data or {}
-
-
-class CapacityError(ServerError):
-    """The server is at its session limit."""
 
 
 class _LoopThread:
@@ -57,17 +54,6 @@ class _LoopThread:
         return asyncio.run_coroutine_threadsafe(coroutine, loop)
 
 
-def ws_url(url: str) -> str:
-    """`http://host:8000` -> `ws://host:8000/ws` (and https -> wss)."""
-    base = url.rstrip("/")
-    for http, ws in (("https://", "wss://"), ("http://", "ws://")):
-        if base.startswith(http):
-            base = ws + base[len(http):]
-    if not base.startswith(("ws://", "wss://")):
-        base = "ws://" + base
-    return base + "/ws"
-
-
 class Session:
     """A session on the server at `url`: one episode at a time. Connects on first use."""
 
@@ -77,8 +63,12 @@ class Session:
         self._keepalive_s = keepalive_s
         self._socket: ClientConnection | None = None
 
-    def request(self, frame: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        """Send one frame and return the server's reply; raise ServerError for an error frame."""
+    def request(self, frame: BaseModel, timeout_s: float) -> ServerFrame:
+        """Send one frame and return the server's reply.
+
+        Raises `ServerError` (or `CapacityError`) for an error frame, `SessionLost` (or
+        `ReplyTimeout`) when the socket closes or the reply is late, `ServerUnreachable`,
+        `TokenMissing` and `TokenRefused` when no session can be opened."""
         return _LoopThread.run(self._request(frame, timeout_s))
 
     def close(self) -> None:
@@ -91,10 +81,10 @@ class Session:
         if self._socket is not None:
             _LoopThread.submit(self._close())
 
-    async def _request(self, frame: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    async def _request(self, frame: BaseModel, timeout_s: float) -> ServerFrame:
         socket = await self._connected()
         try:
-            await socket.send(json.dumps(frame))
+            await socket.send(frame.model_dump_json())
         except ConnectionClosed:
             pass  # a refusal the server sent before closing is still waiting to be read
         try:
@@ -103,16 +93,20 @@ class Session:
             # A late reply would answer the next request: start over on a new socket instead.
             await self._drop()
             if isinstance(error, TimeoutError):
-                raise TimeoutError(f"the server at {self.url} did not answer within {timeout_s:g}s") from None
-            raise ConnectionError(f"the server at {self.url} closed the session: {error}") from None
-        reply = json.loads(text)
-        if reply.get("type") == "error":
-            data = reply.get("data", {})
-            code = data.get("code", "")
-            if code == ErrorCode.CAPACITY_REACHED:
+                raise ReplyTimeout(f"the server at {self.url} did not answer within {timeout_s:g}s") from None
+            raise SessionLost(f"the server at {self.url} closed the session: {error}") from None
+        try:
+            reply = SERVER_FRAMES.validate_json(text)
+        except ValidationError as error:
+            await self._drop()
+            raise ServerError("INVALID_REPLY", f"the server at {self.url} sent a frame corral cannot read: {error}") from None
+        if isinstance(reply, ErrorReply):
+            data = reply.data
+            extra = data.model_dump(exclude={"message", "code"})
+            if data.code == ErrorCode.CAPACITY_REACHED:
                 await self._drop()
-                raise CapacityError(code, capacity_message(self.url, data.get("max_sessions")), data)
-            raise ServerError(code, data.get("message", ""), data)
+                raise CapacityError(data.code, capacity_message(self.url, extra.get("max_sessions")), extra)
+            raise ServerError(data.code, data.message, extra)
         return reply
 
     async def _connected(self) -> ClientConnection:
@@ -124,15 +118,15 @@ class Session:
                     ping_interval=self._keepalive_s, ping_timeout=self._keepalive_s, proxy=None,
                 )
             except InvalidStatus as error:
-                raise ConnectionError(f"the server at {self.url} refused the session: {error}") from None
+                raise refusal(self.url, error.response.status_code) from None
             except OSError as error:
-                raise ConnectionError(f"could not reach a corral server at {self.url}: {error}") from None
+                raise ServerUnreachable(f"could not reach a corral server at {self.url}: {error}") from None
         return self._socket
 
     async def _close(self) -> None:
         if self._socket is not None:
             try:
-                await self._socket.send(json.dumps({"type": "close"}))
+                await self._socket.send(CloseRequest().model_dump_json())
             except ConnectionClosed:
                 pass
             await self._drop()
@@ -141,6 +135,21 @@ class Session:
         socket, self._socket = self._socket, None
         if socket is not None:
             await socket.close()
+
+
+def refusal(url: str, status: int) -> Exception:
+    """The error for a server that refused a request or a session with HTTP `status`."""
+    if status == 401:
+        return TokenMissing(
+            f"the server at {url} wants a bearer token and none was sent: pass token=... "
+            "or set CORRAL_TOKEN to the token it was served with (corral serve --token)"
+        )
+    if status == 403:
+        return TokenRefused(
+            f"the server at {url} refused the bearer token it was sent: pass the token it was served "
+            "with (token=... or CORRAL_TOKEN)"
+        )
+    return SessionLost(f"the server at {url} refused the session with HTTP {status}")
 
 
 def capacity_message(url: str, limit: int | None) -> str:

@@ -4,21 +4,23 @@ import copy
 from collections.abc import Callable
 from typing import TypeVar
 
-from corral.env.schema import ToolSchemaError, tool_schema
+from corral.env.schema import tool_schema
+from corral.errors import ToolSchemaError
 
 _F = TypeVar("_F", bound=Callable)
 # The runtime's own methods: a tool of the same name would hide one from the server.
 _RESERVED = frozenset({"reset", "end_turn", "report", "tool_schemas"})
+# Set by @tool on the method: its MCP tool dict, or the ToolSchemaError saying why it has none.
 _SCHEMA_ATTR = "__corral_tool__"
 
 
 def tool(fn: _F) -> _F:
     """Offer a method to the agent as a tool, described by its type hints and docstring.
 
-    The schema is built here, when the class body runs, so a tool that cannot be described
-    fails at import with a ToolSchemaError that says what to fix. The method itself is
-    returned unchanged and receives the arguments as JSON gives them (an Enum parameter
-    gets its member's value).
+    The schema is built here, when the class body runs. A tool that cannot be described
+    makes its class fail at definition with one ToolSchemaError that lists every such tool
+    of the class, each with what to fix. The method itself is returned unchanged and
+    receives the arguments as JSON gives them (an Enum parameter gets its member's value).
 
         @tool
         def submit_schedule(self, actions: list[int]) -> dict:
@@ -28,12 +30,18 @@ def tool(fn: _F) -> _F:
                 actions: one integer per hour: +1 charge, -1 discharge, 0 idle.
             '''
     """
+    described: dict | ToolSchemaError
     if fn.__name__ in _RESERVED:
-        raise ToolSchemaError(
+        described = ToolSchemaError(
             f"tool {fn.__name__}: the name is Env's own method, which the server calls itself; "
             f"rename the tool (e.g. '{fn.__name__}_state')"
         )
-    setattr(fn, _SCHEMA_ATTR, tool_schema(fn))
+    else:
+        try:
+            described = tool_schema(fn)
+        except ToolSchemaError as exc:
+            described = exc
+    setattr(fn, _SCHEMA_ATTR, described)
     return fn
 
 
@@ -44,6 +52,15 @@ class Env:
     methods; `end_turn` gets each reply the agent ends a turn with, and `report` is what
     the task's verifiers grade once the episode is over. One process serves one episode.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        problems = [str(d) for d in _tools(cls).values() if isinstance(d, ToolSchemaError)]
+        if problems:
+            lines = "\n".join(f"    {problem}" for problem in problems)
+            raise ToolSchemaError(
+                f"{cls.__name__} has {len(problems)} tool(s) that cannot be described:\n{lines}"
+            )
 
     def reset(self, task: dict) -> None:
         """Start the episode: `task` is the task's `args` (the day to load, the puzzle...)."""
@@ -63,11 +80,16 @@ class Env:
         A subclass that redefines a tool keeps its place; one that redefines it without
         `@tool` withdraws it.
         """
-        schemas: dict[str, dict] = {}
-        for klass in reversed(cls.__mro__):
-            for name, attr in vars(klass).items():
-                if hasattr(attr, _SCHEMA_ATTR):
-                    schemas[name] = getattr(attr, _SCHEMA_ATTR)
-                else:
-                    schemas.pop(name, None)
-        return copy.deepcopy(list(schemas.values()))
+        return copy.deepcopy(list(_tools(cls).values()))
+
+
+def _tools(cls: type) -> dict[str, dict | ToolSchemaError]:
+    """The tools `cls` offers, by name: each one's schema, or why it has none."""
+    tools: dict[str, dict | ToolSchemaError] = {}
+    for klass in reversed(cls.__mro__):
+        for name, attr in vars(klass).items():
+            if hasattr(attr, _SCHEMA_ATTR):
+                tools[name] = getattr(attr, _SCHEMA_ATTR)
+            else:
+                tools.pop(name, None)
+    return tools

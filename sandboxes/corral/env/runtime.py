@@ -1,10 +1,12 @@
 """Serve one `Env` on stdin/stdout as newline-delimited JSON-RPC 2.0 (MCP's stdio transport).
 
-Methods: MCP's `initialize`, `ping`, `tools/list` and `tools/call`, plus corral's
+Methods: MCP's `initialize`, `ping`, `tools/list` and `tools/call`, plus corral's hooks
 `corral/reset` ({"task"} -> {}), `corral/end_turn` ({"response"} -> {"prompt"}) and
-`corral/report` (-> {"report"}). Notifications are neither run nor answered. A tool's failure
-is a tool result with `isError`, which the agent reads; a failure of reset, end_turn or report
-is a JSON-RPC error, which the server reads. The episode goes on after either.
+`corral/report` (-> {"report"}), which `initialize` declares in
+`capabilities.experimental.corral` so the server knows it may call them. Notifications are
+neither run nor answered. A tool's failure is a tool result with `isError`, which the agent
+reads, and its kind in `_meta` (see `jsonrpc.ERROR_TYPE_META`); a failure of reset, end_turn
+or report is a JSON-RPC error, which the server reads. The episode goes on after either.
 """
 
 import argparse
@@ -16,20 +18,13 @@ import traceback
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from corral.env import jsonrpc
 from corral.env.arguments import check_arguments
 from corral.env.env import Env
-from corral.env.schema import ToolSchemaError
+from corral.env.jsonrpc import RpcError
+from corral.errors import ToolSchemaError
 
-PROTOCOL_VERSION = "2025-06-18"
 SERVER_VERSION = "corral-env/1"
-
-
-class RpcError(Exception):
-    """A JSON-RPC error response: `code`, `message` and optional `data`."""
-
-    def __init__(self, code: int, message: str, data: dict | None = None):
-        super().__init__(message)
-        self.code, self.message, self.data = code, message, data
 
 
 class LoadError(Exception):
@@ -133,72 +128,85 @@ class Server:
                 continue
             reply = self.answer(line)
             if reply is not None:
-                text = json.dumps(reply, ensure_ascii=False, separators=(",", ":"))
-                # A lone surrogate cannot be UTF-8; backslashreplace writes it as JSON's \udXXX.
-                replies.write(text.encode("utf-8", "backslashreplace") + b"\n")
+                replies.write(jsonrpc.encode(reply) + b"\n")
                 replies.flush()
 
     def answer(self, line: bytes) -> dict | None:
         """The reply to one request line; None for a notification."""
         try:
-            message = json.loads(line)
-        except ValueError as exc:
-            return _error(None, RpcError(-32700, f"parse error: {exc}"))
-        if not isinstance(message, dict) or not isinstance(message.get("method"), str):
-            request_id = message.get("id") if isinstance(message, dict) else None
-            return _error(
-                request_id,
-                RpcError(-32600, "invalid request: expected a JSON object with a string 'method'"),
+            message = jsonrpc.decode(line)
+        except RpcError as exc:
+            return jsonrpc.error(None, exc.code, exc.message)
+        if not isinstance(message.get("method"), str):
+            return jsonrpc.error(
+                message.get("id"),
+                jsonrpc.INVALID_REQUEST,
+                "invalid request: expected a JSON object with a string 'method'",
             )
         if "id" not in message:
             return None
-        request_id, method, params = message["id"], message["method"], message.get("params", {})
+        request_id, method = message["id"], message["method"]
+        params = message.get("params")
+        if params is None:  # absent or null: both mean "no params"
+            params = {}
         try:
             if method not in self.methods:
                 raise RpcError(
-                    -32601, f"method not found: {method}; the methods are {', '.join(self.methods)}"
+                    jsonrpc.METHOD_NOT_FOUND,
+                    f"method not found: {method}; the methods are {', '.join(self.methods)}",
                 )
             if not isinstance(params, dict):
-                raise RpcError(-32602, f"invalid params for {method}: expected an object")
-            return {"jsonrpc": "2.0", "id": request_id, "result": self.methods[method](params)}
+                raise RpcError(
+                    jsonrpc.INVALID_PARAMS, f"invalid params for {method}: expected an object"
+                )
+            return jsonrpc.result(request_id, self.methods[method](params))
         except RpcError as exc:
-            return _error(request_id, exc)
+            return jsonrpc.error(request_id, exc.code, exc.message, exc.data)
 
     def initialize(self, params: dict) -> dict:
-        """MCP's handshake: what this server is and that it offers tools."""
+        """MCP's handshake: the protocol version, the tools, and corral's hooks."""
+        version = params.get("protocolVersion")
+        if version not in jsonrpc.SUPPORTED_VERSIONS:
+            version = jsonrpc.PROTOCOL_VERSION  # the client decides whether it can speak ours
         return {
-            "protocolVersion": PROTOCOL_VERSION,
-            "capabilities": {"tools": {}},
+            "protocolVersion": version,
+            "capabilities": {
+                "tools": {},
+                "experimental": {jsonrpc.CAPABILITY: {"hooks": list(jsonrpc.HOOKS)}},
+            },
             "serverInfo": {"name": type(self.env).__name__, "version": SERVER_VERSION},
         }
 
     def call_tool(self, params: dict) -> dict:
         """Run one tool; every failure is a result the agent reads, not a protocol error."""
-        name, arguments = params.get("name"), params.get("arguments", {})
+        name, arguments = params.get("name"), params.get("arguments")
+        if arguments is None:
+            arguments = {}
         if not isinstance(name, str) or not isinstance(arguments, dict):
             raise RpcError(
-                -32602, 'invalid params for tools/call: expected {"name": str, "arguments": object}'
+                jsonrpc.INVALID_PARAMS,
+                'invalid params for tools/call: expected {"name": str, "arguments": object}',
             )
         if name not in self.tools:
             offered = ", ".join(self.tools) or "none"
-            return _tool_result(f"unknown tool '{name}'; the tools are: {offered}", error=True)
+            return _tool_error(f"unknown tool '{name}'; the tools are: {offered}", "tool_not_found")
         problems = check_arguments(self.tools[name], arguments)
         if problems:
-            return _tool_result(problems, error=True)
+            return _tool_error(problems, "invalid_args")
         try:
             value = getattr(self.env, name)(**arguments)
         except Exception as exc:  # noqa: BLE001 - any failure of a tool is the agent's to read
             traceback.print_exc()
-            return _tool_result(f"{name} failed: {type(exc).__name__}: {exc}", error=True)
+            return _tool_error(f"{name} failed: {type(exc).__name__}: {exc}", "execution_error")
         try:
             text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
         except (TypeError, ValueError) as exc:
-            return _tool_result(
+            return _tool_error(
                 f"{name} failed: it returned a value that is not JSON ({exc}); "
                 f"return a str, or numbers, lists and dicts",
-                error=True,
+                "execution_error",
             )
-        result = _tool_result(text, error=False)
+        result = {"content": [{"type": "text", "text": text}], "isError": False}
         if isinstance(value, dict):
             result["structuredContent"] = value
         return result
@@ -207,7 +215,9 @@ class Server:
         """Start the episode with the task's args."""
         task = params.get("task")
         if not isinstance(task, dict):
-            raise RpcError(-32602, 'invalid params for corral/reset: expected {"task": object}')
+            raise RpcError(
+                jsonrpc.INVALID_PARAMS, 'invalid params for corral/reset: expected {"task": object}'
+            )
         _run_hook(self.env.reset, task)
         return {}
 
@@ -215,11 +225,14 @@ class Server:
         """The next turn's prompt after the agent's reply, or null to end the episode."""
         response = params.get("response")
         if not isinstance(response, str):
-            raise RpcError(-32602, 'invalid params for corral/end_turn: expected {"response": str}')
+            raise RpcError(
+                jsonrpc.INVALID_PARAMS,
+                'invalid params for corral/end_turn: expected {"response": str}',
+            )
         prompt = _run_hook(self.env.end_turn, response)
         if prompt is not None and not isinstance(prompt, str):
             raise RpcError(
-                -32000,
+                jsonrpc.SERVER_ERROR,
                 f"end_turn returned {type(prompt).__name__}; return the next "
                 f"prompt as a str, or None to end the episode",
             )
@@ -234,7 +247,7 @@ class Server:
             json.dumps(report)
         except (TypeError, ValueError) as exc:
             raise RpcError(
-                -32000,
+                jsonrpc.SERVER_ERROR,
                 f"report returned a value that is not a JSON object ({exc}); "
                 f"return a dict of str, numbers, lists and dicts",
             ) from None
@@ -248,17 +261,15 @@ def _run_hook(hook: Callable, *args: Any) -> Any:
     except Exception as exc:  # noqa: BLE001 - any failure of a hook is the server's to read
         trace = traceback.format_exc()
         print(trace, file=sys.stderr, end="")
-        raise RpcError(-32000, f"{type(exc).__name__}: {exc}", {"traceback": trace}) from None
+        raise RpcError(
+            jsonrpc.SERVER_ERROR, f"{type(exc).__name__}: {exc}", {"traceback": trace}
+        ) from None
 
 
-def _tool_result(text: str, *, error: bool) -> dict:
-    """An MCP tools/call result holding one text block."""
-    return {"content": [{"type": "text", "text": text}], "isError": error}
-
-
-def _error(request_id: Any, exc: RpcError) -> dict:
-    """A JSON-RPC error response."""
-    error: dict = {"code": exc.code, "message": exc.message}
-    if exc.data is not None:
-        error["data"] = exc.data
-    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+def _tool_error(text: str, error_type: str) -> dict:
+    """A failed tools/call result: the text the agent reads, and its kind for the server."""
+    return {
+        "content": [{"type": "text", "text": text}],
+        "isError": True,
+        "_meta": {jsonrpc.ERROR_TYPE_META: error_type},
+    }

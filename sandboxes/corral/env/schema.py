@@ -13,6 +13,8 @@ import types
 from collections.abc import Callable
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from corral.errors import ToolSchemaError  # also imported from here, and from corral.env
+
 # The three expressions below are transformers' own, so a docstring parses the same way there.
 _DESCRIPTION_RE = re.compile(r"^(.*?)[\n\s]*(Args:|Returns:|Raises:|\Z)", re.DOTALL)
 _ARGS_RE = re.compile(r"\n\s*Args:\n(.*?)[\n\s]*(Returns:|Raises:|\Z)", re.DOTALL)
@@ -38,10 +40,6 @@ _BARE = {
 _SUPPORTED = (
     "int, float, str, bool, None, Any, a Literal, an Enum, or list, tuple, dict and Union of those"
 )
-
-
-class ToolSchemaError(Exception):
-    """A tool whose schema cannot be built; the message names the tool, the parameter and the fix."""
 
 
 class _HintError(Exception):

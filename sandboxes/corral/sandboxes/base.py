@@ -5,17 +5,25 @@ over the sandbox's stdio stream (newline-delimited JSON-RPC, see `corral.env.run
 closes the sandbox when the episode ends. Nothing connects to the sandbox over the network.
 After the agent's last turn a command verifier may copy files in (`put_files`) and run a
 command beside the env (`run`), e.g. a task's tests that the agent never saw.
+
+Everything a kind of sandbox needs to know lives behind `SandboxProvider`: the server calls
+`reap_leftovers`, `prepare` and `start_pools` before it accepts sessions, `start` for each
+episode and `status` for its health check, and never asks which kind it holds.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 NetworkPolicy = Literal["none", "egress"]
+Progress = Callable[[str], None]  # one line of a long preparation (an image build's output)
+
+log = logging.getLogger("corral.sandboxes")
 
 
 @dataclass(frozen=True)
@@ -29,18 +37,43 @@ class Resources:
 
 @dataclass(frozen=True)
 class SandboxSpec:
-    """What to run for one episode: an env folder and the command that serves it on stdio."""
+    """Everything a provider needs to run one env (its env.toml, read): the folder, the command
+    that serves it on stdio, where its image comes from, its writable folders and its limits.
+
+    Frozen and hashable: a provider keys what it prepared for an env (an image tag, a warm pool)
+    by the spec itself. What differs per episode (its labels) is passed to `start` instead.
+    """
 
     env_name: str
     context_dir: Path
     command: tuple[str, ...]
+    image: str | None = None  # a prebuilt image, used as it is; None: build `context_dir`
+    dockerfile: str = "Dockerfile"  # relative to context_dir
+    writable: tuple[str, ...] = ()  # folders the env may write besides the scratch folder
+    scratch_mb: int = 64  # the size of each writable folder, where the provider limits it
     resources: Resources = field(default_factory=Resources)
     network: NetworkPolicy = "none"
-    labels: dict[str, str] = field(default_factory=dict)
 
 
-class SandboxError(RuntimeError):
-    """A sandbox could not be started, or its process is gone."""
+@dataclass(frozen=True)
+class Prepared:
+    """What `prepare` did for one env: the image it will run (None where a provider has no
+    images), whether it had to be built, and how long preparing took."""
+
+    env_name: str
+    image: str | None
+    built: bool
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ProviderStatus:
+    """A provider's state for logs and /health."""
+
+    kind: str  # "local", "docker", ...
+    isolated: bool  # whether a sandbox is an isolation boundary
+    live: int  # sandboxes started for episodes and not yet closed
+    warm: dict[str, int] = field(default_factory=dict)  # started sandboxes waiting, per env name
 
 
 @dataclass(frozen=True)
@@ -82,14 +115,34 @@ class Sandbox(abc.ABC):
 
 
 class SandboxProvider(abc.ABC):
-    """Starts sandboxes of one kind (local processes, Docker containers, ...)."""
+    """Starts sandboxes of one kind (local processes, Docker containers, ...).
 
-    name: str
+    A server calls, in order: `reap_leftovers()`, `prepare(spec)` for each env, `start_pools(specs)`
+    (on the loop that serves sessions), then `start(spec, labels)` per episode, and `aclose()`.
+    """
+
+    kind: str
     isolated: bool
 
+    async def reap_leftovers(self) -> None:
+        """Remove what a killed server of this instance left behind (by default, nothing)."""
+
+    async def prepare(self, spec: SandboxSpec, progress: Progress = log.info) -> Prepared:
+        """Make `spec` startable before sessions are accepted (by default, nothing to do);
+        raise ImageError naming the env and the fix when it cannot be."""
+        return Prepared(spec.env_name, image=None, built=False, seconds=0.0)
+
+    def start_pools(self, specs: Iterable[SandboxSpec]) -> None:
+        """Keep started sandboxes of `specs` waiting, where the provider can (by default, not)."""
+
     @abc.abstractmethod
-    async def start(self, spec: SandboxSpec) -> Sandbox:
-        """Start the env process of `spec`; raise SandboxError when it cannot start."""
+    async def start(self, spec: SandboxSpec, labels: Mapping[str, str] | None = None) -> Sandbox:
+        """Start the env process of `spec`, marked with `labels` where the provider can (e.g.
+        `corral.session`, `corral.episode`); raise SandboxError when it cannot start."""
+
+    @abc.abstractmethod
+    def status(self) -> ProviderStatus:
+        """What runs now: for logs and /health."""
 
     async def aclose(self) -> None:
         """Stop every sandbox this provider still has running."""

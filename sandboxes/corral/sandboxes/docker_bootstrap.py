@@ -5,10 +5,10 @@ container's root filesystem is read-only, and Docker refuses `put_archive` there
 of this checkout breaks once the server itself runs in a container (the engine sees the host's
 paths, not ours); a named volume would have to be refilled whenever corral changes and shared
 by every container. Instead the container runs `python3 -c BOOTSTRAP ARGS...`, which reads
-`<length>\\n<zip of corral/env>` from stdin with exact-length reads (so not one byte of the
-protocol that follows is swallowed), imports the SDK from memory and runs `corral.env` as
-`python3 -m corral.env ARGS...` would. Nothing is written anywhere, and a warm container gets
-its SDK before its episode is known, so a reset pays nothing for it.
+`<length>\\n<zip of corral/env and corral/errors.py>` from stdin with exact-length reads (so
+not one byte of the protocol that follows is swallowed), imports the SDK from memory and runs
+`corral.env` as `python3 -m corral.env ARGS...` would. Nothing is written anywhere, and a warm
+container gets its SDK before its episode is known, so a reset pays nothing for it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ import io
 import zipfile
 from pathlib import Path
 
-_SDK_DIR = Path(__file__).resolve().parents[1] / "env"  # corral/env, standard library only
+_CORRAL_DIR = Path(__file__).resolve().parents[1]
+# What an env process imports of corral, all standard library only: the SDK, and the errors it raises.
+_SDK_DIR = _CORRAL_DIR / "env"
+_ERRORS = _CORRAL_DIR / "errors.py"
 
 # `-c` code: read the SDK, import it from memory, then `python3 -m corral.env` with our argv.
 BOOTSTRAP = r"""
@@ -103,10 +106,12 @@ def framed(payload: bytes) -> bytes:
 
 @functools.cache
 def sdk_payload() -> bytes:
-    """The framed zip of `corral/env` that BOOTSTRAP reads (built once per server)."""
+    """The framed zip of `corral/env` and `corral/errors.py` that BOOTSTRAP reads (built once
+    per server)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("corral/__init__.py", "")  # a plain package in the container
+        archive.write(_ERRORS, "corral/errors.py")
         for path in sorted(_SDK_DIR.glob("*.py")):
             archive.write(path, f"corral/env/{path.name}")
     return framed(buffer.getvalue())

@@ -10,53 +10,32 @@ provider writes `__pycache__` into its folder, and that must not look like a cha
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import io
 import os
 import stat
 import tarfile
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import docker.errors
 
+from corral.errors import ImageError
+from corral.sandboxes.base import Prepared, Progress, SandboxSpec
+
 IMAGE_REPOSITORY = "corral-env"
 DIGEST_CHARS = 16
 _SKIPPED_DIRS = {"__pycache__", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 
-Progress = Callable[[str], None]
 
-
-class ImageError(RuntimeError):
-    """An env image could not be built or found; the message says which and why."""
-
-
-@dataclass(frozen=True)
-class EnvImage:
-    """Where an env's image comes from: its build context and Dockerfile, or a named image."""
-
-    env_name: str
-    context_dir: Path
-    dockerfile: str = "Dockerfile"
-    image: str | None = None  # a prebuilt image (env.toml `image`): used as it is, never built
-
-    @functools.cached_property
-    def tag(self) -> str:
-        """The image a sandbox of this env runs: the named image, or the content-digest tag
-        (read from the folder once per EnvImage)."""
-        if self.image is not None:
-            return self.image
-        return f"{IMAGE_REPOSITORY}/{self.env_name.lower()}:{context_digest(self.context_dir, self.dockerfile)}"
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    env_name: str
-    tag: str
-    built: bool  # False: the image was there already
+def image_tag(spec: SandboxSpec) -> str:
+    """The image a sandbox of `spec` runs: its prebuilt `image`, or the content-digest tag of
+    its folder (read from disk: a provider computes it once per spec)."""
+    if spec.image is not None:
+        return spec.image
+    return f"{IMAGE_REPOSITORY}/{spec.env_name.lower()}:{context_digest(spec.context_dir, spec.dockerfile)}"
 
 
 def context_files(context_dir: Path) -> Iterator[Path]:
@@ -87,41 +66,43 @@ def image_exists(client: docker.DockerClient, tag: str) -> bool:
     return True
 
 
-def ensure_image(client: docker.DockerClient, env: EnvImage, progress: Progress = lambda line: None) -> BuildResult:
-    """Build `env`'s image unless an image with its tag exists (blocking; run it off the loop)."""
-    tag = env.tag
+def ensure_image(client: docker.DockerClient, spec: SandboxSpec, progress: Progress = lambda line: None) -> Prepared:
+    """Build `spec`'s image unless an image with its tag exists, or check that its prebuilt
+    image does (blocking; run it off the loop). Raises ImageError naming the env and the fix."""
+    started = time.monotonic()
+    tag = image_tag(spec)
     if image_exists(client, tag):
-        return BuildResult(env.env_name, tag, built=False)
-    if env.image is not None:
+        return Prepared(spec.env_name, tag, built=False, seconds=time.monotonic() - started)
+    if spec.image is not None:
         raise ImageError(
-            f"env {env.env_name} names image {env.image!r}, which this Docker engine does not have; "
-            f"pull or build it (docker pull {env.image}), or drop `image` from env.toml to build the env folder"
+            f"env {spec.env_name} names image {spec.image!r}, which this Docker engine does not have; "
+            f"pull or build it (docker pull {spec.image}), or drop `image` from env.toml to build the env folder"
         )
-    if not (env.context_dir / env.dockerfile).is_file():
+    if not (spec.context_dir / spec.dockerfile).is_file():
         raise ImageError(
-            f"env {env.env_name} has no {env.dockerfile} in {env.context_dir}; add one (FROM an image with "
+            f"env {spec.env_name} has no {spec.dockerfile} in {spec.context_dir}; add one (FROM an image with "
             "python3), or name a prebuilt image with `image = ...` in env.toml"
         )
-    progress(f"building {tag} for env {env.env_name} from {env.context_dir}")
-    _build(client, env, tag, progress)
-    return BuildResult(env.env_name, tag, built=True)
+    progress(f"building {tag} for env {spec.env_name} from {spec.context_dir}")
+    _build(client, spec, tag, progress)
+    return Prepared(spec.env_name, tag, built=True, seconds=time.monotonic() - started)
 
 
-def _build(client: docker.DockerClient, env: EnvImage, tag: str, progress: Progress) -> None:
-    context = _context_tar(env.context_dir)
+def _build(client: docker.DockerClient, spec: SandboxSpec, tag: str, progress: Progress) -> None:
+    context = _context_tar(spec.context_dir)
     stream = client.api.build(
-        fileobj=context, custom_context=True, tag=tag, dockerfile=env.dockerfile, rm=True,
-        forcerm=True, decode=True, labels={"corral.env": env.env_name},
+        fileobj=context, custom_context=True, tag=tag, dockerfile=spec.dockerfile, rm=True,
+        forcerm=True, decode=True, labels={"corral.env": spec.env_name},
     )
     for chunk in stream:
         if "error" in chunk:
             detail = chunk.get("errorDetail", {}).get("message", chunk["error"])
-            raise ImageError(f"building the image of env {env.env_name} ({env.context_dir}) failed: {detail.strip()}")
+            raise ImageError(f"building the image of env {spec.env_name} ({spec.context_dir}) failed: {detail.strip()}")
         line = chunk.get("stream", "").rstrip()
         if line:
-            progress(f"  {env.env_name}: {line}")
+            progress(f"  {spec.env_name}: {line}")
     if not image_exists(client, tag):
-        raise ImageError(f"building the image of env {env.env_name} ended without an image {tag}; see the output above")
+        raise ImageError(f"building the image of env {spec.env_name} ended without an image {tag}; see the output above")
 
 
 def _context_tar(context_dir: Path) -> io.BytesIO:

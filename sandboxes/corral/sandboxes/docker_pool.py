@@ -15,7 +15,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 
-from corral.sandboxes.base import SandboxError
+from corral.errors import SandboxError
 from corral.sandboxes.docker_sandbox import DockerSandbox
 
 log = logging.getLogger("corral.sandboxes.docker")

@@ -15,13 +15,13 @@ import logging
 import tarfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
 
+import docker
 import docker.errors
 
-from corral.sandboxes.base import CommandResult, Sandbox, SandboxError, SandboxSpec
+from corral.errors import ImageError, SandboxError
+from corral.sandboxes.base import CommandResult, Sandbox, SandboxSpec
 from corral.sandboxes.docker_bootstrap import (
     PUT_FILES,
     RUN,
@@ -30,32 +30,20 @@ from corral.sandboxes.docker_bootstrap import (
     framed,
     sdk_payload,
 )
+from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_stream import MuxStream
-
-if TYPE_CHECKING:
-    from corral.sandboxes.docker_provider import DockerProvider
 
 log = logging.getLogger("corral.sandboxes.docker")
 
 ENV_USER = "1000:1000"  # non-root even for an image without USER
 SCRATCH = "/tmp"
-REMOVE_RETRY_S = 1.0
 RUN_GRACE_S = 30.0  # past a command's own deadline, the exec stream is given up on
 ENVIRONMENT = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "HOME": SCRATCH}
 
 
-@dataclass(frozen=True)
-class ContainerSettings:
-    """What an env's container needs beyond its `SandboxSpec` (from env.toml)."""
-
-    image: str
-    writable: tuple[str, ...] = ()  # env.toml `writable`: folders that get a tmpfs of their own
-    scratch_mb: int = 64  # env.toml `scratch_mb`: the size of each tmpfs
-
-
-def container_config(spec: SandboxSpec, settings: ContainerSettings, *, name: str, labels: dict[str, str],
+def container_config(spec: SandboxSpec, image: str, *, name: str, labels: Mapping[str, str],
                      api: docker.APIClient) -> dict:
-    """create_container's arguments: the hardening every env container gets."""
+    """create_container's arguments: the hardening every env container gets, running `image`."""
     command = bootstrapped(spec.command) or spec.command
     host_config = api.create_host_config(
         network_mode="none" if spec.network == "none" else "bridge",
@@ -66,69 +54,72 @@ def container_config(spec: SandboxSpec, settings: ContainerSettings, *, name: st
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
         read_only=True,
-        tmpfs=scratch_mounts(settings),
+        tmpfs=scratch_mounts(spec),
     )
     return {
-        "image": settings.image, "command": list(command), "user": ENV_USER, "stdin_open": True, "tty": False,
-        "environment": ENVIRONMENT, "name": name, "labels": labels, "host_config": host_config,
+        "image": image, "command": list(command), "user": ENV_USER, "stdin_open": True, "tty": False,
+        "environment": ENVIRONMENT, "name": name, "labels": dict(labels), "host_config": host_config,
         "use_config_proxy": False,
     }
 
 
-def scratch_mounts(settings: ContainerSettings) -> dict[str, str]:
+def scratch_mounts(spec: SandboxSpec) -> dict[str, str]:
     """The tmpfs mounts: /tmp, shared and sticky (root-owned, so the env user cannot move the
     folders `put_files` makes there), and each `writable` folder, owned by the env user (a
     folder the image already has keeps its own mode whatever `mode=` says; `uid=` wins)."""
-    options = f"rw,nosuid,nodev,size={settings.scratch_mb}m"
+    options = f"rw,nosuid,nodev,size={spec.scratch_mb}m"
     uid, gid = ENV_USER.split(":")
-    return {SCRATCH: f"{options},mode=1777", **{path: f"{options},uid={uid},gid={gid},mode=0755" for path in settings.writable}}
+    return {SCRATCH: f"{options},mode=1777", **{path: f"{options},uid={uid},gid={gid},mode=0755" for path in spec.writable}}
 
 
 class DockerSandbox(Sandbox):
-    """A started container whose env process talks over `stream`."""
+    """A started container whose env process talks over `stream`; `on_close` is told when it
+    closes (the provider's count of live sandboxes)."""
 
-    def __init__(self, provider: DockerProvider, container_id: str, name: str, spec: SandboxSpec, stream: MuxStream):
-        self.provider = provider
+    def __init__(self, engine: Engine, container_id: str, name: str, spec: SandboxSpec, stream: MuxStream,
+                 on_close: Callable[[DockerSandbox], None]):
+        self.engine = engine
         self.container_id = container_id
         self.name = name
         self.spec = spec
         self._stream = stream
+        self._on_close = on_close
         self._closed = False
         self._rename: asyncio.Task | None = None
 
     @classmethod
-    async def create(cls, provider: DockerProvider, spec: SandboxSpec, settings: ContainerSettings,
-                     *, name: str, labels: dict[str, str]) -> DockerSandbox:
-        """Create, attach and start a container; hand its env the SDK. Raises SandboxError."""
-        api = provider.client.api
-        config = container_config(spec, settings, name=name, labels=labels, api=api)
+    async def create(cls, engine: Engine, spec: SandboxSpec, image: str, *, name: str, labels: Mapping[str, str],
+                     on_close: Callable[[DockerSandbox], None]) -> DockerSandbox:
+        """Create, attach and start a container of `image`; hand its env the SDK. Raises SandboxError."""
+        config = container_config(spec, image, name=name, labels=labels, api=engine.api)
         try:
-            return await cls._create(provider, spec, config)
+            return await cls._create(engine, spec, config, on_close)
         except BaseException:
             # Cancelled (a reset deadline, a dropped client) or failed half-way: whatever the
             # engine made under this name goes now. (A create still under way in its thread
             # when this removal runs finishes after it; the run's reap at shutdown takes that one.)
-            provider.remove(name, name)
+            engine.remove(name, name)
             raise
 
     @classmethod
-    async def _create(cls, provider: DockerProvider, spec: SandboxSpec, config: dict) -> DockerSandbox:
-        api = provider.client.api
+    async def _create(cls, engine: Engine, spec: SandboxSpec, config: dict,
+                      on_close: Callable[[DockerSandbox], None]) -> DockerSandbox:
+        api = engine.api
         try:
-            container_id = (await provider.call(api.create_container, **config))["Id"]
-            hijacked = await provider.call(
+            container_id = (await engine.call(api.create_container, **config))["Id"]
+            hijacked = await engine.call(
                 api.attach_socket, container_id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
             )
             stream = await MuxStream.open(hijacked)
         except docker.errors.ImageNotFound:
-            raise SandboxError(
+            raise ImageError(
                 f"env {spec.env_name}: image {config['image']} is missing; build it with `corral build BUNDLE`"
             ) from None
         except (docker.errors.APIError, RuntimeError, OSError) as error:
             detail = getattr(error, "explanation", None) or error
             raise SandboxError(f"could not create a container for env {spec.env_name}: {detail}") from None
         try:
-            await provider.call(api.start, container_id)
+            await engine.call(api.start, container_id)
             if bootstrapped(spec.command):
                 await stream.write(sdk_payload())
         except BaseException as error:
@@ -136,7 +127,7 @@ class DockerSandbox(Sandbox):
             if isinstance(error, (docker.errors.APIError, EOFError)):
                 raise SandboxError(f"could not start the container of env {spec.env_name}: {error}") from None
             raise
-        return cls(provider, container_id, config["name"], spec, stream)
+        return cls(engine, container_id, config["name"], spec, stream, on_close)
 
     @property
     def alive(self) -> bool:
@@ -146,12 +137,12 @@ class DockerSandbox(Sandbox):
         """Take this warm container for an episode. Labels cannot change after creation, so the
         episode's session and episode ids go into the container's name, renamed in the
         background so that a reset does not wait for the engine."""
-        name = container_name(self.provider.instance, self.spec.env_name, labels)
+        name = container_name(self.engine.instance, self.spec.env_name, labels)
         self._rename = asyncio.create_task(self._rename_to(name))
 
     async def _rename_to(self, name: str) -> None:
         with contextlib.suppress(docker.errors.APIError):
-            await self.provider.call(self.provider.client.api.rename, self.container_id, name)
+            await self.engine.call(self.engine.api.rename, self.container_id, name)
             self.name = name
 
     async def send_line(self, line: bytes) -> None:
@@ -190,7 +181,7 @@ class DockerSandbox(Sandbox):
     async def close(self) -> None:
         """Kill and remove the container (force remove), starting now; safe to call twice.
 
-        The removal is handed to the provider's threads before anything is awaited, so a
+        The removal is handed to the engine's threads before anything is awaited, so a
         caller being cancelled (a dropped client) cannot stop it, and an episode's reward does
         not wait for it.
         """
@@ -199,20 +190,20 @@ class DockerSandbox(Sandbox):
         self._closed = True
         if self._rename is not None:
             self._rename.cancel()
-        self.provider.forget(self)
-        self.provider.remove(self.container_id, self.name)
+        self._on_close(self)
+        self.engine.remove(self.container_id, self.name)
         await self._stream.close()
 
     async def _exec(self, command: list[str], *, user: str, stdin: bytes | None, timeout_s: float,
                     keep: int) -> tuple[int | None, str, str]:
         """Run `command` in the container; (exit code or None at timeout, stdout tail, stderr)."""
-        api = self.provider.client.api
+        api = self.engine.api
         try:
-            exec_id = (await self.provider.call(
+            exec_id = (await self.engine.call(
                 api.exec_create, self.container_id, command, stdin=stdin is not None, user=user,
                 environment=ENVIRONMENT,
             ))["Id"]
-            stream = await MuxStream.open(await self.provider.call(api.exec_start, exec_id, socket=True))
+            stream = await MuxStream.open(await self.engine.call(api.exec_start, exec_id, socket=True))
         except docker.errors.APIError as error:
             raise SandboxError(f"could not run a command in the container of env {self.spec.env_name}: "
                                f"{error.explanation or error}") from None
@@ -224,7 +215,7 @@ class DockerSandbox(Sandbox):
                 while chunk := await stream.read():
                     output += chunk
                     del output[:-keep * 4]  # characters are at most 4 bytes
-            code = (await self.provider.call(api.exec_inspect, exec_id))["ExitCode"]
+            code = (await self.engine.call(api.exec_inspect, exec_id))["ExitCode"]
         except TimeoutError:
             code = None
         finally:
@@ -235,7 +226,7 @@ class DockerSandbox(Sandbox):
     async def _explain_stop(self) -> None:
         """The stream ended: note in the stderr tail why, e.g. the memory limit."""
         try:
-            state = (await self.provider.call(self.provider.client.api.inspect_container, self.container_id))["State"]
+            state = (await self.engine.call(self.engine.api.inspect_container, self.container_id))["State"]
         except docker.errors.APIError:
             return
         if state.get("OOMKilled"):
@@ -260,23 +251,3 @@ def warm_name(instance: str, env_name: str) -> str:
 
 def _safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "_.-" else "-" for c in name)
-
-
-def remove_container(api: docker.APIClient, container: str, attempts: int = 3) -> None:
-    """Force-remove a container (killing it first); one gone already is fine (blocking).
-
-    The engine can give up killing a container whose processes fork as fast as they die (a
-    fork bomb at its pids limit); the kill converges, so the removal is tried again.
-    """
-    for attempt in range(1, attempts + 1):
-        try:
-            api.remove_container(container, force=True)
-            return
-        except docker.errors.NotFound:
-            return
-        except docker.errors.APIError as error:
-            if error.status_code == 409:  # its removal is under way already
-                return
-            if attempt == attempts:
-                raise
-            time.sleep(REMOVE_RETRY_S)

@@ -16,12 +16,20 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from corral.sandboxes.base import CommandResult, Sandbox, SandboxError, SandboxProvider, SandboxSpec
+from corral.errors import SandboxError
+from corral.sandboxes.base import (
+    CommandResult,
+    ProviderStatus,
+    Sandbox,
+    SandboxProvider,
+    SandboxSpec,
+)
 
-# The folder that holds the `corral` namespace with the env SDK, put on the env's import path
-# so `python3 -m corral.env` works without installing anything.
+# The folder that holds the `corral` namespace with the env SDK (corral/env and the
+# corral/errors.py it raises from), put on the env's import path so `python3 -m corral.env`
+# works without installing anything.
 _SDK_ROOT = Path(__file__).resolve().parents[2]
-_STREAM_LIMIT = 64 * 1024 * 1024  # one protocol line may carry a large tool result
+LINE_LIMIT = 64 * 1024 * 1024  # one protocol line may carry a large tool result
 
 
 class LocalSandbox(Sandbox):
@@ -53,7 +61,10 @@ class LocalSandbox(Sandbox):
     async def read_line(self) -> bytes:
         stdout = self._process.stdout
         assert stdout is not None
-        line = await stdout.readline()
+        try:
+            line = await stdout.readline()
+        except ValueError:  # asyncio's LimitOverrunError, as readline raises it
+            raise EOFError(f"the env wrote more than {LINE_LIMIT >> 20} MB on stdout without a newline") from None
         if not line:
             raise EOFError("the env process closed its stdout")
         return line.rstrip(b"\n")
@@ -118,13 +129,14 @@ class LocalSandbox(Sandbox):
 class LocalProvider(SandboxProvider):
     """Runs each episode's env as a child process in a fresh scratch folder."""
 
-    name = "local"
+    kind = "local"
     isolated = False
 
     def __init__(self) -> None:
         self._running: set[LocalSandbox] = set()
 
-    async def start(self, spec: SandboxSpec) -> Sandbox:
+    async def start(self, spec: SandboxSpec, labels: Mapping[str, str] | None = None) -> Sandbox:
+        # `labels` are dropped: a child process has nowhere to carry them.
         workdir = Path(tempfile.mkdtemp(prefix=f"corral-{spec.env_name}-"))
         stderr_path = workdir / ".stderr"
         environ = dict(os.environ)
@@ -142,12 +154,15 @@ class LocalProvider(SandboxProvider):
                     cwd=workdir,
                     env=environ,
                     start_new_session=True,
-                    limit=_STREAM_LIMIT,
+                    limit=LINE_LIMIT,
                 )
         except OSError as error:
             shutil.rmtree(workdir, ignore_errors=True)
             raise SandboxError(f"could not start {spec.command[0]!r} for env {spec.env_name}: {error}")
         return LocalSandbox(process, workdir, stderr_path, environ, self._running)
+
+    def status(self) -> ProviderStatus:
+        return ProviderStatus(self.kind, self.isolated, live=len(self._running))
 
     async def aclose(self) -> None:
         await asyncio.gather(*(sandbox.close() for sandbox in list(self._running)))

@@ -1,6 +1,7 @@
 """The corral server: serves a bundle's tasks as OpenEnv environments."""
 
+from corral.errors import BundleInvalid
 from corral.server.app import create_app
-from corral.server.served import BundleProblems, ServedBundle, ServeOptions
+from corral.server.served import ServedBundle, ServeOptions
 
-__all__ = ["BundleProblems", "ServeOptions", "ServedBundle", "create_app"]
+__all__ = ["BundleInvalid", "ServeOptions", "ServedBundle", "create_app"]

@@ -1,19 +1,26 @@
-"""The FastAPI app that serves one bundle: `/ws` sessions, the Task API, health and metadata."""
+"""The FastAPI app that serves one bundle: `/ws` sessions, `POST /mcp`, the Task API, health,
+metadata and schema, every route behind the bearer token when one is set."""
 
 from __future__ import annotations
 
+import json
 import secrets
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, WebSocket, WebSocketException
+from fastapi import Depends, FastAPI, HTTPException, Request, WebSocket
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from starlette.requests import HTTPConnection
+from starlette.responses import HTMLResponse, JSONResponse
 
-from corral.client.protocol import ResetData, TaskInfo, ToolSpec
+from corral.client.protocol import schemas
+from corral.server.mcp import answer_mcp, parse_error
 from corral.server.served import ServedBundle
 from corral.server.sessions import SessionRegistry
 from corral.server.taskapi import task_router
 from corral.server.ws import serve_socket
+
+OPENENV_HTTP_VERSION = "1.0.0"  # the OpenEnv HTTP profile the routes follow (openenv validate reads it)
 
 
 def create_app(served: ServedBundle) -> FastAPI:
@@ -24,25 +31,41 @@ def create_app(served: ServedBundle) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         served.start_pools()
+        registry.start_reaping()
         yield
         await registry.close_all()
         await served.aclose()
 
     def authorize(connection: HTTPConnection) -> None:
-        if token is None or _bearer_matches(connection.headers.get("authorization"), token):
-            return
-        message = "missing or wrong bearer token; send Authorization: Bearer <token>"
-        if connection.scope["type"] == "websocket":
-            raise WebSocketException(code=1008, reason=message)
-        raise HTTPException(401, message)
+        if connection.scope["type"] == "http" and (refusal := _refusal(connection, token)):
+            raise HTTPException(*refusal)
 
-    app = FastAPI(title=f"corral: {served.name}", lifespan=lifespan, dependencies=[Depends(authorize)])
+    app = FastAPI(title=f"corral: {served.name}", version=OPENENV_HTTP_VERSION, lifespan=lifespan,
+                  dependencies=[Depends(authorize)], docs_url=None, redoc_url=None, openapi_url=None)
     app.state.registry = registry
     app.state.served = served
 
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi() -> dict[str, Any]:
+        return app.openapi()
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=app.title)
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url="/openapi.json", title=app.title)
+
     @app.get("/health")
-    def health() -> dict[str, Any]:
-        return {"status": "healthy", "sessions": len(registry.sessions), "max_sessions": registry.limit}
+    async def health() -> dict[str, Any]:  # on the loop: the provider's state is the loop's
+        sandbox = served.provider.status()
+        return {
+            "status": "healthy",
+            "sessions": len(registry.sessions),
+            "max_sessions": registry.limit,
+            "sandbox": {"kind": sandbox.kind, "isolated": sandbox.isolated, "live": sandbox.live, "warm": sandbox.warm},
+        }
 
     @app.get("/metadata")
     def metadata() -> dict[str, Any]:
@@ -54,31 +77,45 @@ def create_app(served: ServedBundle) -> FastAPI:
             "readme_content": served.bundle.readme or None,
             "author": None,
             "documentation_url": None,
-            "sandbox": served.provider.name,
+            "sandbox": served.provider.kind,
             "max_concurrent_envs": registry.limit,
-            "tool_timeout_s": served.tool_timeout_s,
-            "reset_timeout_s": served.reset_timeout_s,
+            **served.limits.model_dump(),  # a client may ask for lower limits, never higher
         }
 
     @app.get("/schema")
     def schema() -> dict[str, Any]:
-        return {
-            "action": {"oneOf": [{"type": "object", "properties": {"type": {"const": "list_tools"}}},
-                                 {"type": "object", "properties": {"type": {"const": "call_tool"},
-                                  "tool_name": {"type": "string"}, "arguments": {"type": "object"}}}]},
-            "reset": ResetData.model_json_schema(),
-            "task": TaskInfo.model_json_schema(),
-            "tool": ToolSpec.model_json_schema(by_alias=True),
-        }
+        return schemas()
+
+    @app.post("/mcp")
+    async def mcp(request: Request) -> JSONResponse:
+        """JSON-RPC 2.0 (always HTTP 200, as OpenEnv answers): see corral.server.mcp."""
+        try:
+            body = json.loads(await request.body())
+        except (ValueError, RecursionError) as error:
+            return JSONResponse(parse_error(error).model_dump(mode="json"))
+        return JSONResponse((await answer_mcp(body, registry)).model_dump(mode="json"))
 
     app.include_router(task_router(served))
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
+        if refusal := _refusal(websocket, token):
+            status, message = refusal
+            await websocket.send_denial_response(JSONResponse({"detail": message}, status_code=status))
+            return
         await serve_socket(websocket, registry)
 
     return app
 
 
-def _bearer_matches(header: str | None, token: str) -> bool:
-    return header is not None and secrets.compare_digest(header, f"Bearer {token}")
+def _refusal(connection: HTTPConnection, token: str | None) -> tuple[int, str] | None:
+    """(status, why) when the request lacks the right bearer token: 401 without one, 403 with
+    a wrong one; None when it may pass."""
+    if token is None:
+        return None
+    header = connection.headers.get("authorization")
+    if header is None:
+        return 401, "this server wants a bearer token: send Authorization: Bearer <token>"
+    if not secrets.compare_digest(header.encode("utf-8", "surrogateescape"), f"Bearer {token}".encode()):
+        return 403, "the bearer token is wrong: send the token the server was started with"
+    return None

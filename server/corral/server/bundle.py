@@ -13,102 +13,30 @@ import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ValidationError
 
 from corral.sandboxes import Resources
+from corral.server.bundle_format import (
+    CommandVerifier,
+    EnvConfig,
+    EvalConfig,
+    Manifest,
+    ServeDefaults,
+    Task,
+)
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 RESERVED_SPLIT = "all"
+TRAIN_SPLIT = "train"  # the tasks in no eval split, unless evals/train.toml lists them
+TASKS_SHOWN = 3  # a problem shared by many tasks names this many of them
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ServeDefaults(_Strict):
-    tool_timeout_s: float | None = Field(default=None, gt=0)
-    reset_timeout_s: float | None = Field(default=None, gt=0)
-    reward: str | None = None
-
-
-class Manifest(_Strict):
-    """bundle.toml."""
-
-    name: str = Field(pattern=NAME_PATTERN)
-    description: str = ""
-    version: str = "0.0.0"
-    defaults: dict[str, Any] = Field(default_factory=dict)
-    serve: ServeDefaults = Field(default_factory=ServeDefaults)
-
-
-class ResourcesConfig(_Strict):
-    cpus: float = Field(default=1.0, gt=0)
-    memory_mb: int = Field(default=512, ge=16)
-    pids: int = Field(default=256, ge=8)
-
-
-class EnvConfig(_Strict):
-    """envs/<name>/env.toml."""
-
-    entry: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-    command: list[str] | None = Field(default=None, min_length=1)
-    dockerfile: str = "Dockerfile"
-    image: str | None = None
-    network: Literal["none", "egress"] = "none"
-    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
-    # docker sandbox: the root filesystem is read-only; /tmp and each `writable` folder (e.g.
-    # where the agent edits a repository) is a writable tmpfs of scratch_mb (docs/sandboxes.md)
-    writable: list[Annotated[str, Field(pattern=r"^/.+$")]] = Field(default_factory=list)
-    scratch_mb: int = Field(default=64, ge=1)
-
-
-class Task(_Strict):
-    """One task: which env it plays, what reset gets, what the agent is told and offered."""
-
-    id: str = Field(pattern=NAME_PATTERN)
-    env: str
-    args: dict[str, Any] = Field(default_factory=dict)
-    system_prompt: str = ""
-    prompt: str
-    tools: list[str] | None = None
-    verifiers: dict[str, str] = Field(min_length=1)
-    max_turns: int = Field(default=1, ge=1)
-
-
-class CommandVerifier(_Strict):
-    """verifiers/<name>.toml: a command run inside the episode's sandbox after the agent's last
-    turn; the score is 1.0 when it exits 0, else 0.0 (a timeout included)."""
-
-    command: list[str] = Field(min_length=1)
-    files: list[str] = Field(default_factory=list)
-    timeout_s: float = Field(default=60.0, gt=0)
-
-    @field_validator("files", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
-
-    def files_for(self, task_id: str) -> list[str]:
-        """The bundle paths (files or folders) copied in for `task_id`."""
-        return [entry.replace("{task_id}", task_id) for entry in self.files]
-
-    def command_for(self, task_id: str, files_dir: str) -> list[str]:
-        """The command with its placeholders filled in."""
-        return [part.replace("{files}", files_dir).replace("{task_id}", task_id) for part in self.command]
-
-
-class EvalConfig(_Strict):
-    """evals/<split>.toml."""
-
-    description: str = ""
-    tasks: list[str] = Field(min_length=1)
-
-
 @dataclass(frozen=True)
-class Env:
+class BundleEnv:
+    """One env of a bundle: its folder (a Docker build context) and its env.toml."""
+
     name: str
     folder: Path
     config: EnvConfig
@@ -137,13 +65,14 @@ class Problem:
 
 
 @dataclass
-class Bundle:
-    """A bundle as read from disk. `splits` maps a split name to its tasks, `all` first."""
+class LoadedBundle:
+    """A bundle as read from disk. `splits` maps a split name to its tasks: `all`, `train`,
+    then one per eval file."""
 
     root: Path
     manifest: Manifest
     readme: str
-    envs: dict[str, Env]
+    envs: dict[str, BundleEnv]
     tasks: dict[str, Task]
     splits: dict[str, list[Task]]
     verifiers: dict[str, Path]  # the Python verifiers, run outside the sandbox
@@ -155,13 +84,13 @@ class Bundle:
         return _rel(self.root, self.root.joinpath(*parts))
 
 
-def load_bundle(root: Path) -> Bundle:
+def load_bundle(root: Path) -> LoadedBundle:
     """Read the bundle at `root`; `bundle.problems` lists what is wrong (empty when clean)."""
     root = Path(root).resolve()
     problems: list[Problem] = []
     if not root.is_dir():
         problems.append(Problem(str(root), "no such folder; give the path of a bundle folder"))
-        return Bundle(root, Manifest(name="missing"), "", {}, {}, {}, {}, problems)
+        return LoadedBundle(root, Manifest(name="missing"), "", {}, {}, {}, {}, problems)
     manifest = _load_manifest(root, problems)
     envs = _load_envs(root, problems)
     verifiers = {path.stem: path for path in sorted((root / "verifiers").glob("[!_]*.py"))}
@@ -172,11 +101,41 @@ def load_bundle(root: Path) -> Bundle:
     for task in tasks.values():
         _check_task_refs(task, envs, verifier_names, problems)
         _check_command_files(root, task, command_verifiers, problems)
-    splits = {RESERVED_SPLIT: list(tasks.values())}
-    splits.update(_load_evals(root, tasks, problems))
+    evals = _load_evals(root, tasks, problems)
+    train = evals.pop(TRAIN_SPLIT) if TRAIN_SPLIT in evals else _unlisted(tasks, evals)
+    splits = {RESERVED_SPLIT: list(tasks.values()), TRAIN_SPLIT: train, **evals}
     readme_path = root / "README.md"
     readme = readme_path.read_text() if readme_path.is_file() else ""
-    return Bundle(root, manifest, readme, envs, tasks, splits, verifiers, problems, command_verifiers)
+    return LoadedBundle(root, manifest, readme, envs, tasks, splits, verifiers, merge_shared(problems), command_verifiers)
+
+
+def merge_shared(problems: list[Problem]) -> list[Problem]:
+    """One problem for each message that several tasks share, naming how many and a few of them
+    (`2,200 tasks (a, b, c and 2,197 more): ...`), in place of one line per task."""
+    sharing: dict[str, dict[str, None]] = {}  # message -> the tasks that report it, in order
+    for problem in problems:
+        if (task := _task_of(problem)) is not None:
+            sharing.setdefault(problem.message, {})[task] = None
+    merged: list[Problem] = []
+    reported: set[str] = set()
+    for problem in problems:
+        tasks = list(sharing[problem.message]) if _task_of(problem) is not None else []
+        if len(tasks) < 2:
+            merged.append(problem)
+        elif problem.message not in reported:  # the first of them stands for all
+            reported.add(problem.message)
+            more = f" and {len(tasks) - TASKS_SHOWN:,} more" if len(tasks) > TASKS_SHOWN else ""
+            merged.append(Problem(f"{len(tasks):,} tasks ({', '.join(tasks[:TASKS_SHOWN])}{more})", problem.message))
+    return merged
+
+
+def _task_of(problem: Problem) -> str | None:
+    """The task a problem is about (`task <id>`, a tasks.jsonl line, a tasks/ file), if one."""
+    if problem.file.startswith("task "):
+        return problem.file.removeprefix("task ")
+    if re.search(r"tasks\.jsonl:\d+$|/tasks/[^/]+\.json$", problem.file):
+        return problem.file
+    return None
 
 
 def _rel(root: Path, path: Path) -> str:
@@ -242,8 +201,8 @@ def _load_manifest(root: Path, problems: list[Problem]) -> Manifest:
         return fallback.model_copy(update=salvaged)
 
 
-def _load_envs(root: Path, problems: list[Problem]) -> dict[str, Env]:
-    envs: dict[str, Env] = {}
+def _load_envs(root: Path, problems: list[Problem]) -> dict[str, BundleEnv]:
+    envs: dict[str, BundleEnv] = {}
     folders = sorted(p for p in (root / "envs").glob("*") if p.is_dir() and not p.name.startswith((".", "_")))
     if not folders:
         problems.append(Problem(_rel(root, root / "envs"), "no env folders; add envs/<name>/env.toml"))
@@ -263,7 +222,7 @@ def _load_envs(root: Path, problems: list[Problem]) -> dict[str, Env]:
             module_path = folder / (module.replace(".", "/") + ".py")
             if not module_path.is_file() and not (folder / module.replace(".", "/") / "__init__.py").is_file():
                 problems.append(Problem(_rel(root, path), f"entry module {module!r} not found in {folder.name}/; add {module_path.name} or fix entry"))
-        envs[folder.name] = Env(folder.name, folder, config)
+        envs[folder.name] = BundleEnv(folder.name, folder, config)
     return envs
 
 
@@ -313,7 +272,7 @@ def _load_tasks(root: Path, defaults: dict[str, Any], problems: list[Problem]) -
     return tasks
 
 
-def _check_task_refs(task: Task, envs: dict[str, Env], verifier_names: set[str], problems: list[Problem]) -> None:
+def _check_task_refs(task: Task, envs: dict[str, BundleEnv], verifier_names: set[str], problems: list[Problem]) -> None:
     where = f"task {task.id}"
     if task.env not in envs:
         known = ", ".join(envs) or "none"
@@ -377,7 +336,14 @@ def _check_command_files(root: Path, task: Task, command_verifiers: dict[str, Co
                 ))
 
 
+def _unlisted(tasks: dict[str, Task], evals: dict[str, list[Task]]) -> list[Task]:
+    """The `train` split when no evals/train.toml names it: every task in no eval split."""
+    listed = {task.id for split in evals.values() for task in split}
+    return [task for task in tasks.values() if task.id not in listed]
+
+
 def _load_evals(root: Path, tasks: dict[str, Task], problems: list[Problem]) -> dict[str, list[Task]]:
+    """Every evals/<split>.toml's tasks, evals/train.toml's included."""
     splits: dict[str, list[Task]] = {}
     for path in sorted((root / "evals").glob("*.toml")):
         where = _rel(root, path)

@@ -8,11 +8,12 @@ reported before any trainer connects.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
-from corral.client.protocol import END_TURN, ToolSpec
+from corral.client.catalog import END_TURN, ToolSpec
 from corral.client.rewards import RewardRule, missing_rule_message
 from corral.sandboxes import SandboxError, SandboxProvider, SandboxSpec
-from corral.server.bundle import Bundle, Env, Problem
+from corral.server.bundle import BundleEnv, LoadedBundle, Problem
 from corral.server.envproc import EnvCallError, EnvDied, EnvProcess
 from corral.server.verifiers import VerifierError, load_verifiers
 
@@ -20,20 +21,25 @@ PROBE_TIMEOUT_S = 120.0
 RESERVED_TOOL_NAMES = {END_TURN, "reset", "get_reward"}
 
 
-def sandbox_spec(env: Env, labels: dict[str, str] | None = None) -> SandboxSpec:
+def sandbox_spec(env: BundleEnv) -> SandboxSpec:
+    """Everything a provider needs to run `env`, from its folder and env.toml."""
+    config = env.config
     return SandboxSpec(
         env_name=env.name,
         context_dir=env.folder,
         command=env.command,
+        image=config.image,
+        dockerfile=config.dockerfile,
+        writable=tuple(config.writable),
+        scratch_mb=config.scratch_mb,
         resources=env.resources,
-        network=env.config.network,
-        labels=labels or {},
+        network=config.network,
     )
 
 
-async def probe_tools(env: Env, provider: SandboxProvider) -> list[ToolSpec]:
+async def probe_tools(env: BundleEnv, provider: SandboxProvider) -> list[ToolSpec]:
     """Start `env` once and list its tools; raise RuntimeError saying why when it cannot."""
-    sandbox = await provider.start(sandbox_spec(env, {"corral.purpose": "probe"}))
+    sandbox = await provider.start(sandbox_spec(env), {"corral.purpose": "probe"})
     try:
         process = EnvProcess(sandbox)
         async with asyncio.timeout(PROBE_TIMEOUT_S):
@@ -46,13 +52,12 @@ async def probe_tools(env: Env, provider: SandboxProvider) -> list[ToolSpec]:
         await sandbox.close()
 
 
-async def check_envs(bundle: Bundle, provider: SandboxProvider) -> dict[str, list[ToolSpec]]:
-    """Every env's tools; adds a problem to `bundle.problems` for each env or task that is off."""
-    results = await asyncio.gather(
-        *(probe_tools(env, provider) for env in bundle.envs.values()), return_exceptions=True
-    )
+async def check_envs(bundle: LoadedBundle, provider: SandboxProvider, envs: Sequence[BundleEnv]) -> dict[str, list[ToolSpec]]:
+    """The tools of each of `envs` (those the provider could prepare); adds a problem to
+    `bundle.problems` for each env or task that is off."""
+    results = await asyncio.gather(*(probe_tools(env, provider) for env in envs), return_exceptions=True)
     tools_by_env: dict[str, list[ToolSpec]] = {}
-    for env, result in zip(bundle.envs.values(), results, strict=True):
+    for env, result in zip(envs, results, strict=True):
         where = bundle.where("envs", env.name)
         if isinstance(result, BaseException):
             if not isinstance(result, (RuntimeError, SandboxError, EnvDied, EnvCallError, OSError)):
@@ -77,7 +82,7 @@ async def check_envs(bundle: Bundle, provider: SandboxProvider) -> dict[str, lis
     return tools_by_env
 
 
-def check_verifiers(bundle: Bundle) -> None:
+def check_verifiers(bundle: LoadedBundle) -> None:
     for name, path in bundle.verifiers.items():
         try:
             load_verifiers({name: path})
@@ -86,7 +91,7 @@ def check_verifiers(bundle: Bundle) -> None:
             bundle.problems.append(Problem(bundle.where("verifiers", path.name), str(error).removeprefix(f"{path}: ")))
 
 
-def check_reward_rule(bundle: Bundle, rule: RewardRule) -> None:
+def check_reward_rule(bundle: LoadedBundle, rule: RewardRule) -> None:
     """A task with several scores needs a rule; a named score must exist in every task."""
     for task in bundle.tasks.values():
         score_ids = sorted(task.verifiers)

@@ -1,25 +1,31 @@
-"""The `corral` command: check a bundle, build its images, serve it."""
+"""The `corral` command: start a bundle, check it, build its images, serve it.
+
+A mistake in how it is called (an unknown sandbox, a port in use, a bundle folder that is not
+there) is one line on stderr saying what to do, and exit status 2; a bundle with problems
+lists them all, and exit status 1.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import importlib.metadata
 import logging
-import time
+import os
+import socket
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 import uvicorn
 
+from corral.errors import BundleInvalid, ConfigError, ImageError
+from corral.sandboxes import KINDS, make_provider
 from corral.server.app import create_app
-from corral.server.bundle import load_bundle
-from corral.server.served import (
-    BundleProblems,
-    ServedBundle,
-    ServeOptions,
-    default_instance,
-    docker_envs,
-)
+from corral.server.bundle import TRAIN_SPLIT, load_bundle, merge_shared
+from corral.server.checks import sandbox_spec
+from corral.server.scaffold import starter_files, write_starter
+from corral.server.served import ServedBundle, ServeOptions, default_instance
 
 app = typer.Typer(
     help="corral: serve bundles of agent tasks as live environments for RL trainers.",
@@ -28,14 +34,49 @@ app = typer.Typer(
 )
 
 BundleArg = Annotated[Path, typer.Argument(help="The bundle folder (it holds bundle.toml).", show_default=False)]
+USAGE_ERROR = 2  # the exit status of a mistake in how corral was called
+
+
+def _version(show: bool) -> None:
+    if show:
+        typer.echo(f"corral {importlib.metadata.version('corral')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print corral's version and exit.")] = False,
+) -> None:
+    pass
+
+
+@app.command()
+def init(
+    name: Annotated[str, typer.Argument(help="The bundle's name, and its folder's.", show_default=False)],
+    path: Annotated[Path, typer.Option(help="The folder to write the bundle's folder in.")] = Path("."),
+) -> None:
+    """Write a bundle to start from: an env with two tools, three tasks, an eval split, a verifier."""
+    try:
+        root = write_starter(name, path)
+    except ConfigError as error:
+        _fail(str(error))
+    shown = os.path.relpath(root)
+    typer.echo(f"wrote the bundle {name}:")
+    for file in starter_files():
+        typer.echo(f"  {os.path.join(shown, file)}")
+    typer.echo("next:")
+    typer.echo(f"  corral check {shown}    # every problem at once, each with its fix")
+    typer.echo(f"  corral serve {shown}    # then play it from Python: see {os.path.join(shown, 'README.md')}")
 
 
 @app.command()
 def check(
     bundle: BundleArg,
-    sandbox: Annotated[str, typer.Option(help="Where to start each env once to list its tools: auto, docker or local.")] = "local",
+    sandbox: Annotated[str, typer.Option(help="Where to start each env once to list its tools: auto (docker when an engine answers, else local, as serve picks), docker or local.")] = "auto",
 ) -> None:
     """List every problem of a bundle at once, each with its file and fix; exit 1 if any."""
+    _refuse_bad_call(bundle, sandbox)
     served = _open_or_exit(bundle, ServeOptions(sandbox=sandbox))
     asyncio.run(served.aclose())
     typer.echo(summary(served))
@@ -68,11 +109,18 @@ def serve(
         tool_timeout_s=tool_timeout, reset_timeout_s=reset_timeout, token=token,
         warm_pool=warm_pool, instance=instance or default_instance(port),
     )
-    served = _open_or_exit(bundle, options)
+    _refuse_bad_call(bundle, sandbox)
+    listener = _listen(host, port)  # before the bundle is opened: a port in use is known at once
+    try:
+        served = _open_or_exit(bundle, options)
+    except BaseException:
+        listener.close()
+        raise
     typer.echo(summary(served))
-    warm = f", {warm_pool} warm container(s) per env" if served.provider.name == "docker" and warm_pool else ""
-    typer.echo(f"serving on http://{host}:{port} (sandbox: {served.provider.name}{warm}, at most {max_concurrent_envs} sessions)")
-    uvicorn.run(create_app(served), host=host, port=port, log_level="info")
+    sandboxes = served.provider.status()  # warm pools fill once serving starts; local processes keep none
+    warm = f", {warm_pool} warm container(s) per env" if warm_pool and sandboxes.isolated else ""
+    typer.echo(f"serving on http://{host}:{port} (sandbox: {sandboxes.kind}{warm}, at most {max_concurrent_envs} sessions)")
+    uvicorn.Server(uvicorn.Config(create_app(served), log_level="info")).run(sockets=[listener])
 
 
 @app.command()
@@ -81,31 +129,35 @@ def build(bundle: BundleArg) -> None:
     folder is never rebuilt; a changed one always is)."""
     loaded = load_bundle(bundle)
     if loaded.problems:
-        typer.echo(str(BundleProblems(loaded.root, loaded.problems)), err=True)
+        typer.echo(str(BundleInvalid(loaded.root, loaded.problems)), err=True)
         raise typer.Exit(1)
     try:
-        from corral.sandboxes.docker_images import ImageError, ensure_image  # docker is optional
-        from corral.sandboxes.docker_provider import engine
-    except ImportError as error:
-        typer.echo(f"corral build needs the docker package: pip install 'corral[docker]' ({error})", err=True)
-        raise typer.Exit(1) from None
-    client = engine()
+        provider = make_provider("docker")
+    except ConfigError as error:
+        _fail(str(error))
+
+    async def prepare_all() -> None:
+        try:
+            for env in loaded.envs.values():
+                prepared = await provider.prepare(sandbox_spec(env), typer.echo)
+                state = f"built in {prepared.seconds:.0f}s" if prepared.built else "up to date"
+                typer.echo(f"{env.name}: {prepared.image} {state}")
+        finally:
+            await provider.aclose()
+
     try:
-        for env in docker_envs(loaded):
-            started = time.monotonic()
-            result = ensure_image(client, env.image, typer.echo)
-            state = f"built in {time.monotonic() - started:.0f}s" if result.built else "up to date"
-            typer.echo(f"{result.env_name}: {result.tag} {state}")
+        asyncio.run(prepare_all())
     except ImageError as error:
         typer.echo(str(error), err=True)
         raise typer.Exit(1) from None
-    finally:
-        client.close()
 
 
 def summary(served: ServedBundle) -> str:
     bundle = served.bundle
-    splits = ", ".join(f"{name} ({len(tasks)})" for name, tasks in bundle.splits.items())
+    splits = ", ".join(
+        f"{name} (0: every task is in an eval split)" if name == TRAIN_SPLIT and not tasks else f"{name} ({len(tasks)})"
+        for name, tasks in bundle.splits.items()
+    )
     tools = sorted({tool.name for toolset in served.toolsets.values() for tool in toolset.tools})
     return (
         f"{bundle.manifest.name}: {len(bundle.tasks)} tasks; splits {splits}; "
@@ -114,11 +166,46 @@ def summary(served: ServedBundle) -> str:
 
 
 def _open_or_exit(bundle: Path, options: ServeOptions) -> ServedBundle:
+    """The bundle, checked and served with `options`; exit 1 listing every problem of a bundle
+    with problems, exit 2 (one line) for a setting that cannot work (no Docker engine...)."""
     try:
         return asyncio.run(ServedBundle.open(bundle, options))
-    except BundleProblems as problems:
-        typer.echo(str(problems), err=True)
+    except BundleInvalid as error:
+        # Problems the env checks added after loading are merged too: one line per shared problem.
+        typer.echo(str(BundleInvalid(bundle, merge_shared(error.problems))), err=True)
         raise typer.Exit(1) from None
+    except ConfigError as error:
+        _fail(str(error))
+
+
+def _refuse_bad_call(bundle: Path, sandbox: str) -> None:
+    """Exit 2, in one line, for an unknown sandbox or a bundle folder that is not there."""
+    if sandbox not in KINDS:
+        _fail(f"unknown --sandbox {sandbox!r}; choose one of: {', '.join(KINDS)}")
+    if not bundle.is_dir():
+        _fail(f"no bundle folder at {bundle}; give the folder that holds bundle.toml, or write one with: corral init NAME")
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port for the server to listen on; exit 2 saying why when it cannot be."""
+    listener = None
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        listener = socket.socket(family, kind)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        listener.bind(address)
+    except OSError as error:
+        if listener is not None:
+            listener.close()
+        if error.errno == errno.EADDRINUSE:
+            _fail(f"port {port} on {host} is in use (another corral serve?); stop what listens there, or serve with --port {port + 1}")
+        _fail(f"cannot listen on {host}:{port} ({error.strerror or error}); serve with another --host or --port")
+    return listener
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(USAGE_ERROR)
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ class EmbeddedServer:
         port = _free_port()
         if options.instance is None:  # the reaper's name for this server: its port makes it unique here
             options = dataclasses.replace(options, instance=default_instance(port))
-        self.served = asyncio.run(ServedBundle.open(Path(root), options))  # raises BundleProblems
+        self.served = asyncio.run(ServedBundle.open(Path(root), options))  # raises BundleInvalid
         self.url = f"http://127.0.0.1:{port}"
         config = uvicorn.Config(
             create_app(self.served), host="127.0.0.1", port=port, log_level="warning",

@@ -1,23 +1,35 @@
 """Speaking to an env process over its sandbox's stdio: newline-delimited JSON-RPC 2.0.
 
-The env side is `corral.env.runtime` (or any MCP stdio server). Calls are sequential within
-an episode, but replies are matched by id, so a late reply to an abandoned call is dropped.
+The env side is `corral.env.runtime` or any MCP stdio server, so the stream may carry more
+than replies: the env's own requests to corral (a tool that pings its client), notifications
+(log lines, progress) and lines that are not JSON at all (a tool's `print` in servers that
+leave stdout to their code). While a call waits, the env's requests are answered, the rest
+is skipped, and only a message that answers the call's own id ends the wait. corral's ids
+are strings ("corral-1", ...), so they never collide with the integer ids SDK servers give
+their requests. Calls are sequential within an episode; a late reply to an abandoned call is
+skipped like any other message.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
+import logging
 from typing import Any
 
+from corral.env import jsonrpc
+from corral.errors import CorralError, SandboxError
 from corral.sandboxes import Sandbox
 
+log = logging.getLogger("corral.server.envproc")
 
-class EnvDied(RuntimeError):
+CLIENT_INFO = {"name": "corral", "version": "1"}
+
+
+class EnvDied(SandboxError, RuntimeError):
     """The env process closed its stream: it crashed, exited, or was killed."""
 
 
-class EnvCallError(RuntimeError):
+class EnvCallError(CorralError, RuntimeError):
     """The env answered a call with a JSON-RPC error."""
 
     def __init__(self, method: str, error: dict[str, Any]):
@@ -30,48 +42,124 @@ class EnvProcess:
 
     def __init__(self, sandbox: Sandbox):
         self.sandbox = sandbox
-        self._ids = itertools.count(1)
+        self.hooks: frozenset[str] = frozenset()  # the corral/* methods the env declared
+        self.skipped_lines = 0  # lines on the env's stdout that were not JSON-RPC
+        self._last_skipped = ""
+        self._ids = (f"corral-{n}" for n in itertools.count(1))
+
+    async def initialize(self, corral_runtime: bool = False) -> None:
+        """MCP's handshake, which also tells which of corral's hooks the env answers.
+
+        `corral_runtime`: the env is corral's own runtime (`python3 -m corral.env`), which has
+        every hook and answers lines in order, so its reply is not awaited: the next call's
+        reply comes after it, and a reset saves a round trip. Any other MCP server gets the
+        handshake by the book, and hooks only if it declares `capabilities.experimental.corral`.
+        """
+        params = {
+            "protocolVersion": jsonrpc.PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": CLIENT_INFO,
+        }
+        if corral_runtime:
+            # Its reply is skipped by the next call, as a reply to an id it is not waiting for.
+            await self._send(jsonrpc.request(next(self._ids), "initialize", params))
+            self.hooks = frozenset(jsonrpc.HOOKS)
+        else:
+            result = await self.call("initialize", params)
+            self.hooks = _declared_hooks(result)
+        await self.notify("notifications/initialized")
 
     async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         """Send one request and wait for its reply (callers bound the wait with a deadline)."""
         request_id = next(self._ids)
-        await self._send(method, params, request_id)
-        try:
-            while True:
-                reply = json.loads(await self.sandbox.read_line())
-                if isinstance(reply, dict) and reply.get("id") == request_id:
-                    break
-        except EOFError as error:
-            raise EnvDied(self._died_message()) from error
-        except json.JSONDecodeError as error:
-            raise EnvDied(f"the env wrote something that is not JSON-RPC on stdout: {error}") from error
-        if "error" in reply:
-            raise EnvCallError(method, reply["error"])
-        return reply.get("result")
+        await self._send(jsonrpc.request(request_id, method, params))
+        while True:
+            message = await self._read()
+            if message is None:
+                continue
+            if _answers(message, request_id):
+                break
+            if isinstance(message.get("method"), str) and "id" in message:
+                await self._answer_env_request(message)
+            # Anything else (a notification, a late reply) is not for this call.
+        if "error" in message:
+            error = message["error"]
+            raise EnvCallError(method, error if isinstance(error, dict) else {"message": error})
+        return message["result"]
+
+    async def hook(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """Call one of corral's hooks (`corral/reset`, ...); None, with nothing sent, when the
+        env did not declare it (a plain MCP server plays a tool-only env)."""
+        if method not in self.hooks:
+            return None
+        return await self.call(method, params)
 
     async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
-        await self._send(method, params)
+        await self._send(jsonrpc.notification(method, params))
 
-    async def initialize(self, *, await_reply: bool = True) -> None:
-        """MCP's handshake. corral's own runtime answers lines in order, so for it the reply
-        need not be awaited (`await_reply=False`): the next call's reply comes after it, and a
-        reset saves a round trip. A plain MCP server gets the handshake by the book."""
-        params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "corral", "version": "1"}}
-        if await_reply:
-            await self.call("initialize", params)
+    async def _answer_env_request(self, message: dict[str, Any]) -> None:
+        """corral answers `ping`, and refuses the rest (roots, sampling...): it declares no
+        client capabilities, and an unanswered request would hang the env's tool."""
+        method = message["method"]
+        if method == "ping":
+            await self._send(jsonrpc.result(message["id"], {}))
         else:
-            await self._send("initialize", params, next(self._ids))  # its reply is dropped by the next call
-        await self.notify("notifications/initialized")
+            text = f"corral does not serve {method}; it answers only ping"
+            await self._send(jsonrpc.error(message["id"], jsonrpc.METHOD_NOT_FOUND, text))
 
-    async def _send(self, method: str, params: dict[str, Any] | None, request_id: int | None = None) -> None:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params or {}}
-        if request_id is not None:
-            message["id"] = request_id
+    async def _read(self) -> dict[str, Any] | None:
+        """The next message from the env; None for a line that is not one (skipped, counted)."""
         try:
-            await self.sandbox.send_line(json.dumps(message, separators=(",", ":")).encode())
+            line = await self.sandbox.read_line()
         except EOFError as error:
-            raise EnvDied(self._died_message()) from error
+            raise EnvDied(self._died_message(error)) from error
+        try:
+            return jsonrpc.decode(line)
+        except jsonrpc.RpcError:
+            self.skipped_lines += 1
+            self._last_skipped = line.decode("utf-8", "replace")[:200]
+            log.debug(
+                "skipped a line of the env's stdout that is not JSON-RPC: %r", self._last_skipped
+            )
+            return None
 
-    def _died_message(self) -> str:
+    async def _send(self, message: dict[str, Any]) -> None:
+        try:
+            await self.sandbox.send_line(jsonrpc.encode(message))
+        except EOFError as error:
+            raise EnvDied(self._died_message(error)) from error
+
+    def _died_message(self, error: EOFError) -> str:
+        message = str(error) or "the env process exited"
         tail = self.sandbox.stderr_tail(1500).strip()
-        return "the env process exited" + (f"; its stderr ends with:\n{tail}" if tail else " without writing to stderr")
+        if tail:
+            message += f"; the env's stderr ends with:\n{tail}"
+        else:
+            message += "; the env wrote nothing to stderr"
+        if self.skipped_lines:
+            message += (
+                f"\n(it also wrote {self.skipped_lines} line(s) on stdout that are not JSON-RPC; "
+                f"the last: {self._last_skipped!r})"
+            )
+        return message
+
+
+def _answers(message: dict[str, Any], request_id: str) -> bool:
+    """Whether `message` is the reply to the request `request_id` (not a request of the env's
+    that happens to carry the same id)."""
+    return (
+        message.get("id") == request_id
+        and "method" not in message
+        and ("result" in message or "error" in message)
+    )
+
+
+def _declared_hooks(initialize_result: Any) -> frozenset[str]:
+    """The hooks an env declares in `capabilities.experimental.corral.hooks`; none otherwise."""
+    try:
+        declared = initialize_result["capabilities"]["experimental"][jsonrpc.CAPABILITY]["hooks"]
+    except (KeyError, TypeError):
+        return frozenset()
+    if not isinstance(declared, list):
+        return frozenset()
+    return frozenset(hook for hook in declared if hook in jsonrpc.HOOKS)

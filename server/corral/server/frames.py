@@ -1,76 +1,69 @@
-"""Parsing a client's frame into a typed message, and dispatching it to its session."""
+"""One client frame in, one reply frame out: parsed with the protocol's models, dispatched to
+the session. Every failure becomes an `error` frame and the session goes on."""
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from corral.client.protocol import (
     CLIENT_FRAME_TYPES,
-    CloseFrame,
+    CLIENT_FRAMES,
+    ClientFrame,
+    CloseRequest,
     ErrorCode,
-    McpFrame,
-    ResetFrame,
-    StateFrame,
-    StepFrame,
+    ErrorReply,
+    McpReply,
+    McpRequest,
+    ObservationReply,
+    ResetRequest,
+    StateReply,
+    StateRequest,
+    StepRequest,
 )
-from corral.server.sessions import FrameError, Session
+from corral.server.mcp import answer_mcp
+from corral.server.sessions import FrameError, ServedSession, SessionRegistry
 
 log = logging.getLogger("corral.server")
 
-_MODELS: dict[str, type[BaseModel]] = {
-    "reset": ResetFrame,
-    "step": StepFrame,
-    "state": StateFrame,
-    "close": CloseFrame,
-    "mcp": McpFrame,
-}
 
-
-def error_frame(code: ErrorCode, message: str, **extra: Any) -> dict[str, Any]:
-    return {"type": "error", "data": {"message": message, "code": code.value, **extra}}
-
-
-def parse_frame(text: str) -> BaseModel:
+def parse_frame(text: str) -> ClientFrame:
     """The typed frame `text` holds; raise FrameError saying what is wrong with it."""
     try:
         raw = json.loads(text)
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, RecursionError) as error:
         raise FrameError(ErrorCode.INVALID_JSON, f"the frame is not JSON: {error}") from None
     if not isinstance(raw, dict) or "type" not in raw:
         raise FrameError(ErrorCode.VALIDATION_ERROR, 'a frame is a JSON object with a "type"')
-    model = _MODELS.get(raw["type"]) if isinstance(raw["type"], str) else None
-    if model is None:
-        raise FrameError(
-            ErrorCode.UNKNOWN_TYPE, f"unknown frame type {raw['type']!r}; send one of {', '.join(CLIENT_FRAME_TYPES)}"
-        )
+    if raw["type"] not in CLIENT_FRAME_TYPES:
+        shown = json.dumps(raw["type"])[:100]
+        raise FrameError(ErrorCode.UNKNOWN_TYPE, f"unknown frame type {shown}; send one of {', '.join(CLIENT_FRAME_TYPES)}")
     try:
-        return model.model_validate(raw)
+        return CLIENT_FRAMES.validate_python(raw)
     except ValidationError as error:
         details = error.errors(include_url=False, include_context=False, include_input=False)
-        summary = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in details)
+        summary = "; ".join(f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}" for e in details)
         raise FrameError(ErrorCode.VALIDATION_ERROR, f"invalid {raw['type']} frame: {summary}", errors=details) from None
 
 
-async def handle_frame(session: Session, text: str) -> dict[str, Any] | None:
+async def handle_frame(session: ServedSession, registry: SessionRegistry, text: str) -> BaseModel | None:
     """The reply to one frame, or None when the client asked to close the session."""
     try:
         frame = parse_frame(text)
-        if isinstance(frame, CloseFrame):
+        if isinstance(frame, CloseRequest):
             return None
-        if isinstance(frame, ResetFrame):
-            return await session.reset(frame)
-        if isinstance(frame, StepFrame):
-            return await session.step(frame)
-        if isinstance(frame, StateFrame):
-            return session.state()
-        assert isinstance(frame, McpFrame)
-        return await session.mcp(frame)
+        if isinstance(frame, ResetRequest):
+            return ObservationReply.of(await session.reset(frame.data))
+        if isinstance(frame, StepRequest):
+            return ObservationReply.of(await session.step(frame.data))
+        if isinstance(frame, McpRequest):
+            return McpReply(data=await answer_mcp(frame.data, registry, session=session))
+        assert isinstance(frame, StateRequest)
+        return StateReply(data=session.state())
     except FrameError as error:
-        return error_frame(error.code, str(error), **error.extra)
-    except Exception as error:  # a bug must not take the session down; the client gets the reason
+        return ErrorReply.of(error.code, str(error), **error.extra)
+    except Exception:  # a bug must not take the session down, nor show the client its internals
         log.exception("frame failed on session %s", session.session_id)
-        return error_frame(ErrorCode.EXECUTION_ERROR, f"{type(error).__name__}: {error}")
+        return ErrorReply.of(ErrorCode.EXECUTION_ERROR, "the server failed to handle this frame; its log has the reason")

@@ -10,30 +10,23 @@ import logging
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from corral.client.protocol import END_TURN_TOOL, ResetData, TaskInfo, Toolset, ToolSpec
+from corral.client.catalog import END_TURN, END_TURN_TOOL, TaskInfo, Toolset, ToolSpec
+from corral.client.protocol import (
+    DEFAULT_RESET_TIMEOUT_S,
+    DEFAULT_TOOL_TIMEOUT_S,
+    Limits,
+    ResetData,
+)
 from corral.client.rewards import RewardRule
+from corral.errors import BundleInvalid, SandboxError
 from corral.sandboxes import SandboxProvider, make_provider
-from corral.server.bundle import RESERVED_SPLIT, Bundle, Problem, Task, load_bundle
+from corral.server.bundle import RESERVED_SPLIT, BundleEnv, LoadedBundle, Problem, load_bundle
+from corral.server.bundle_format import Task
 from corral.server.checks import check_envs, check_reward_rule, check_verifiers, sandbox_spec
 from corral.server.verifiers import Verify, load_verifiers
 
-if TYPE_CHECKING:
-    from corral.sandboxes.docker_provider import DockerEnv, DockerProvider
-
 log = logging.getLogger("corral.server")
-DEFAULT_TOOL_TIMEOUT_S = 60.0
-DEFAULT_RESET_TIMEOUT_S = 600.0
-
-
-class BundleProblems(ValueError):
-    """The bundle cannot be served; the message lists every problem with its fix."""
-
-    def __init__(self, root: Path, problems: list[Problem]):
-        self.problems = problems
-        lines = "\n".join(f"  - {problem}" for problem in problems)
-        super().__init__(f"{root} has {len(problems)} problem(s):\n{lines}")
 
 
 @dataclass(frozen=True)
@@ -52,40 +45,46 @@ class ServeOptions:
 
 @dataclass
 class ServedBundle:
-    bundle: Bundle
+    bundle: LoadedBundle
     provider: SandboxProvider
     toolsets: dict[str, Toolset]
     toolset_of: dict[str, str]  # task id -> toolset name
     verifiers: dict[str, Verify]
     reward: RewardRule
-    tool_timeout_s: float
-    reset_timeout_s: float
+    limits: Limits
     options: ServeOptions
 
     @classmethod
     async def open(cls, root: Path, options: ServeOptions) -> ServedBundle:
-        """Load and check the bundle, probe its envs; raise BundleProblems if anything is off."""
+        """Load and check the bundle, prepare and probe its envs; raise BundleInvalid if
+        anything is off."""
         bundle = load_bundle(root)
         provider = make_provider(options.sandbox, instance=options.instance, warm_pool=options.warm_pool)
-        images_ready = provider.name != "docker" or not bundle.envs or await _prepare_docker(bundle, provider)
-        tools_by_env = await check_envs(bundle, provider) if bundle.envs and images_ready else {}
-        check_verifiers(bundle)
-        reward = options.reward if options.reward is not None else bundle.manifest.serve.reward
-        check_reward_rule(bundle, reward)
-        if bundle.problems:
+        try:
+            ready = await _prepare_envs(bundle, provider)
+            tools_by_env = await check_envs(bundle, provider, ready) if ready else {}
+            check_verifiers(bundle)
+            reward = options.reward if options.reward is not None else bundle.manifest.serve.reward
+            check_reward_rule(bundle, reward)
+            if bundle.problems:
+                raise BundleInvalid(root, bundle.problems)
+            toolsets, toolset_of = _toolsets(bundle, tools_by_env)
+            verifiers = load_verifiers(bundle.verifiers)
+        except BaseException:
             await provider.aclose()
-            raise BundleProblems(root, bundle.problems)
-        toolsets, toolset_of = _toolsets(bundle, tools_by_env)
+            raise
         serve = bundle.manifest.serve
         return cls(
             bundle=bundle,
             provider=provider,
             toolsets=toolsets,
             toolset_of=toolset_of,
-            verifiers=load_verifiers(bundle.verifiers),
+            verifiers=verifiers,
             reward=reward,
-            tool_timeout_s=options.tool_timeout_s or serve.tool_timeout_s or DEFAULT_TOOL_TIMEOUT_S,
-            reset_timeout_s=options.reset_timeout_s or serve.reset_timeout_s or DEFAULT_RESET_TIMEOUT_S,
+            limits=Limits(  # the operator's flag, else the bundle's [serve], else corral's default
+                tool_timeout_s=options.tool_timeout_s or serve.tool_timeout_s or DEFAULT_TOOL_TIMEOUT_S,
+                reset_timeout_s=options.reset_timeout_s or serve.reset_timeout_s or DEFAULT_RESET_TIMEOUT_S,
+            ),
             options=options,
         )
 
@@ -106,36 +105,55 @@ class ServedBundle:
         )
 
     def find_task(self, data: ResetData) -> Task:
-        """The task a reset names; raise LookupError with what to send instead."""
-        if data.split is not None or data.index is not None:
-            split = data.split or RESERVED_SPLIT
-            if split not in self.bundle.splits:
-                raise LookupError(f"no split {split!r}; the splits are: {', '.join(self.bundle.splits)}")
-            tasks = self.bundle.splits[split]
-            if data.index is None or data.index >= len(tasks):
-                raise LookupError(f"split {split!r} has {len(tasks)} tasks; send an index from 0 to {len(tasks) - 1}")
-            task = tasks[data.index]
-            if data.task_id is not None and data.task_id != task.id:
-                raise LookupError(
-                    f"task {data.index} of split {split!r} is {task.id!r}, not {data.task_id!r}: "
-                    "the server's bundle changed since the dataset was built; rebuild it"
-                )
-            return task
-        if data.task_id is not None:
+        """The task a reset names: by split and index, by task_id, or by seed (a task of the
+        split, the same for the same seed); else the split's first. LookupError says what to
+        send instead."""
+        if data.index is None and data.seed is None and data.task_id is not None:
             if data.task_id not in self.bundle.tasks:
                 raise LookupError(f"no task {data.task_id!r} in bundle {self.name}")
             return self.bundle.tasks[data.task_id]
-        return self.bundle.splits[RESERVED_SPLIT][0]
+        split = data.split or RESERVED_SPLIT
+        if split not in self.bundle.splits:
+            raise LookupError(f"no split {split!r}; the splits are: {', '.join(self.bundle.splits)}")
+        tasks = self.bundle.splits[split]
+        if not tasks:
+            raise LookupError(f"split {split!r} has no tasks; the splits are: {', '.join(self.bundle.splits)}")
+        index = data.index if data.index is not None else (data.seed or 0) % len(tasks)
+        if index >= len(tasks):
+            raise LookupError(f"split {split!r} has {len(tasks)} tasks; send an index from 0 to {len(tasks) - 1}")
+        task = tasks[index]
+        if data.task_id is not None and data.task_id != task.id:
+            raise LookupError(
+                f"task {index} of split {split!r} is {task.id!r}, not {data.task_id!r}: "
+                "the server's bundle changed since the dataset was built; rebuild it"
+            )
+        return task
+
+    def limits_for(self, data: ResetData) -> tuple[Limits, list[str]]:
+        """The limits an episode plays under: the operator's, lowered where its client asked
+        (never raised); and a note for each request that was capped."""
+        asked = {"tool_timeout_s": data.tool_timeout_s, "reset_timeout_s": data.reset_timeout_s}
+        limits, notes = self.limits.model_dump(), []
+        for key, value in asked.items():
+            if value is None:
+                continue
+            if value > limits[key]:
+                notes.append(f"{key}={value:g} asked; the server's limit of {limits[key]:g}s applies")
+            limits[key] = min(value, limits[key])
+        return Limits(**limits), notes
 
     def offered_tools(self, task: Task) -> list[ToolSpec]:
         """The turn's tools: the env tools the task offers, then end_turn."""
         return self.toolsets[self.toolset_of[task.id]].tools
 
+    def all_tools(self) -> list[ToolSpec]:
+        """Every tool the bundle offers, each once (what a session lists before its reset)."""
+        tools = {tool.name: tool for toolset in self.toolsets.values() for tool in toolset.tools if tool.name != END_TURN}
+        return [*tools.values(), END_TURN_TOOL]
+
     def start_pools(self) -> None:
-        """Start warm pools, if the provider keeps them (on the loop that serves sessions)."""
-        start_pools = getattr(self.provider, "start_pools", None)
-        if start_pools is not None:
-            start_pools([sandbox_spec(env) for env in self.bundle.envs.values()])
+        """Start the provider's warm pools, where it keeps them (on the loop that serves sessions)."""
+        self.provider.start_pools([sandbox_spec(env) for env in self.bundle.envs.values()])
 
     async def aclose(self) -> None:
         await self.provider.aclose()
@@ -147,39 +165,25 @@ def default_instance(port: int) -> str:
     return f"{socket.gethostname()}-{port}"
 
 
-def docker_envs(bundle: Bundle) -> list[DockerEnv]:
-    """How the docker provider builds and runs each env of `bundle` (needs corral[docker])."""
-    from corral.sandboxes.docker_images import EnvImage  # docker is optional
-    from corral.sandboxes.docker_provider import DockerEnv
-
-    return [
-        DockerEnv(
-            EnvImage(env.name, env.folder, dockerfile=env.config.dockerfile, image=env.config.image),
-            writable=tuple(env.config.writable),
-            scratch_mb=env.config.scratch_mb,
-        )
-        for env in bundle.envs.values()
-    ]
-
-
-async def _prepare_docker(bundle: Bundle, provider: DockerProvider) -> bool:
-    """Reap a killed run's containers and build missing images before any session is accepted;
-    False (with the problem added to the bundle) when an image cannot be had."""
-    from corral.sandboxes.docker_images import ImageError
-
-    envs = docker_envs(bundle)
-    missing = [env.image.tag for env in envs if not await provider.call(provider.has_image, env.image.tag)]
-    if missing:
-        log.info("building %d missing env image(s) before accepting sessions: %s", len(missing), ", ".join(missing))
-    try:
-        await provider.prepare(envs)
-    except ImageError as error:
-        bundle.problems.append(Problem(bundle.where("envs"), str(error)))
-        return False
-    return True
+async def _prepare_envs(bundle: LoadedBundle, provider: SandboxProvider) -> list[BundleEnv]:
+    """Remove what a killed run of this server left, then make every env startable (e.g. build
+    its image) before any session is accepted. The envs that are ready; each other one's
+    problem is added to the bundle, so all of them are listed at once."""
+    await provider.reap_leftovers()
+    ready = []
+    for env in bundle.envs.values():
+        try:
+            prepared = await provider.prepare(sandbox_spec(env))
+        except SandboxError as error:  # an ImageError among them
+            bundle.problems.append(Problem(bundle.where("envs", env.name), str(error)))
+            continue
+        if prepared.built:
+            log.info("env %s: built %s in %.0fs", env.name, prepared.image, prepared.seconds)
+        ready.append(env)
+    return ready
 
 
-def _toolsets(bundle: Bundle, tools_by_env: dict[str, list[ToolSpec]]) -> tuple[dict[str, Toolset], dict[str, str]]:
+def _toolsets(bundle: LoadedBundle, tools_by_env: dict[str, list[ToolSpec]]) -> tuple[dict[str, Toolset], dict[str, str]]:
     """Group tasks by (env, offered tools). A toolset is named after its env when the env has
     one; otherwise after the env and its tools, e.g. `mail:read+send`."""
     keys: dict[str, tuple[str, tuple[str, ...]]] = {}

@@ -1,127 +1,118 @@
-"""Sessions: one per WebSocket, one episode at a time each, at most `max_concurrent_envs`.
+"""Sessions: one episode at a time each, at most `max_concurrent_envs` of them.
 
-A `Session` turns typed client frames into episode calls and replies; the `SessionRegistry`
-holds the limit and closes every session's episode on shutdown.
+A session is opened by a `/ws` socket, or by OpenEnv's `openenv/session/create` over
+`POST /mcp` and then attached to a socket with `/ws?session_id=`. A socket's own session ends
+with its socket; one created over HTTP outlives a dropped socket (its client may attach again)
+until `openenv/session/close`, or until it has been left detached for `DETACHED_TTL_S`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 import uuid
 from typing import Any
 
 from corral.client.protocol import (
-    CallToolAction,
+    STEP_REWARD,
+    CallTool,
+    CallToolObservation,
+    EpisodeState,
     ErrorCode,
-    McpFrame,
-    ResetFrame,
-    StepFrame,
+    ListToolsObservation,
+    ResetData,
+    ResetObservation,
+    StepAction,
 )
-from corral.server.episode import Episode
+from corral.errors import CorralError
+from corral.server.episode import ServedEpisode
 from corral.server.served import ServedBundle
 
 log = logging.getLogger("corral.server")
 
+DETACHED_TTL_S = 600.0  # a session created over HTTP and left without a socket this long is closed
+REAP_EVERY_S = 30.0
 
-class FrameError(Exception):
-    """A frame the session cannot act on; becomes an `error` frame, and the session goes on."""
 
-    def __init__(self, code: ErrorCode, message: str, **extra: Any):
+class FrameError(CorralError):
+    """A frame the session cannot act on; it becomes an `error` frame, and the session goes on."""
+
+    def __init__(self, code: ErrorCode, message: str, **extra: object):
         super().__init__(message)
         self.code = code
         self.extra = extra
 
 
-class Session:
-    def __init__(self, served: ServedBundle):
-        self.served = served
-        self.session_id = uuid.uuid4().hex[:12]
-        self.episode: Episode | None = None
+class ServedSession:
+    """One client's session: the episode it plays now, if any."""
 
-    async def reset(self, frame: ResetFrame) -> dict[str, Any]:
-        """End the episode the session holds, if any, and start the task the frame names."""
+    def __init__(self, served: ServedBundle, *, over_http: bool = False):
+        self.served = served
+        self.session_id = uuid.uuid4().hex
+        self.over_http = over_http  # created by openenv/session/create; outlives its socket
+        self.attached = False
+        self.closing = False  # openenv/session/close came while a socket was attached
+        self.idle_since = time.monotonic()
+        self.episode: ServedEpisode | None = None
+
+    async def reset(self, data: ResetData) -> ResetObservation:
+        """End the episode the session holds, if any, and start the task `data` names."""
         await self.close_episode()
-        data = frame.data
         try:
             task = self.served.find_task(data)
         except LookupError as error:
             raise FrameError(ErrorCode.VALIDATION_ERROR, str(error)) from None
-        self.episode = Episode(
-            self.served,
-            task,
-            tool_timeout_s=data.tool_timeout_s or self.served.tool_timeout_s,
-            reset_timeout_s=data.reset_timeout_s or self.served.reset_timeout_s,
-            episode_id=data.episode_id,
-            session_id=self.session_id,
-        )
-        reply = await self.episode.start()
-        self._log_if_ended()
-        return {"type": "observation", "data": reply}
+        limits, notes = self.served.limits_for(data)
+        self.episode = ServedEpisode(self.served, task, limits=limits, episode_id=data.episode_id,
+                                     session_id=self.session_id)
+        opened = await self.episode.start()
+        if notes:
+            opened.metadata["limits"] = notes
+        self._log_if_unscored()
+        return opened
 
-    async def step(self, frame: StepFrame) -> dict[str, Any]:
-        episode = self._running_episode()
-        if isinstance(frame.data, CallToolAction):
-            reply = await episode.call_tool(frame.data.tool_name, frame.data.arguments)
-            self._log_if_ended()
-        else:
-            tools = [tool.as_openenv() for tool in self.served.offered_tools(episode.task)]
-            reply = {"observation": {"tools": tools, "metadata": {}}, "reward": None, "done": False}
-        return {"type": "observation", "data": reply}
-
-    def state(self) -> dict[str, Any]:
-        if self.episode is None:
-            return {"type": "state", "data": {"episode_id": None, "step_count": 0}}
-        return {"type": "state", "data": self.episode.state()}
-
-    async def mcp(self, frame: McpFrame) -> dict[str, Any]:
-        """MCP's `tools/list` and `tools/call` over the session's episode, as JSON-RPC."""
-        request = frame.data
-        request_id = request.get("id")
-        method = request.get("method")
-        params = request.get("params") or {}
-
-        def reply(**body: Any) -> dict[str, Any]:
-            return {"type": "mcp", "data": {"jsonrpc": "2.0", "id": request_id, **body}}
-
-        if method not in ("tools/list", "tools/call"):
-            return reply(error={"code": -32601, "message": f"unknown method {method!r}; use tools/list or tools/call"})
-        try:
-            episode = self._running_episode()
-        except FrameError as error:
-            return reply(error={"code": -32000, "message": str(error)})
-        if method == "tools/list":
-            return reply(result={"tools": [tool.as_mcp() for tool in self.served.offered_tools(episode.task)]})
-        if not isinstance(params.get("name"), str) or not isinstance(params.get("arguments", {}), dict):
-            return reply(error={"code": -32602, "message": "tools/call needs params {name: str, arguments: object}"})
-        observed = await episode.call_tool(params["name"], params.get("arguments", {}))
-        self._log_if_ended()
-        fields = observed["observation"]
-        is_error = fields.get("error") is not None or fields.get("metadata", {}).get("is_error", False)
-        return reply(result={
-            "content": [{"type": "text", "text": fields.get("result", "")}],
-            "isError": is_error,
-            "structuredContent": {"reward": observed["reward"], "done": observed["done"], **fields},
-        })
-
-    async def close_episode(self) -> None:
+    async def step(self, action: StepAction) -> ListToolsObservation | CallToolObservation:
+        """A step frame; the episode counts every one (OpenEnv's `step_count`), list_tools too."""
         if self.episode is not None:
-            await self.episode.close()
+            self.episode.step_count += 1
+        if isinstance(action, CallTool):
+            return await self.call_tool(action.tool_name, action.arguments)
+        return self.list_tools()
 
-    def _running_episode(self) -> Episode:
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> CallToolObservation:
+        observed = await self.running_episode().call_tool(name, arguments)
+        self._log_if_unscored()
+        return observed
+
+    def list_tools(self) -> ListToolsObservation:
+        """The episode's tools; before a reset, every tool the bundle offers."""
+        if self.episode is None:
+            return ListToolsObservation(tools=self.served.all_tools(), reward=STEP_REWARD)
+        return self.episode.list_tools()
+
+    def state(self) -> EpisodeState:
+        return self.episode.state() if self.episode is not None else EpisodeState()
+
+    def running_episode(self) -> ServedEpisode:
         if self.episode is None:
             raise FrameError(ErrorCode.EXECUTION_ERROR, "no episode on this session: send a reset first")
         if self.episode.done:
             raise FrameError(ErrorCode.EXECUTION_ERROR, "the episode has ended; send a reset to play the next task")
         return self.episode
 
-    def _log_if_ended(self) -> None:
+    async def close_episode(self) -> None:
+        if self.episode is not None:
+            await self.episode.close()
+
+    def _log_if_unscored(self) -> None:
         episode = self.episode
-        if episode is not None and episode.outcome is not None and episode.outcome.status == "error":
-            log.warning("episode %s (task %s) ended unscored: %s", episode.episode_id, episode.task.id, episode.outcome.error)
+        if episode is not None and episode.done and episode.reward is None:
+            log.warning("episode %s (task %s) ended unscored: %s", episode.episode_id, episode.task.id, episode.reason)
 
 
-class CapacityReached(Exception):
+class CapacityReached(CorralError):
     def __init__(self, active: int, limit: int):
         self.active = active
         self.limit = limit
@@ -133,26 +124,62 @@ class CapacityReached(Exception):
 
 
 class SessionRegistry:
+    """Every open session, the limit on them, and the closing of those left behind."""
+
     def __init__(self, served: ServedBundle, limit: int):
         self.served = served
         self.limit = limit
-        self.sessions: dict[str, Session] = {}
-        self._lock = asyncio.Lock()
+        self.sessions: dict[str, ServedSession] = {}
+        self._reaper: asyncio.Task | None = None
 
-    async def open(self) -> Session:
-        async with self._lock:
-            if len(self.sessions) >= self.limit:
-                raise CapacityReached(len(self.sessions), self.limit)
-            session = Session(self.served)
-            self.sessions[session.session_id] = session
-            return session
+    def open(self, *, over_http: bool = False) -> ServedSession:
+        if len(self.sessions) >= self.limit:
+            raise CapacityReached(len(self.sessions), self.limit)
+        session = ServedSession(self.served, over_http=over_http)
+        self.sessions[session.session_id] = session
+        return session
 
-    async def release(self, session: Session) -> None:
+    def attach(self, session_id: str) -> ServedSession:
+        """The HTTP-created session a socket asks for; FrameError when it cannot have it."""
+        session = self.sessions.get(session_id)
+        if session is None or not session.over_http:
+            raise FrameError(ErrorCode.SESSION_ERROR, f"Unknown session_id: {session_id}; create one with openenv/session/create")
+        if session.attached:
+            raise FrameError(ErrorCode.SESSION_ERROR, f"Session {session_id} already has an attached WebSocket")
+        session.attached = True
+        return session
+
+    async def detach(self, session: ServedSession) -> None:
+        """A socket left its session: a socket's own session ends with it, one created over
+        HTTP waits for its client (unless it was asked to close meanwhile)."""
+        session.attached = False
+        session.idle_since = time.monotonic()
+        if not session.over_http or session.closing:
+            await self.release(session)
+
+    async def release(self, session: ServedSession) -> None:
         """Close the session's episode (tearing its sandbox down) and free its slot."""
         try:
             await session.close_episode()
         finally:
             self.sessions.pop(session.session_id, None)
 
+    def start_reaping(self) -> None:
+        """Close HTTP-created sessions left detached too long (call on the serving loop)."""
+        self._reaper = asyncio.create_task(self._reap())
+
     async def close_all(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
         await asyncio.gather(*(self.release(session) for session in list(self.sessions.values())))
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(REAP_EVERY_S)
+            now = time.monotonic()
+            for session in list(self.sessions.values()):
+                if session.over_http and not session.attached and now - session.idle_since > DETACHED_TTL_S:
+                    log.info("closing session %s: left without a socket for %.0fs", session.session_id, DETACHED_TTL_S)
+                    await self.release(session)

@@ -1,6 +1,8 @@
 """OpenEnv's Task API over the bundle's splits, plus corral's `/toolsets`.
 
-The client builds its datasets and environment classes from these routes alone.
+The client builds its datasets and environment classes from these routes alone. As OpenEnv's:
+`split` is required and unknown keys are refused (422); indices follow Python's, negative ones
+included; an index out of range is 400.
 """
 
 from __future__ import annotations
@@ -8,75 +10,80 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, HTTPException
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict
 
-from corral.client.protocol import TaskInfo
+from corral.client.catalog import SplitInfo, TaskInfo
 from corral.server.served import ServedBundle
+
+OPENENV_SPLIT_TYPES = ("train", "validation", "test")
 
 
 class SplitRequest(BaseModel):
-    split: str = "all"
+    model_config = ConfigDict(extra="forbid")
+
+    split: str
 
 
 class TaskRequest(SplitRequest):
-    index: int = Field(ge=0)
+    index: int
 
 
 class RangeRequest(SplitRequest):
-    start: int | None = Field(default=None, ge=0)
-    stop: int | None = Field(default=None, ge=0)
+    start: int | None = None
+    stop: int | None = None
 
 
 def task_router(served: ServedBundle) -> APIRouter:
     router = APIRouter()
     splits = served.bundle.splits
 
-    def check_env(env_name: str) -> None:
+    def indices(env_name: str, split: str) -> range:
+        """The split's task indices, once the env and split names check out."""
         if env_name.lower() != served.name.lower():
-            raise HTTPException(404, f"no environment {env_name!r}; this server serves {served.name!r}")
-
-    def tasks_of(env_name: str, split: str) -> list[Any]:
-        check_env(env_name)
+            raise HTTPException(404, f"unknown environment {env_name!r}; this server serves {served.name!r}")
         if split not in splits:
             raise HTTPException(404, f"no split {split!r}; the splits are: {', '.join(splits)}")
-        return splits[split]
-
-    def infos(split: str, start: int, stop: int) -> list[TaskInfo]:
-        return [served.task_info(split, index) for index in range(start, stop)]
+        return range(len(splits[split]))
 
     @router.get("/list_environments")
     def list_environments() -> list[str]:
         return [served.name]
 
     @router.get("/{env_name}/splits")
-    def list_splits(env_name: str) -> dict[str, Any]:
-        check_env(env_name)
-        return {
-            "env_name": served.name,
-            "splits": [{"name": name, "type": name, "num_tasks": len(tasks)} for name, tasks in splits.items()],
-        }
+    def list_splits(env_name: str) -> list[SplitInfo]:
+        """OpenEnv's split list: `{name, type}` each (a name that is not one of OpenEnv's types
+        is a `validation` split, as OpenEnv reads it), plus its number of tasks."""
+        indices(env_name, "all")
+        return [
+            SplitInfo(name=name, type=name if name in OPENENV_SPLIT_TYPES else "validation", num_tasks=len(tasks))
+            for name, tasks in splits.items()
+        ]
 
     @router.post("/{env_name}/tasks")
     def list_tasks(env_name: str, request: SplitRequest) -> dict[str, Any]:
-        tasks = tasks_of(env_name, request.split)
-        return {"env_name": served.name, "tasks": infos(request.split, 0, len(tasks))}
+        tasks = [served.task_info(request.split, i) for i in indices(env_name, request.split)]
+        return {"env_name": served.name, "tasks": tasks}
 
     @router.post("/{env_name}/num_tasks")
     def num_tasks(env_name: str, request: SplitRequest) -> dict[str, int]:
-        return {"num_tasks": len(tasks_of(env_name, request.split))}
+        return {"num_tasks": len(indices(env_name, request.split))}
 
     @router.post("/{env_name}/task")
     def get_task(env_name: str, request: TaskRequest) -> dict[str, TaskInfo]:
-        tasks = tasks_of(env_name, request.split)
-        if request.index >= len(tasks):
-            raise HTTPException(400, f"split {request.split!r} has {len(tasks)} tasks; index {request.index} is past its end")
-        return {"task": served.task_info(request.split, request.index)}
+        found = indices(env_name, request.split)
+        try:
+            index = found[request.index]
+        except IndexError:
+            raise HTTPException(
+                400, f"Invalid task index: split {request.split!r} has {len(found)} tasks; "
+                f"index {request.index} is outside -{len(found)}..{len(found) - 1}",
+            ) from None
+        return {"task": served.task_info(request.split, index)}
 
     @router.post("/{env_name}/task_range")
     def get_task_range(env_name: str, request: RangeRequest) -> dict[str, list[TaskInfo]]:
-        tasks = tasks_of(env_name, request.split)
-        start, stop = request.start or 0, min(request.stop if request.stop is not None else len(tasks), len(tasks))
-        return {"tasks": infos(request.split, start, max(start, stop))}
+        found = indices(env_name, request.split)[request.start:request.stop]
+        return {"tasks": [served.task_info(request.split, i) for i in found]}
 
     @router.get("/toolsets")
     def toolsets() -> dict[str, Any]:

@@ -21,14 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from corral.errors import VerifierError
 from corral.sandboxes import Sandbox
-from corral.server.bundle import CommandVerifier
+from corral.server.bundle_format import CommandVerifier
 
 Verify = Callable[[dict[str, Any], dict[str, Any]], Any]
-
-
-class VerifierError(RuntimeError):
-    """A verifier could not be loaded, raised, or returned something that is not a score."""
 
 
 def load_verifiers(paths: Mapping[str, Path]) -> dict[str, Verify]:

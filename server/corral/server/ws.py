@@ -1,4 +1,5 @@
-"""`WS /ws`: one session per socket, frames handled one at a time.
+"""`WS /ws`: one session per socket (its own, or one created over HTTP and named by
+`?session_id=`), frames handled one at a time.
 
 The socket is read while a frame is being handled, so a client that disconnects mid-call
 has its episode torn down at once rather than when the call ends.
@@ -8,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 
 from fastapi import WebSocket, WebSocketDisconnect
 
-from corral.client.protocol import ErrorCode
-from corral.server.frames import error_frame, handle_frame
-from corral.server.sessions import CapacityReached, Session, SessionRegistry
+from corral.client.protocol import ErrorCode, ErrorReply
+from corral.server.frames import handle_frame
+from corral.server.sessions import CapacityReached, FrameError, ServedSession, SessionRegistry
 
 log = logging.getLogger("corral.server")
 
@@ -23,29 +23,43 @@ log = logging.getLogger("corral.server")
 async def serve_socket(websocket: WebSocket, registry: SessionRegistry) -> None:
     await websocket.accept()
     try:
-        session = await registry.open()
-    except CapacityReached as error:
-        await websocket.send_json(error_frame(
-            ErrorCode.CAPACITY_REACHED, str(error), active_sessions=error.active, max_sessions=error.limit
-        ))
+        session = _session_for(websocket, registry)
+    except (CapacityReached, FrameError) as refused:
+        await websocket.send_text(_refusal(refused).model_dump_json())
         await websocket.close()
         return
     try:
-        await _play(websocket, session)
+        await _play(websocket, session, registry)
     except WebSocketDisconnect:
         pass  # the client left while we answered; its episode is torn down below
     finally:
-        await registry.release(session)
+        await registry.detach(session)
         with contextlib.suppress(Exception):  # already closed by the client, most often
             await websocket.close()
 
 
-async def _play(websocket: WebSocket, session: Session) -> None:
+def _session_for(websocket: WebSocket, registry: SessionRegistry) -> ServedSession:
+    session_id = websocket.query_params.get("session_id")
+    if session_id is not None:
+        return registry.attach(session_id)
+    session = registry.open()
+    session.attached = True
+    return session
+
+
+def _refusal(refused: CapacityReached | FrameError) -> ErrorReply:
+    if isinstance(refused, CapacityReached):
+        return ErrorReply.of(ErrorCode.CAPACITY_REACHED, str(refused), active_sessions=refused.active,
+                             max_sessions=refused.limit)
+    return ErrorReply.of(refused.code, str(refused), **refused.extra)
+
+
+async def _play(websocket: WebSocket, session: ServedSession, registry: SessionRegistry) -> None:
     inbox: asyncio.Queue[str | None] = asyncio.Queue()
     reader = asyncio.create_task(_read(websocket, inbox))
     try:
         while (text := await inbox.get()) is not None:
-            handling = asyncio.create_task(handle_frame(session, text))
+            handling = asyncio.create_task(handle_frame(session, registry, text))
             await asyncio.wait({handling, reader}, return_when=asyncio.FIRST_COMPLETED)
             if not handling.done():  # the client left mid-call: stop waiting for the env
                 handling.cancel()
@@ -54,7 +68,7 @@ async def _play(websocket: WebSocket, session: Session) -> None:
             reply = handling.result()
             if reply is None or reader.done():  # a close frame, or nobody left to answer
                 return
-            await websocket.send_text(json.dumps(reply))
+            await websocket.send_text(reply.model_dump_json())
     finally:
         reader.cancel()
 
@@ -70,7 +84,7 @@ async def _read(websocket: WebSocket, inbox: asyncio.Queue[str | None]) -> None:
             if text is None:
                 text = (message.get("bytes") or b"").decode("utf-8", errors="replace")
             await inbox.put(text)
-    except Exception as error:  # a broken socket ends the session like a disconnect
+    except Exception as error:  # noqa: BLE001 - a broken socket ends the session like a disconnect
         log.info("session socket closed: %s", error)
     finally:
         await inbox.put(None)

@@ -33,7 +33,7 @@ class StepAccount:
     Attributes:
         rollouts: Rollouts played.
         scored: Rollouts the server scored.
-        unscored_reasons: Why the others were not (the server's error_message), with counts.
+        unscored_reasons: Why the others were not (the reason the server or client gave), with counts.
         groups: Groups of `num_generations` rollouts of one prompt.
         groups_under_two_scored: Groups with fewer than two scored rollouts: no comparison, no signal.
         groups_zero_variance: Groups whose scored rollouts (two or more) all got the same reward.

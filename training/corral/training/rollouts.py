@@ -28,10 +28,9 @@ from typing import Any
 
 from trl.models.utils import unwrap_model_for_generation
 
-from corral.client import Bundle, EnvironmentSpec, ServerError, Session
-from corral.client.factory import REPLY_MARGIN_S
-from corral.client.protocol import END_TURN, Toolset
-from corral.client.rewards import RewardError, pick_reward
+from corral.client import Bundle, EnvironmentSpec, Episode, Session
+from corral.client.catalog import Toolset, ToolSpec
+from corral.client.protocol import ResetData
 from corral.training.accounting import StepAccount
 from corral.training.generation import Generator, SamplingParams, TransformersGenerator
 from corral.training.processors import HermesProcessor, Message, Processor
@@ -40,7 +39,6 @@ log = logging.getLogger("corral.training")
 
 TASK_KEY = "task_id"
 """The key of a prompt's last message that names its task (see `CorralRollout.dataset`)."""
-MAX_CLOSING_TURNS = 64
 
 
 @dataclass
@@ -206,7 +204,7 @@ class CorralRollout:
 
         def play_one(session: Session, task: dict[str, Any], prompt: list[Message]) -> Rollout:
             spec = self._specs[task["toolset"]]
-            return _Episode(session, spec, task, processor, generator, limits).play(prompt)
+            return _RolloutPlayer(session, spec, task, processor, generator, limits).play(prompt)
 
         with ThreadPoolExecutor(max_workers=len(prompts), thread_name_prefix="corral-episode") as pool:
             rollouts = list(pool.map(play_one, self._sessions[: len(prompts)], tasks, prompts))
@@ -257,31 +255,32 @@ class CorralRollout:
             log.warning("rollouts: %s", account.summary())
 
 
-class _Episode:
-    """One episode on one session: the loop of sampling, tool calls and rendered answers."""
+class _RolloutPlayer:
+    """One rollout on one session: the loop of sampling, tool calls and rendered answers."""
 
     def __init__(self, session: Session, spec: EnvironmentSpec, task: dict[str, Any], processor: Processor,
                  generator: Generator, limits: Limits):
-        self.session = session
+        self.episode = Episode(session, spec.server_limits, reward=spec.reward)
         self.spec = spec
         self.task = task
         self.processor = processor
         self.generator = generator
         self.limits = limits
-        self.done = False
         self.rollout: Rollout
 
     def play(self, prompt: list[Message]) -> Rollout:
         messages = [{"role": m["role"], "content": m["content"]} for m in prompt]
-        observed = self._reset()
-        tools = [_function(tool) for tool in observed["observation"].get("tools", [])]
+        opened = self.episode.start(ResetData(
+            split=self.task["split"], index=self.task["index"], task_id=self.task["task_id"],
+            tool_timeout_s=self.spec.tool_timeout_s, reset_timeout_s=self.spec.reset_timeout_s,
+        ))
+        tools = [_function(tool) for tool in opened.offered_tools]
         self.rollout = rollout = Rollout(self.task["task_id"], self.task["toolset"],
                                          self.processor.render_prompt(messages, tools), tools, messages=messages)
-        if observed["done"]:  # the env could not start: nothing to sample; one masked id keeps TRL's shapes
+        if opened.done:  # the env could not start: nothing to sample; one masked id keeps TRL's shapes
             rollout.add(self.processor.stop_token_ids[:1], sampled=False)
-            self._end(observed)
-            return rollout
-        while not self.done:
+            return self._scored(rollout)
+        while self.episode.open:
             budget = self.limits.max_completion_length - len(rollout.completion_ids)
             if budget <= 0:
                 rollout.truncated = "completion_length"
@@ -296,7 +295,7 @@ class _Episode:
             turn = self.processor.parse(sample.token_ids)
             rollout.messages.append(turn.message())
             answers = self._answer(turn)
-            if self.done or rollout.truncated:
+            if not self.episode.open or rollout.truncated:
                 break
             chunk = self.processor.render_env_turn(answers)
             if len(rollout.completion_ids) + len(chunk) >= self.limits.max_completion_length:
@@ -304,16 +303,16 @@ class _Episode:
                 break
             rollout.add(chunk, sampled=False)
             rollout.messages += answers
-        self._finish()
-        return rollout
+        self.episode.finish()  # a limit cut it: end its turns, so the server scores what the model did
+        return self._scored(rollout)
 
     def _answer(self, turn) -> list[Message]:
         """Run the turn's tool calls; a reply without one ends the turn with its text as the response."""
         if not turn.tool_calls:
             if not self._count_call():
                 return []
-            observed = self._step(END_TURN, {"response": turn.content})
-            return [] if self.done else [{"role": "user", "content": str(observed["observation"].get("result", ""))}]
+            observed = self.episode.end_turn(turn.content)
+            return [] if observed.done else [{"role": "user", "content": observed.answer}]
         answers = []
         for call in turn.tool_calls:
             if not self._count_call():
@@ -322,13 +321,12 @@ class _Episode:
                 self.rollout.tool_errors += 1
                 answers.append({"role": "tool", "name": call.name or "unknown", "content": call.error})
                 continue
-            observed = self._step(call.name, call.arguments)
-            if self.done:
+            observed = self.episode.call(call.name, call.arguments)
+            if observed.done:
                 return []
-            fields = observed["observation"]
-            if fields.get("error") or fields.get("metadata", {}).get("is_error"):
+            if observed.error is not None:
                 self.rollout.tool_errors += 1
-            answers.append({"role": "tool", "name": call.name, "content": str(fields.get("result", ""))})
+            answers.append({"role": "tool", "name": call.name, "content": observed.answer})
         return answers
 
     def _count_call(self) -> bool:
@@ -338,57 +336,22 @@ class _Episode:
         self.rollout.tool_calls += 1
         return True
 
-    def _reset(self) -> dict[str, Any]:
-        data = {key: self.task[key] for key in ("split", "index", "task_id")}
-        data.update(tool_timeout_s=self.spec.tool_timeout_s, reset_timeout_s=self.spec.reset_timeout_s)
-        reply = self.session.request({"type": "reset", "data": data}, self.spec.reset_timeout_s + REPLY_MARGIN_S)
-        return reply["data"]
-
-    def _step(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        timeout = (self.spec.reset_timeout_s if name == END_TURN else self.spec.tool_timeout_s) + REPLY_MARGIN_S
-        frame = {"type": "step", "data": {"type": "call_tool", "tool_name": name, "arguments": arguments}}
-        try:
-            observed = self.session.request(frame, timeout)["data"]
-        except (ServerError, ConnectionError, TimeoutError) as error:
-            observed = {"observation": {"error_message": f"the server went away: {error}"}, "reward": None,
-                        "done": True}
-        if observed["done"]:
-            self._end(observed)
-        return observed
-
-    def _finish(self) -> None:
-        """End an episode a limit cut with empty replies, so the server scores what the model did."""
-        for _ in range(MAX_CLOSING_TURNS):
-            if self.done:
-                return
-            self._step(END_TURN, {"response": ""})
-        self.rollout.unscored_reason = f"the episode did not end after {MAX_CLOSING_TURNS} empty turns"
-
-    def _end(self, observed: dict[str, Any]) -> None:
-        self.done = True
-        fields = observed["observation"]
-        reward = observed.get("reward")
-        if reward is not None and self.spec.reward is not None:
-            try:
-                reward = pick_reward(fields.get("scores", {}), self.spec.reward)
-            except RewardError as error:
-                reward, fields = None, {"error_message": str(error)}
-        self.rollout.reward = reward
-        if reward is None:
-            self.rollout.unscored_reason = fields.get("error_message") or "the episode ended without a reward"
+    def _scored(self, rollout: Rollout) -> Rollout:
+        rollout.reward = self.episode.reward
+        rollout.unscored_reason = self.episode.reason if self.episode.reward is None else None
+        return rollout
 
 
 def chat_tools(toolset: Toolset) -> list[dict[str, Any]]:
     """A toolset's tools as the rollout renders them in the first prompt (e.g. to SFT on the same
     context): `{"type": "function", "function": {name, description, parameters}}` each."""
-    return [_function(tool.as_openenv()) for tool in toolset.tools]
+    return [_function(tool) for tool in toolset.tools]
 
 
-def _function(tool: dict[str, Any]) -> dict[str, Any]:
-    """A tool as the server offers it (OpenEnv: name, description, input_schema), as chat templates take it."""
-    schema = tool.get("input_schema") or tool.get("inputSchema") or {"type": "object", "properties": {}}
-    return {"type": "function",
-            "function": {"name": tool["name"], "description": tool.get("description", ""), "parameters": schema}}
+def _function(tool: ToolSpec) -> dict[str, Any]:
+    """A tool as chat templates take it."""
+    schema = tool.input_schema or {"type": "object", "properties": {}}
+    return {"type": "function", "function": {"name": tool.name, "description": tool.description, "parameters": schema}}
 
 
 def _text_key(prompt: list[Message]) -> str:

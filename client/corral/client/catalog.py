@@ -1,0 +1,75 @@
+"""What a served bundle offers, as its Task API serves it: its splits and tasks, and the tools
+each kind of task offers the agent (the `Toolset` an environment class is generated from)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+END_TURN = "end_turn"
+# end_turn is corral's own tool; a generated environment class owns reset and get_reward;
+# OpenEnv's MCP environments reserve reset, step, state and close.
+RESERVED_TOOL_NAMES = frozenset({END_TURN, "reset", "get_reward", "step", "state", "close"})
+
+
+class ToolSpec(BaseModel):
+    """A tool as offered to the agent: its name, description and JSON Schema of arguments.
+
+    OpenEnv's observations name the schema `input_schema`, MCP's `inputSchema` (`as_mcp`)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = Field(alias="inputSchema")
+
+    @field_validator("description", mode="before")
+    @classmethod
+    def _no_null(cls, value: Any) -> Any:
+        return "" if value is None else value
+
+    def as_mcp(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True)
+
+
+END_TURN_TOOL = ToolSpec(
+    name=END_TURN,
+    description=(
+        "End your turn with your reply to the user. Answers with the next turn's prompt, "
+        "or says that the episode has ended."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {"response": {"type": "string", "description": "Your reply for this turn."}},
+        "required": ["response"],
+    },
+)
+
+
+class Toolset(BaseModel):
+    """The tools one kind of task offers its agent; one environment class per toolset."""
+
+    name: str
+    env: str
+    tools: list[ToolSpec]  # the env tools offered, then end_turn
+
+
+class TaskInfo(BaseModel):
+    """One task of a split, as the Task API serves it and a dataset row is built from it."""
+
+    task_id: str
+    split: str
+    index: int
+    toolset: str
+    system_prompt: str
+    prompt: str
+    scores: list[str]
+
+
+class SplitInfo(BaseModel):
+    """One split, as `GET /{env}/splits` lists it: OpenEnv's `{name, type}` and its size."""
+
+    name: str
+    type: Literal["train", "validation", "test"]
+    num_tasks: int

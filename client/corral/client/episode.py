@@ -1,0 +1,131 @@
+"""One episode played over a `Session`: its reset, the agent's tool calls and turns, and how
+it ended. The generated environment classes and `corral.training`'s rollouts both drive their
+episodes through this class.
+
+    episode = Episode(session, server_limits)
+    opened = episode.start(ResetData(split="train", index=0))   # the prompt and the tools
+    episode.call("submit_schedule", {"actions": [0] * 24}).answer
+    episode.finish()                                          # end the turns left open
+    episode.reward, episode.scores, episode.reason
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from corral.client.catalog import END_TURN, ToolSpec
+from corral.client.protocol import (
+    EPISODE_ENDED,
+    CallTool,
+    CallToolObservation,
+    Limits,
+    ObservationReply,
+    ResetData,
+    ResetObservation,
+    ResetRequest,
+    StepRequest,
+    ToolError,
+)
+from corral.client.rewards import RewardRule, pick_reward
+from corral.client.session import Session
+from corral.errors import NoEpisode, RewardError, ServerError, SessionLost
+
+log = logging.getLogger("corral.client")
+
+REPLY_MARGIN_S = 30.0  # the server enforces deadlines; the client waits a little longer
+MAX_CLOSING_TURNS = 64
+
+
+class Episode:
+    """One episode on `session`, under the server's limits (or lower ones the reset asks for).
+
+    Args:
+        session: the session the episode is played on (one episode at a time).
+        server_limits: the server's deadlines (its `/metadata`): how long to wait for the reset.
+        reward: the client's own reward rule, if any; by default the server's reward is taken.
+    """
+
+    def __init__(self, session: Session, server_limits: Limits, *, reward: RewardRule = None):
+        self.session = session
+        self.limits = server_limits
+        self._rule = reward
+        self.opened: ResetObservation | None = None
+        self.open = False  # the agent may still act
+        self.reward: float | None = None
+        self.scores: dict[str, float] = {}
+        self.reason: str | None = None  # why it ended unscored
+
+    @property
+    def tools(self) -> list[ToolSpec]:
+        """The tools the episode offers (its env's, then end_turn)."""
+        return self.opened.offered_tools if self.opened is not None else []
+
+    @property
+    def unscored(self) -> bool:
+        return self.opened is not None and not self.open and self.reward is None
+
+    def start(self, data: ResetData) -> ResetObservation:
+        """Reset: deploy the task's env and open its first turn."""
+        wait = min(data.reset_timeout_s or self.limits.reset_timeout_s, self.limits.reset_timeout_s)
+        reply = self.session.request(ResetRequest(data=data), wait + REPLY_MARGIN_S)
+        self.opened = opened = _observation(reply).parse(ResetObservation)
+        self.limits = opened.limits or self.limits
+        if opened.metadata.get("limits"):  # asked for more than the server allows: it capped them
+            log.warning("the server at %s capped this episode's limits: %s", self.session.url,
+                        "; ".join(opened.metadata["limits"]))
+        self.open = not opened.done
+        if opened.done:
+            self._end(opened)
+        return opened
+
+    def call(self, name: str, arguments: dict[str, Any]) -> CallToolObservation:
+        """Call one of the episode's tools (`end_turn` ends the turn); once the episode has
+        ended, every call answers that it has, with the reason it ended unscored, if it did."""
+        if self.opened is None:
+            raise NoEpisode(f"{name} was called before an episode started: call reset(**row) first")
+        if not self.open:
+            ended = f"{EPISODE_ENDED} {self.reason or ''}".strip()
+            return CallToolObservation(tool_name=name, result=ended, done=True, reward=self.reward)
+        deadline = self.limits.reset_timeout_s if name == END_TURN else self.limits.tool_timeout_s
+        request = StepRequest(data=CallTool(tool_name=name, arguments=arguments))
+        try:
+            observed = _observation(self.session.request(request, deadline + REPLY_MARGIN_S)).parse(CallToolObservation)
+        except (ServerError, SessionLost) as error:
+            reason = f"the server went away: {error}"
+            failure = ToolError(error_type="transport_error", message=f"{EPISODE_ENDED} {reason}")
+            observed = CallToolObservation(tool_name=name, error=failure, done=True, status="unscored", reason=reason)
+        if observed.done:
+            self._end(observed)
+        return observed
+
+    def end_turn(self, response: str = "") -> CallToolObservation:
+        return self.call(END_TURN, {"response": response})
+
+    def finish(self) -> None:
+        """End every turn the agent left open with an empty reply, so the server scores what
+        the agent did."""
+        for _ in range(MAX_CLOSING_TURNS):
+            if not self.open:
+                return
+            self.end_turn("")
+        self.open = False
+        self.reward, self.reason = None, f"the episode did not end after {MAX_CLOSING_TURNS} empty turns"
+
+    def _end(self, observed: ResetObservation | CallToolObservation) -> None:
+        self.open = False
+        self.scores = observed.scores or {}
+        self.reward, self.reason = observed.reward, observed.reason
+        if self.reward is not None and self._rule is not None:
+            try:
+                self.reward = pick_reward(self.scores, self._rule)
+            except RewardError as error:
+                self.reward, self.reason = None, str(error)
+        if self.reward is None and self.reason is None:
+            self.reason = "the episode ended without a reward"
+
+
+def _observation(reply: Any):
+    if not isinstance(reply, ObservationReply):
+        raise ServerError("INVALID_REPLY", f"expected an observation, the server sent a {reply.type} frame")
+    return reply.data

@@ -1,0 +1,151 @@
+"""The Docker engine as the docker provider, its sandboxes and its warm pools share it.
+
+One `Engine` holds the client (a connection pool), the thread pool that blocking engine calls
+run on (create, start, remove, exec: sized for hundreds of episodes starting at once), the
+container removals started in the background, and this server's labels.
+
+Every container carries labels naming its server instance (`corral.instance`, stable across
+restarts of one server, e.g. `host-8000`) and run (`corral.run`, new each start). The reaper:
+a starting server removes every container of its instance (what a killed run left), a
+stopping one removes its run's, and closing a sandbox force-removes its container at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import docker
+import docker.errors
+
+from corral.errors import SandboxError
+
+log = logging.getLogger("corral.sandboxes.docker")
+T = TypeVar("T")
+
+ENGINE_THREADS = 128
+ENGINE_TIMEOUT_S = 600  # a build step may stay silent for minutes
+PING_TIMEOUT_S = 2.0
+REAP_THREADS = 16
+REMOVE_RETRY_S = 1.0
+
+
+def engine_answers() -> bool:
+    """Whether a Docker engine (DOCKER_HOST, else the local socket) answers a ping within
+    PING_TIMEOUT_S."""
+    try:
+        client = docker.from_env(timeout=PING_TIMEOUT_S)
+    except docker.errors.DockerException:
+        return False
+    try:
+        return bool(client.ping())
+    except Exception:  # noqa: BLE001 - any failure means: no engine to use
+        return False
+    finally:
+        client.close()
+
+
+class Engine:
+    """One server run's connection to the engine; see the module docstring for the reaper."""
+
+    def __init__(self, *, instance: str | None = None, client: docker.DockerClient | None = None):
+        # pooled for many threads: one connection per engine thread at most
+        self.client = client or docker.from_env(timeout=ENGINE_TIMEOUT_S, max_pool_size=ENGINE_THREADS)
+        # Without a name (a one-off `corral check`), a unique one: it must never reap a server's.
+        self.instance = instance or f"{socket.gethostname()}-once-{uuid.uuid4().hex[:8]}"
+        self.run_id = uuid.uuid4().hex[:12]
+        self._executor = ThreadPoolExecutor(ENGINE_THREADS, thread_name_prefix="corral-docker")
+        self._removals: set[Future] = set()
+        self._removals_lock = threading.Lock()
+
+    @property
+    def api(self) -> docker.APIClient:
+        return self.client.api
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The labels of every container this run starts."""
+        return {"corral.instance": self.instance, "corral.run": self.run_id}
+
+    async def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking engine call on the engine's own threads."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, functools.partial(function, *args, **kwargs)
+        )
+
+    def remove(self, container: str, name: str) -> None:
+        """Start force-removing `container` (an id or name) on the engine threads at once, so
+        no cancelled caller can stop it; `drain` waits for every removal started."""
+        removal = self._executor.submit(remove_container, self.api, container)
+        with self._removals_lock:  # the callback runs on an engine thread
+            self._removals.add(removal)
+
+        def done(future: Future) -> None:
+            with self._removals_lock:
+                self._removals.discard(future)
+            if future.exception() is not None:
+                log.warning("could not remove container %s: %s", name, future.exception())
+
+        removal.add_done_callback(done)
+
+    async def drain(self) -> None:
+        """Wait until every removal started so far has finished (failed ones are logged)."""
+        with self._removals_lock:
+            removals = list(self._removals)
+        await asyncio.gather(*(asyncio.wrap_future(removal) for removal in removals), return_exceptions=True)
+
+    def reap(self, labels: Mapping[str, str]) -> int:
+        """Force-remove every container carrying all of `labels` (blocking); how many went."""
+        filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
+        found = self.api.containers(all=True, filters=filters)
+        with ThreadPoolExecutor(REAP_THREADS, thread_name_prefix="corral-reap") as threads:
+            failures = [f for f in threads.map(self._try_remove, found) if f]
+        if failures:
+            raise SandboxError(f"could not remove {len(failures)} container(s): {failures[0]}")
+        if found:
+            log.info("removed %d container(s) labelled %s", len(found), dict(labels))
+        return len(found)
+
+    def _try_remove(self, container: dict) -> str | None:
+        try:
+            remove_container(self.api, container["Id"])
+        except docker.errors.APIError as error:
+            return f"{container['Names'][0]}: {error}"
+        return None
+
+    async def close(self) -> None:
+        """Wait for the removals under way, remove whatever of this run is left, disconnect."""
+        await self.drain()
+        try:
+            await self.call(self.reap, self.labels)
+        finally:
+            self._executor.shutdown(wait=False)
+            self.client.close()
+
+
+def remove_container(api: docker.APIClient, container: str, attempts: int = 3) -> None:
+    """Force-remove a container (killing it first); one gone already is fine (blocking).
+
+    The engine can give up killing a container whose processes fork as fast as they die (a
+    fork bomb at its pids limit); the kill converges, so the removal is tried again.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            api.remove_container(container, force=True)
+            return
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as error:
+            if error.status_code == 409:  # its removal is under way already
+                return
+            if attempt == attempts:
+                raise
+            time.sleep(REMOVE_RETRY_S)

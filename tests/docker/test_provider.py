@@ -1,0 +1,92 @@
+"""The docker provider through the interface every provider shares: `prepare` refuses an env it
+cannot build with the fix, and `status` counts live containers and warm ones per env."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import pytest
+
+from corral.errors import BundleInvalid, ImageError
+from corral.sandboxes import ProviderStatus, SandboxSpec
+from corral.sandboxes.docker_provider import DockerProvider
+from corral.server.served import ServedBundle, ServeOptions
+from tests.conftest import FIXTURES
+from tests.docker.conftest import DOCKERBOX, containers
+
+pytestmark = pytest.mark.docker
+PROBE = SandboxSpec("probe", DOCKERBOX / "envs/probe", ("python3", "-m", "corral.env", "env:Probe"))
+PLAIN = SandboxSpec("plain", DOCKERBOX / "envs/plain", ("python3", "-m", "corral.env", "env:Plain"))
+
+
+async def poll_status(provider: DockerProvider, wanted: ProviderStatus, timeout_s: float = 60.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while provider.status() != wanted:
+            await asyncio.sleep(0.1)
+
+
+def test_status_counts_live_containers_and_warm_ones_per_env(docker_engine):
+    async def check() -> None:
+        provider = DockerProvider(warm_pool=1)
+        try:
+            assert provider.status() == ProviderStatus("docker", isolated=True, live=0, warm={})
+            for spec in (PROBE, PLAIN):
+                await provider.prepare(spec)
+            cold = await provider.start(PROBE, {"corral.purpose": "status"})
+            assert provider.status() == ProviderStatus("docker", isolated=True, live=1, warm={})
+
+            provider.start_pools([PROBE, PLAIN])
+            await poll_status(provider, ProviderStatus("docker", isolated=True, live=1, warm={"probe": 1, "plain": 1}))
+            warm = await provider.start(PLAIN, {"corral.purpose": "status"})  # taken from the pool
+            assert provider.status().live == 2 and provider.status().warm["plain"] == 0
+            await poll_status(provider, ProviderStatus("docker", isolated=True, live=2, warm={"probe": 1, "plain": 1}))
+
+            await cold.close()
+            await warm.close()
+            assert provider.status() == ProviderStatus("docker", isolated=True, live=0, warm={"probe": 1, "plain": 1})
+        finally:
+            await provider.aclose()
+        assert containers(docker_engine, corral_run=provider.engine.run_id) == []
+
+    asyncio.run(check())
+
+
+def test_prepare_refuses_an_env_without_a_dockerfile_naming_it_and_the_fix(docker_engine, tmp_path):
+    folder = tmp_path / "nofile"
+    shutil.copytree(DOCKERBOX / "envs/probe", folder, ignore=shutil.ignore_patterns("Dockerfile"))
+
+    async def check() -> None:
+        provider = DockerProvider()
+        try:
+            with pytest.raises(ImageError) as refused:
+                await provider.prepare(SandboxSpec("nofile", folder, PROBE.command))
+        finally:
+            await provider.aclose()
+        message = str(refused.value)
+        assert message.startswith(f"env nofile has no Dockerfile in {folder}; add one (FROM an image with python3)")
+        assert "or name a prebuilt image with `image = ...` in env.toml" in message
+
+    asyncio.run(check())
+
+
+def test_prepare_refuses_a_prebuilt_image_the_engine_lacks(docker_engine):
+    async def check() -> None:
+        provider = DockerProvider()
+        try:
+            spec = SandboxSpec("probe", PROBE.context_dir, PROBE.command, image="corral-test/absent:never")
+            with pytest.raises(ImageError, match=r"env probe names image 'corral-test/absent:never'.*docker pull"):
+                await provider.prepare(spec)
+        finally:
+            await provider.aclose()
+
+    asyncio.run(check())
+
+
+def test_serving_under_docker_lists_every_env_that_cannot_be_built(docker_engine):
+    # toybox's envs are made for local processes: neither has a Dockerfile.
+    with pytest.raises(BundleInvalid) as refused:
+        asyncio.run(ServedBundle.open(FIXTURES / "toybox", ServeOptions(sandbox="docker")))
+    problems = {problem.file: problem.message for problem in refused.value.problems}
+    for env in ("toy", "counter"):
+        assert problems[f"toybox/envs/{env}"].startswith(f"env {env} has no Dockerfile in "), problems

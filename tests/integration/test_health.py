@@ -1,0 +1,37 @@
+"""What /health and /metadata say about the sandboxes: the provider's kind, whether it isolates,
+and how many sandboxes run now (docker's warm counts are in tests/docker/test_provider.py)."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from corral.client import Bundle
+from tests.conftest import FIXTURES
+
+
+def get(server, path: str) -> dict:
+    return httpx.get(f"{server.url}{path}", trust_env=False).json()
+
+
+def test_health_counts_the_sandboxes_running_episodes(serve, no_leftover_env_processes):
+    server = serve(FIXTURES / "toybox", max_concurrent_envs=3)
+    assert get(server, "/health") == {
+        "status": "healthy",
+        "sessions": 0,
+        "max_sessions": 3,
+        "sandbox": {"kind": "local", "isolated": False, "live": 0, "warm": {}},
+    }
+    assert get(server, "/metadata")["sandbox"] == "local"
+    with Bundle(server.url, split="toy") as env:
+        environment = env.factory()
+        environment.reset(**env.dataset[0])
+        health = get(server, "/health")
+        assert (health["sessions"], health["sandbox"]["live"]) == (1, 1)
+        environment.say(text="apple")
+        assert environment.get_reward() == 1.0
+    deadline = time.monotonic() + 10  # the server closes the session's sandbox as the socket goes
+    while get(server, "/health")["sandbox"]["live"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert get(server, "/health")["sandbox"] == {"kind": "local", "isolated": False, "live": 0, "warm": {}}
