@@ -56,6 +56,14 @@ class RewardError(CorralError, ValueError):
     """An episode's scores and the reward rule do not fit together."""
 
 
+class ServeFailed(CorralError, RuntimeError):
+    """A server could not start serving (the one `Bundle.local` starts in-process)."""
+
+
+class GenerationError(CorralError, RuntimeError):
+    """The model server (vLLM) refused a completion, or answered without what corral needs."""
+
+
 # The client's side of the wire ------------------------------------------------------------
 
 
@@ -108,5 +116,5 @@ class NoEpisode(CorralError, RuntimeError):
     """A tool was called before `reset` started an episode."""
 
 
-class ToolsetMismatch(CorralError, RuntimeError):
+class ToolsetMismatch(CorralError, ValueError):
     """A task offers other tools than the environment class playing it was built for."""

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from corral.client import Bundle, CapacityError
+from corral.errors import ToolsetMismatch
 from tests.conftest import FIXTURES, env_processes, wait_for_no_env_processes
 from tests.wire import call, called, error_of, opened, send, ws
 
@@ -129,7 +130,7 @@ def test_a_split_with_several_toolsets_gives_a_dict_factory_whose_rows_route(toy
 
 def test_a_row_played_by_the_wrong_class_stops_with_the_reason(toybox_server):
     with Bundle(toybox_server.url, split="toy") as env:
-        with pytest.raises(ValueError, match="open a Bundle on split 'all'"):
+        with pytest.raises(ToolsetMismatch, match="open a Bundle on split 'all'"):
             env.dataset_for("all")  # say-pear offers only `say`, a toolset split `toy` lacks
-        with pytest.raises(RuntimeError, match="offers the tools"):
+        with pytest.raises(ToolsetMismatch, match="offers the tools"):
             env.factory().reset(task_id="say-pear")

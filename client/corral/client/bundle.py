@@ -25,7 +25,7 @@ from corral.client.protocol import Limits
 from corral.client.rewards import RewardRule
 from corral.client.session import refusal
 from corral.client.urls import base_url
-from corral.errors import ServerError, ServerUnreachable, UnknownSplit
+from corral.errors import ServerError, ServerUnreachable, ToolsetMismatch, UnknownSplit
 
 HTTP_TIMEOUT_S = 60.0
 TOKEN_VARIABLE = "CORRAL_TOKEN"
@@ -137,7 +137,7 @@ class Bundle:
     def factory(self) -> type[CorralEnvironment] | dict[str, type[CorralEnvironment]]:
         """The environment class TRL builds environments from; a dict of classes, one per
         toolset, when the split's tasks offer different tools."""
-        classes = {name: environment_class(self._spec(name)) for name in self._split_toolsets}
+        classes = {name: environment_class(self.environment_spec(name)) for name in self.split_toolsets}
         return classes if len(classes) > 1 else next(iter(classes.values()))
 
     def close(self) -> None:
@@ -158,7 +158,7 @@ class Bundle:
         return f"Bundle({self.url!r}, name={self.name!r}, split={self.split!r}, tasks={self.splits.get(self.split)})"
 
     @functools.cached_property
-    def _split_toolsets(self) -> list[str]:
+    def split_toolsets(self) -> list[str]:
         """The toolsets of the Bundle's split, in the order its tasks first use them."""
         return list(dict.fromkeys(task.toolset for task in self._tasks(self.split)))
 
@@ -166,13 +166,13 @@ class Bundle:
         prompt = [{"role": "system", "content": task.system_prompt}] if task.system_prompt else []
         prompt.append({"role": "user", "content": task.prompt})
         row: dict[str, Any] = {"prompt": prompt, "split": task.split, "index": task.index, "task_id": task.task_id}
-        if task.toolset not in self._split_toolsets:
-            raise ValueError(
+        if task.toolset not in self.split_toolsets:
+            raise ToolsetMismatch(
                 f"task {task.task_id} of split {task.split!r} offers toolset {task.toolset!r}, which no task "
                 f"of the split {self.split!r} this Bundle was opened with does, so `factory` has no class "
                 f"for it: open a Bundle on split {task.split!r}"
             )
-        if len(self._split_toolsets) > 1:
+        if len(self.split_toolsets) > 1:
             row["environment"] = task.toolset
         return row
 
@@ -186,7 +186,9 @@ class Bundle:
     def _split_sizes(self) -> str:
         return ", ".join(f"{name} ({size} tasks)" for name, size in self.splits.items())
 
-    def _spec(self, toolset: str) -> EnvironmentSpec:
+    def environment_spec(self, toolset: str) -> EnvironmentSpec:
+        """What the environment class of `toolset` is built from: the server, its limits, the
+        token, the reward rule (`factory` builds its classes from these)."""
         return EnvironmentSpec(
             toolset=self.toolsets[toolset], url=self.url, server_limits=self.limits, token=self._token,
             tool_timeout_s=self._tool_timeout, reset_timeout_s=self._reset_timeout, reward=self._reward,

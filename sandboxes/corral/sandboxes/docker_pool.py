@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
 from collections.abc import Awaitable, Callable
 
+from corral.env import jsonrpc
 from corral.errors import SandboxError
 from corral.sandboxes.docker_sandbox import DockerSandbox
 
@@ -83,13 +83,12 @@ class WarmPool:
 async def _answers_ping(sandbox: DockerSandbox) -> None:
     """Wait for the env's reply to MCP's `ping` (a server without `ping` answers with an error,
     which proves as much); raise SandboxError when it dies or stays silent."""
-    await sandbox.send_line(json.dumps({"jsonrpc": "2.0", "id": PING_ID, "method": "ping"}).encode())
+    await sandbox.send_line(jsonrpc.encode(jsonrpc.request(PING_ID, "ping")))
     try:
         async with asyncio.timeout(READY_TIMEOUT_S):
             while True:
-                with contextlib.suppress(ValueError):  # not JSON: not the reply
-                    reply = json.loads(await sandbox.read_line())
-                    if isinstance(reply, dict) and reply.get("id") == PING_ID:
+                with contextlib.suppress(jsonrpc.RpcError):  # not JSON: not the reply
+                    if jsonrpc.decode(await sandbox.read_line()).get("id") == PING_ID:
                         return
     except (EOFError, TimeoutError) as error:
         tail = sandbox.stderr_tail(1000).strip()

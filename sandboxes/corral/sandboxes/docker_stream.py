@@ -17,6 +17,8 @@ import socket
 import struct
 from typing import Any
 
+from corral.errors import ConfigError
+
 STDOUT, STDERR = 1, 2
 LINE_LIMIT = 64 * 1024 * 1024  # one protocol line may carry a large tool result
 STDERR_KEEP = 64 * 1024
@@ -31,7 +33,7 @@ def raw_socket(hijacked: Any) -> socket.socket:
     """
     inner = getattr(hijacked, "_sock", hijacked)
     if not isinstance(inner, socket.socket) or type(inner).__name__ == "SSLSocket":
-        raise RuntimeError(
+        raise ConfigError(
             "the docker sandbox talks to the engine over a unix socket or plain TCP; "
             f"this engine connection is a {type(inner).__name__} (TLS is not supported): "
             "point DOCKER_HOST at the engine's unix socket"

@@ -38,7 +38,7 @@ def sandbox_spec(env: BundleEnv) -> SandboxSpec:
 
 
 async def probe_tools(env: BundleEnv, provider: SandboxProvider) -> list[ToolSpec]:
-    """Start `env` once and list its tools; raise RuntimeError saying why when it cannot."""
+    """Start `env` once and list its tools; raise SandboxError saying why when it cannot."""
     sandbox = await provider.start(sandbox_spec(env), {"corral.purpose": "probe"})
     try:
         process = EnvProcess(sandbox)
@@ -47,7 +47,7 @@ async def probe_tools(env: BundleEnv, provider: SandboxProvider) -> list[ToolSpe
             listed = await process.call("tools/list")
         return [ToolSpec.model_validate(tool) for tool in listed["tools"]]
     except TimeoutError:
-        raise RuntimeError(f"the env did not list its tools within {PROBE_TIMEOUT_S:.0f}s") from None
+        raise SandboxError(f"the env did not list its tools within {PROBE_TIMEOUT_S:.0f}s") from None
     finally:
         await sandbox.close()
 

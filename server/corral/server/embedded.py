@@ -15,6 +15,7 @@ from pathlib import Path
 
 import uvicorn
 
+from corral.errors import ServeFailed
 from corral.server.app import create_app
 from corral.server.served import ServedBundle, ServeOptions, default_instance
 
@@ -43,7 +44,7 @@ class EmbeddedServer:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the embedded corral server for {root} did not start; see the log above")
+                raise ServeFailed(f"the embedded corral server for {root} did not start; see the log above")
             time.sleep(0.01)
 
     def stop(self) -> None:

@@ -16,6 +16,8 @@ from typing import Any, Protocol
 import httpx
 import torch
 
+from corral.errors import GenerationError, ServerUnreachable
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -119,14 +121,14 @@ class VLLMGenerator:
         try:
             reply = self._http.post("/v1/completions", json=payload)
         except httpx.HTTPError as error:
-            raise ConnectionError(f"could not reach the vLLM server at {self.base_url}: {error}") from None
+            raise ServerUnreachable(f"could not reach the vLLM server at {self.base_url}: {error}") from None
         if reply.status_code != 200:
-            raise RuntimeError(f"the vLLM server at {self.base_url} refused a completion ({reply.status_code}): "
+            raise GenerationError(f"the vLLM server at {self.base_url} refused a completion ({reply.status_code}): "
                                f"{reply.text[:500]}")
         choice = reply.json()["choices"][0]
         ids = choice.get("token_ids")
         if ids is None:
-            raise RuntimeError(
+            raise GenerationError(
                 f"the server at {self.base_url} returned no token ids: token-exact rollouts need vLLM 0.10.2 or "
                 "later, which answers return_token_ids"
             )

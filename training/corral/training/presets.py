@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from corral.errors import ConfigError
+
 if TYPE_CHECKING:
     from transformers import TrainingArguments
 
@@ -83,11 +85,11 @@ def preset(name: str) -> Preset:
     """The preset called `name`, matched ignoring case, `-`, `_`, `.` and spaces (`Dr. GRPO`).
 
     Raises:
-        ValueError: no preset has that name; the message lists the known ones.
+        ConfigError: no preset has that name; the message lists the known ones.
     """
     found = _BY_KEY.get(_key(name))
     if found is None:
-        raise ValueError(
+        raise ConfigError(
             f"no training preset is called {name!r}; the known presets are: {', '.join(PRESETS)}"
         )
     return found

@@ -21,6 +21,8 @@ from typing import Any, Protocol
 from transformers import PreTrainedTokenizerBase
 from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
 
+from corral.errors import ConfigError
+
 Message = dict[str, Any]
 
 
@@ -106,7 +108,7 @@ class ChatTemplateProcessor(ABC):
         self.end_of_turn = end_of_turn
         stop = tokenizer.convert_tokens_to_ids(end_of_turn)
         if not isinstance(stop, int) or stop == tokenizer.unk_token_id:
-            raise ValueError(f"the tokenizer has no token {end_of_turn!r}, which ends an assistant turn in this template")
+            raise ConfigError(f"the tokenizer has no token {end_of_turn!r}, which ends an assistant turn in this template")
         self.stop_token_ids = [stop]
 
     def render(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None,
@@ -122,7 +124,7 @@ class ChatTemplateProcessor(ABC):
 
     def render_env_turn(self, messages: list[Message]) -> list[int]:
         if not messages:
-            raise ValueError("an environment turn needs at least one message")
+            raise ConfigError("an environment turn needs at least one message")
         name = next((m["name"] for m in messages if m["role"] == "tool"), None)
         dummy: list[Message] = [{"role": "user", "content": "dummy"}]
         if name is None:
@@ -134,7 +136,7 @@ class ChatTemplateProcessor(ABC):
         after = self.render(dummy + messages, add_generation_prompt=True)
         cut = before.rfind(self.end_of_turn)
         if cut < 0 or not after.startswith(before[: cut + len(self.end_of_turn)]):
-            raise ValueError(
+            raise ConfigError(
                 "the chat template does not render a conversation as a prefix of its continuation, so "
                 "tool results cannot be appended token-exact; render with a prefix-preserving template "
                 "(TRL's get_training_chat_template gives one for the families it knows)"

@@ -31,6 +31,7 @@ from trl.models.utils import unwrap_model_for_generation
 from corral.client import Bundle, EnvironmentSpec, Episode, Session
 from corral.client.catalog import Toolset, ToolSpec
 from corral.client.protocol import ResetData
+from corral.errors import ConfigError
 from corral.training.accounting import StepAccount
 from corral.training.generation import Generator, SamplingParams, TransformersGenerator
 from corral.training.processors import HermesProcessor, Message, Processor
@@ -72,7 +73,7 @@ class Rollout:
 
 
 @dataclass(frozen=True)
-class Limits:
+class RolloutLimits:
     """Where an episode is cut: total completion ids (sampled and rendered), and tool calls
     (end_turn included). A cut episode's open turns are ended with empty replies, so the server
     scores what the model did, and the rollout is counted as truncated."""
@@ -122,10 +123,8 @@ class CorralRollout:
         self._by_text: dict[str, dict[str, None]] = {}  # prompt text -> the ids of the tasks with it, in order
         self._datasets: dict[str, Any] = {}
         self._sessions: list[Session] = []
-        factory = bundle.factory
-        classes = factory.values() if isinstance(factory, dict) else [factory]
-        # The generated environment classes carry what a session needs: URL, token, timeouts, reward rule.
-        self._specs: dict[str, EnvironmentSpec] = {cls._corral_spec.toolset.name: cls._corral_spec for cls in classes}
+        # What a session needs, per toolset of the split: URL, token, limits, reward rule.
+        self._specs: dict[str, EnvironmentSpec] = {name: bundle.environment_spec(name) for name in bundle.split_toolsets}
 
     @property
     def dataset(self):
@@ -157,7 +156,7 @@ class CorralRollout:
         if self.generator is not None:
             rollouts = self.play(prompts, max_completion_length=length)
         elif trainer.args.use_vllm:
-            raise ValueError(
+            raise ConfigError(
                 "with use_vllm=True, pass CorralRollout(generator=VLLMGenerator(url, model)) for the vLLM server "
                 "(vllm_mode='server'); CorralRollout does not drive colocated vLLM"
             )
@@ -191,11 +190,11 @@ class CorralRollout:
         """
         generator = generator or self.generator
         if self.processor is None or generator is None:
-            raise ValueError("play needs a processor and a generator: pass them to CorralRollout(...)")
+            raise ConfigError("play needs a processor and a generator: pass them to CorralRollout(...)")
         length = max_completion_length or self.max_completion_length
         if length is None:
-            raise ValueError("play needs max_completion_length (the trainer's, when called as rollout_func)")
-        limits = Limits(length, self.max_tool_calls)
+            raise ConfigError("play needs max_completion_length (the trainer's, when called as rollout_func)")
+        limits = RolloutLimits(length, self.max_tool_calls)
         tasks = [self.task_of(prompt) for prompt in prompts]
         while len(self._sessions) < len(prompts):
             spec = next(iter(self._specs.values()))
@@ -224,7 +223,7 @@ class CorralRollout:
         task_id = prompt[-1].get(TASK_KEY) if prompt else None
         if task_id is not None:
             if task_id not in self._tasks:
-                raise ValueError(
+                raise ConfigError(
                     f"the prompt names task {task_id!r}, which is in no split loaded so far "
                     f"({', '.join(sorted(self._datasets))}): load its split with rollout.dataset_for(split) first"
                 )
@@ -234,12 +233,12 @@ class CorralRollout:
             return self._tasks[matches[0]]
         text = json.dumps(prompt)[:300]
         if not matches:
-            raise ValueError(
+            raise ConfigError(
                 f"the prompt {text} matches no task of bundle {self.bundle.name} (splits loaded: "
                 f"{sorted({t['split'] for t in self._tasks.values()})}): train on rollout.dataset (and evaluate "
                 "on rollout.dataset_for(split)), whose prompts name their task, or keep the tasks' prompt text"
             )
-        raise ValueError(
+        raise ConfigError(
             f"the prompt {text} is the prompt of {len(matches)} tasks ({', '.join(matches[:5])}, ...), so the "
             f"text cannot say which to play: train on rollout.dataset, whose prompts name their task"
         )
@@ -259,7 +258,7 @@ class _RolloutPlayer:
     """One rollout on one session: the loop of sampling, tool calls and rendered answers."""
 
     def __init__(self, session: Session, spec: EnvironmentSpec, task: dict[str, Any], processor: Processor,
-                 generator: Generator, limits: Limits):
+                 generator: Generator, limits: RolloutLimits):
         self.episode = Episode(session, spec.server_limits, reward=spec.reward)
         self.spec = spec
         self.task = task

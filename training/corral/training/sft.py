@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.client import Bundle
+from corral.errors import ConfigError
 
 ToolCall = Mapping[str, Any]
 """A gold call: `{"name": tool name, "arguments": {...}}`, the arguments as the tool's schema types them."""
@@ -102,7 +103,7 @@ def play_gold(environment: Any, row: Mapping[str, Any], calls: Sequence[ToolCall
         name, arguments = call["name"], dict(call["arguments"])
         tool = getattr(environment, name, None)
         if name.startswith("_") or name in _NOT_TOOLS or not callable(tool):
-            raise ValueError(f"gold call {name!r} of task {row['task_id']} names no tool of {type(environment).__name__}")
+            raise ConfigError(f"gold call {name!r} of task {row['task_id']} names no tool of {type(environment).__name__}")
         answer = tool(**arguments)
         messages.append({"role": "assistant", "content": "",
                          "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]})
@@ -144,7 +145,7 @@ def gold_dataset(
     if limit is not None:
         rows = rows.select(range(min(limit, len(rows))))
     if isinstance(bundle.factory, dict):
-        raise TypeError(f"{bundle!r} offers several toolsets; open a Bundle on a split with one toolset")
+        raise ConfigError(f"{bundle!r} offers several toolsets; open a Bundle on a split with one toolset")
     lookup = calls if callable(calls) else calls.__getitem__
     environments: queue.SimpleQueue[Any] = queue.SimpleQueue()
     for _ in range(concurrency):
@@ -162,7 +163,7 @@ def gold_dataset(
     with ThreadPoolExecutor(concurrency) as executor:
         for done, episode in enumerate(executor.map(play, rows), start=1):
             if min_reward is not None and (episode.reward is None or episode.reward < min_reward):
-                raise ValueError(
+                raise ConfigError(
                     f"the gold calls of task {episode.task_id} earned {episode.reward} on the server, below the "
                     f"required {min_reward}: fix the bundle's gold answers before training on them"
                 )

@@ -49,6 +49,8 @@ from trl.chat_template_utils import (
     parse_response,
 )
 
+from corral.errors import ConfigError
+
 Tool = Callable[..., Any] | dict[str, Any]
 """A tool as `apply_chat_template` takes it: a typed function with a Google docstring, or JSON."""
 
@@ -321,7 +323,7 @@ def _encode_lesson(
     input_ids = torch.tensor(encoded["input_ids"])
     mask = torch.tensor(encoded["assistant_masks"], dtype=torch.bool)
     if not mask.any():
-        raise ValueError("the chat template marks no assistant tokens: no {% generation %} markers")
+        raise ConfigError("the chat template marks no assistant tokens: no {% generation %} markers")
     return input_ids, input_ids.masked_fill(~mask, -100)
 
 
