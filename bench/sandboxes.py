@@ -21,43 +21,53 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import time
 from pathlib import Path
 
+from pydantic import BaseModel
 from websockets.asyncio.client import connect
 
+from corral.client import urls
+from corral.client.protocol import (
+    SERVER_FRAMES,
+    CallTool,
+    ErrorReply,
+    ObservationData,
+    ResetData,
+    ResetRequest,
+    StepRequest,
+)
 from corral.server.embedded import EmbeddedServer
 from corral.server.served import ServeOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "tests" / "fixtures" / "dockerbox"
-RESET = {"type": "reset", "data": {"split": "plain", "index": 0}}
+RESET = ResetRequest(data=ResetData(split="plain", index=0))
 SESSIONS = 8
 
 
-async def exchange(socket, frame: dict) -> dict:
-    await socket.send(json.dumps(frame))
-    reply = json.loads(await socket.recv())
-    if reply["type"] == "error":
-        raise RuntimeError(reply["data"]["message"])
-    return reply["data"]
+async def exchange(socket, frame: BaseModel) -> ObservationData:
+    await socket.send(frame.model_dump_json())
+    reply = SERVER_FRAMES.validate_json(await socket.recv())
+    if isinstance(reply, ErrorReply):
+        raise RuntimeError(reply.data.message)  # noqa: TRY004 - the server refused, not a type
+    return reply.data
 
 
-def call(name: str, **arguments) -> dict:
-    return {"type": "step", "data": {"type": "call_tool", "tool_name": name, "arguments": arguments}}
+def call(name: str, **arguments) -> StepRequest:
+    return StepRequest(data=CallTool(tool_name=name, arguments=arguments))
 
 
 async def play(socket) -> float | None:
     """One episode on an open socket: reset, say the word, end the turn; its reward."""
     await exchange(socket, RESET)
     await exchange(socket, call("say", text="plain"))
-    return (await exchange(socket, call("end_turn", response="done")))["reward"]
+    return (await exchange(socket, call("end_turn", response="done"))).reward
 
 
 def ws_url(server: EmbeddedServer) -> str:
-    return server.url.replace("http://", "ws://") + "/ws"
+    return urls.ws_url(server.url)
 
 
 async def reset_latencies(server: EmbeddedServer, count: int, warm_pool: int) -> list[float]:
@@ -103,11 +113,11 @@ async def hold(server: EmbeddedServer, count: int) -> tuple[int, int, float]:
     started = time.perf_counter()
     opened = await asyncio.gather(*(exchange(s, RESET) for s in sockets), return_exceptions=True)
     opening = time.perf_counter() - started
-    errors += sum(isinstance(o, BaseException) or o["observation"].get("status") == "error" for o in opened)
+    errors += sum(isinstance(o, BaseException) or o.observation.get("status") == "unscored" for o in opened)
 
     async def finish(socket) -> float | None:
         await exchange(socket, call("say", text="plain"))
-        return (await exchange(socket, call("end_turn", response="done")))["reward"]
+        return (await exchange(socket, call("end_turn", response="done"))).reward
 
     rewards = await asyncio.gather(*(finish(s) for s in sockets), return_exceptions=True)
     scored = sum(r == 1.0 for r in rewards)

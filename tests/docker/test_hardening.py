@@ -4,10 +4,12 @@ on a read-only root, and held to their limits without harming the server or othe
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from corral.client import Bundle
+from corral.sandboxes.docker_sandbox import stop_reason
 from tests.docker.conftest import containers, instance_of, poll
 
 pytestmark = pytest.mark.docker
@@ -72,3 +74,17 @@ def test_an_attack_on_the_limits_ends_only_its_own_episode_unscored(
         attacker.reset(**env.dataset[0])  # the server serves the next episode as ever
         attacker.say(text="ok")
         assert attacker.get_reward() == 1.0
+
+
+def test_why_a_container_stopped_is_known_after_autoremove_took_it(docker_engine, dockerbox_server):
+    # Env containers are created with AutoRemove, so once one is killed for its memory an
+    # inspect may find nothing; the engine's events still say why.
+    image = containers(docker_engine, corral_instance=instance_of(dockerbox_server))[0]["Image"]
+    since = time.time()
+    host_config = docker_engine.api.create_host_config(auto_remove=True, mem_limit="32m", memswap_limit="32m")
+    hog = docker_engine.api.create_container(image, command=["python3", "-c", "b = bytearray(256 << 20)"],
+                                             host_config=host_config)["Id"]
+    docker_engine.api.start(hog)
+    poll(lambda: not docker_engine.api.containers(all=True, filters={"id": hog}), what="the hog being removed")
+
+    assert stop_reason(docker_engine.api, hog, since) == "oom"

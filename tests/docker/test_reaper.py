@@ -1,78 +1,98 @@
-"""Nothing outlives its use: a killed server's containers go when it starts again (and no
-other server's do), a stopped server removes its own, and a client that drops its socket
-loses its container at once."""
+"""Nothing outlives its use: a killed server's containers go by themselves, and what would not
+goes when a server of its instance starts (no other server's does); a stopped server removes
+its own; two servers never hold one instance; a client that drops its socket loses its
+container at once."""
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
-import sys
-from pathlib import Path
 
-import httpx
 import pytest
 
 from corral.client import Bundle
+from corral.sandboxes.docker_engine import remove_container
 from tests.docker.conftest import DOCKERBOX, containers, free_port, instance_of, poll, reset, ws
+from tests.servers import corral_serve, kill, stop, wait_until_serving
+from tests.servers import instance_of as instance_of_port
 
 pytestmark = pytest.mark.docker
-CORRAL = Path(sys.executable).parent / "corral"
 
 
-def start_server(port: int) -> tuple[subprocess.Popen, str]:
-    server = subprocess.Popen(
-        [str(CORRAL), "serve", str(DOCKERBOX), "--sandbox", "docker", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        assert server.poll() is None, "corral serve exited; run it by hand to see why"
-        try:
-            return httpx.get(url + "/health", timeout=1, trust_env=False).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    poll(healthy, timeout_s=120, what="corral serve answering /health")
-    return server, url
+def start_server(port: int, *options: str) -> subprocess.Popen:
+    server = corral_serve(DOCKERBOX, port, "--sandbox", "docker", *options)
+    wait_until_serving(server, port)
+    return server
 
 
-def test_a_killed_server_leaves_no_container_once_it_starts_again(docker_engine, dockerbox_server):
+def test_a_killed_server_leaves_no_container_even_when_it_never_starts_again(docker_engine):
     port = free_port()
-    instance = f"{socket.gethostname()}-{port}"
+    instance = instance_of_port(port)
+    server = start_server(port)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        with ws(url) as first, ws(url) as second:
+            reset(first)
+            reset(second)
+            assert len(containers(docker_engine, corral_instance=instance)) == 2
+            kill(server)
+        # Their env reads end-of-file on stdin and exits; AutoRemove does the rest. The lease goes too.
+        poll(lambda: containers(docker_engine, corral_instance=instance) == [] and not lease_of(docker_engine, instance),
+             timeout_s=30, what="the killed server's containers and lease going by themselves")
+    finally:
+        kill(server)
+
+
+def test_a_started_server_removes_what_a_killed_one_of_its_instance_left_and_nobody_else_s(docker_engine, dockerbox_server):
+    port = free_port()
+    instance = instance_of_port(port)
     neighbour = Bundle(dockerbox_server.url, split="probe")  # another server's episode, left alone
     playing = neighbour.factory()
     playing.reset(**neighbour.dataset[0])
-    first, url = start_server(port)
+    # A container of this instance whose process does not end with its server's stream (an env
+    # that ignores end-of-file on stdin) outlives a killed server, until one of its instance starts.
+    image = containers(docker_engine, corral_instance=instance_of(dockerbox_server))[0]["Image"]
+    left = docker_engine.api.create_container(image, entrypoint=["sleep", "600"], command=[],
+                                              labels={"corral.instance": instance, "corral.run": "killed"})
+    docker_engine.api.start(left["Id"])
+    server = start_server(port)
     try:
-        with ws(url) as socket_:
-            episode = reset(socket_)
-            mine = containers(docker_engine, corral_instance=instance, corral_episode=episode)
-            assert len(mine) == 1
-            first_run = mine[0]["Labels"]["corral.run"]
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait()
-        assert containers(docker_engine, corral_run=first_run)  # nothing removed them: SIGKILL
-
-        second, url = start_server(port)
-        assert containers(docker_engine, corral_run=first_run) == []
-        with ws(url) as socket_:
+        assert containers(docker_engine, corral_run="killed") == []
+        with ws(f"http://127.0.0.1:{port}") as socket_:
             reset(socket_)
             assert len(containers(docker_engine, corral_instance=instance)) == 1
-        second.send_signal(signal.SIGTERM)
-        second.wait(timeout=60)
+        stop(server)
+        assert server.returncode == -signal.SIGTERM
         assert containers(docker_engine, corral_instance=instance) == []  # a stopped server removes its own
 
-        playing.say(text="ok")  # the neighbour's container outlived both starts' reaping
+        playing.say(text="ok")  # the neighbour's container outlived both the reaping and the stop
         assert playing.get_reward() == 1.0
     finally:
         neighbour.close()
-        for server in (first, locals().get("second")):
-            if server is not None and server.poll() is None:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
+        kill(server)
+        remove_container(docker_engine.api, left["Id"])
+
+
+def test_a_second_server_of_an_instance_that_is_served_refuses(docker_engine):
+    first_port, second_port = free_port(), free_port()
+    first = start_server(first_port, "--instance", f"twice-{first_port}")
+    try:
+        second = corral_serve(DOCKERBOX, second_port, "--sandbox", "docker", "--instance", f"twice-{first_port}")
+        try:
+            assert second.wait(60) == 2
+        finally:
+            kill(second)
+        error = second.stderr.read().decode().strip().splitlines()[-1]
+    finally:
+        stop(first)
+
+    assert error == (f"error: another corral server holds the instance 'twice-{first_port}' on this Docker engine (its "
+                     f"container corral-twice-{first_port}-lease is running); stop that server, or serve this one with "
+                     "--instance OTHER_NAME (or CORRAL_INSTANCE)")
+
+
+def lease_of(docker_engine, instance: str) -> list[dict]:
+    return docker_engine.api.containers(all=True, filters={"label": f"corral.lease={instance}"})
 
 
 def test_a_client_dropping_its_socket_mid_episode_loses_its_container_at_once(dockerbox_server, docker_engine):

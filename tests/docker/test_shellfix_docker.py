@@ -1,5 +1,6 @@
-"""shellfix in hardened containers: the hidden tests run in the agent's container after its
-last turn, copied in where the agent's user cannot write, and decide the score there."""
+"""shellfix in hardened containers: after the agent's last turn, the hidden tests run in a fresh
+container holding a copy of its /repo, from a folder the agent's user cannot write, and decide
+the score there (tests/docker/test_forgery_docker.py attacks that verdict)."""
 
 from __future__ import annotations
 
@@ -45,27 +46,4 @@ def test_the_agent_works_in_its_repository_as_a_user_who_cannot_touch_the_image_
     seen = environment.bash(command="pwd; ls; id -u; touch /env/planted 2>/dev/null || echo read-only")
 
     assert seen == "/repo\nstats.py\n1000\nread-only\n[exit status 0]"
-    assert environment.get_reward() == 0.0
-
-
-# Started by the agent and detached from its bash call, so it outlives the turn: whenever a
-# test file appears under /tmp, it tries to overwrite it with a test that always passes (and
-# it touches /repo/alive each round, to show it runs).
-OVERWRITER = (
-    "setsid sh -c 'while :; do touch /repo/alive; for f in /tmp/*/test_*.py; do "
-    "cat /repo/forged.py > \"$f\"; done; sleep 0.01; done' < /dev/null > /dev/null 2>&1 & "
-    # Return once it has left bash's process group: killed before its setsid(), it would not outlive the call.
-    "until [ -e /repo/alive ]; do sleep 0.01; done"
-)
-
-
-def test_a_process_left_running_cannot_rewrite_the_tests_once_they_are_copied_in(shellfix_docker):
-    environment = shellfix_docker.factory()
-    environment.reset(**next(row for row in shellfix_docker.dataset if row["task_id"] == "shellfix-paginate"))
-    environment.write_file(path="forged.py", content=FORGERIES["tests/test_paginate.py"])
-
-    environment.bash(command=OVERWRITER)
-    still_running = environment.bash(command="rm -f alive; sleep 0.5; ls alive")
-
-    assert still_running == "alive\n[exit status 0]"
     assert environment.get_reward() == 0.0

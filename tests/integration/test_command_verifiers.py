@@ -1,4 +1,4 @@
-"""Command verifiers: a task's hidden tests run in the agent's sandbox after its last turn.
+"""Command verifiers: a task's hidden tests run on what the agent left after its last turn.
 
 Played through the public client against a served bundle (local sandbox): shellfix's
 reference fixes score 1 and its unfixed repositories 0; test files the agent forges do not

@@ -182,6 +182,15 @@ def sdk_bundle(request, tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def envs_as_the_server_s_user(monkeypatch):
+    """The SDKs are in this test's virtualenvs, whose interpreter may sit where only the
+    server's user can run it (pyenv under /root); a server running as root would run each
+    local env as a uid of its own (docs/sandboxes.md), which could not start it."""
+    monkeypatch.setattr("corral.sandboxes.local_procs.running_as_root", lambda: False)
+
+
+@pytest.mark.usefixtures("envs_as_the_server_s_user")
 def test_a_server_written_with_an_mcp_sdk_plays_episodes_scored_by_the_verifiers(serve, sdk_bundle):
     server = serve(sdk_bundle)
     with Bundle(server.url) as bundle:

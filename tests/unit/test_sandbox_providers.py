@@ -14,7 +14,7 @@ import pytest
 
 import corral.sandboxes
 from corral.errors import ConfigError
-from corral.sandboxes import LocalProvider, Prepared, ProviderStatus, SandboxSpec, make_provider
+from corral.sandboxes import LocalProvider, ProviderStatus, SandboxSpec, make_provider
 from corral.sandboxes import local as local_module
 from corral.sandboxes.docker_bootstrap import sdk_payload
 from tests.conftest import FIXTURES
@@ -80,11 +80,12 @@ def test_sandbox_specs_are_values_a_provider_can_key_by():
     assert SandboxSpec("toy", TOY, TOY_SPEC.command, writable=("/work",)) != TOY_SPEC
 
 
-def test_the_local_provider_counts_its_live_sandboxes_and_needs_no_preparing(no_leftover_env_processes):
+def test_the_local_provider_counts_its_live_sandboxes_and_builds_nothing(no_leftover_env_processes):
     async def check() -> None:
         provider = LocalProvider()
         try:
-            assert await provider.prepare(TOY_SPEC) == Prepared("toy", image=None, built=False, seconds=0.0)
+            prepared = await provider.prepare(TOY_SPEC)
+            assert (prepared.image, prepared.built) == (None, False)
             assert provider.status() == ProviderStatus("local", isolated=False, live=0, warm={})
             first = await provider.start(TOY_SPEC, {"corral.session": "s1", "corral.episode": "e1"})
             second = await provider.start(TOY_SPEC)
@@ -101,7 +102,7 @@ def test_the_local_provider_counts_its_live_sandboxes_and_needs_no_preparing(no_
 
 def test_a_local_env_line_longer_than_the_limit_ends_the_stream(monkeypatch, no_leftover_env_processes):
     monkeypatch.setattr(local_module, "LINE_LIMIT", 4096)
-    spec = SandboxSpec("flood", TOY, (sys.executable, "-c", "print('x' * 10000, flush=True); import time; time.sleep(60)"))
+    spec = SandboxSpec("flood", TOY, ("python3", "-c", "print('x' * 10000, flush=True); import time; time.sleep(60)"))
 
     async def check() -> None:
         provider = LocalProvider()
@@ -131,7 +132,7 @@ def test_the_sdk_sent_into_containers_carries_corral_errors_and_imports_on_its_o
 def test_a_local_env_imports_corral_errors_from_the_sdk_root(no_leftover_env_processes):
     # -S: no site-packages, so not corral's installation: only the PYTHONPATH the provider sets.
     code = "import corral.errors as e; print(e.ToolSchemaError.__name__, flush=True)"
-    spec = SandboxSpec("errors", TOY, (sys.executable, "-S", "-c", code))
+    spec = SandboxSpec("errors", TOY, ("python3", "-S", "-c", code))
 
     async def check() -> None:
         provider = LocalProvider()

@@ -46,6 +46,8 @@ class Bundle:
         reset_timeout: likewise, for a reset (deploying the env) or an end_turn.
         token: the server's bearer token, if it asks for one (default: $CORRAL_TOKEN).
         keepalive: seconds between keepalive pings on each session's socket.
+        capacity_wait: seconds a reset waits for a free session when the server is at its
+            session limit, before it raises `CapacityError` (default: it raises at once).
     """
 
     def __init__(
@@ -57,8 +59,10 @@ class Bundle:
         reset_timeout: float | None = None,
         token: str | None = None,
         keepalive: float = 20.0,
+        capacity_wait: float = 0.0,
     ):
         self.url = base_url(url)
+        self._capacity_wait = capacity_wait
         self.split = split
         self._reward = reward
         self._tool_timeout = tool_timeout
@@ -192,7 +196,7 @@ class Bundle:
         return EnvironmentSpec(
             toolset=self.toolsets[toolset], url=self.url, server_limits=self.limits, token=self._token,
             tool_timeout_s=self._tool_timeout, reset_timeout_s=self._reset_timeout, reward=self._reward,
-            keepalive_s=self._keepalive,
+            keepalive_s=self._keepalive, capacity_wait_s=self._capacity_wait,
         )
 
     def _get(self, path: str) -> Any:

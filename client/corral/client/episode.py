@@ -7,14 +7,22 @@ episodes through this class.
     episode.call("submit_schedule", {"actions": [0] * 24}).answer
     episode.finish()                                          # end the turns left open
     episode.reward, episode.scores, episode.reason
+    episode.calls                                             # the transcript: every call, answered
+
+In Jupyter an episode shows its transcript (`corral.client.display`); `str(episode)` is the same
+as plain text.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from corral.client.catalog import END_TURN, ToolSpec
+from corral.client.display import Displayed, Doc, episode_doc
 from corral.client.protocol import (
     EPISODE_ENDED,
     CallTool,
@@ -29,32 +37,49 @@ from corral.client.protocol import (
 )
 from corral.client.rewards import RewardRule, pick_reward
 from corral.client.session import Session
-from corral.errors import NoEpisode, RewardError, ServerError, SessionLost
+from corral.errors import CapacityError, NoEpisode, RewardError, ServerError, SessionLost
 
 log = logging.getLogger("corral.client")
 
 REPLY_MARGIN_S = 30.0  # the server enforces deadlines; the client waits a little longer
 MAX_CLOSING_TURNS = 64
+CAPACITY_FIRST_PAUSE_S, CAPACITY_MAX_PAUSE_S = 0.25, 5.0
+T = TypeVar("T")
 
 
-class Episode:
+@dataclass(frozen=True)
+class CallRecord:
+    """One call the agent made in an episode, and the observation that answered it."""
+
+    tool: str
+    arguments: dict[str, Any]
+    observation: CallToolObservation
+
+
+class Episode(Displayed):
     """One episode on `session`, under the server's limits (or lower ones the reset asks for).
 
     Args:
         session: the session the episode is played on (one episode at a time).
         server_limits: the server's deadlines (its `/metadata`): how long to wait for the reset.
         reward: the client's own reward rule, if any; by default the server's reward is taken.
+        capacity_wait_s: how long a reset waits for a free session when the server is at its
+            limit (0: refused at once, with `CapacityError`).
     """
 
-    def __init__(self, session: Session, server_limits: Limits, *, reward: RewardRule = None):
+    def __init__(self, session: Session, server_limits: Limits, *, reward: RewardRule = None,
+                 capacity_wait_s: float = 0.0):
         self.session = session
         self.limits = server_limits
         self._rule = reward
+        self._capacity_wait_s = capacity_wait_s
         self.opened: ResetObservation | None = None
         self.open = False  # the agent may still act
         self.reward: float | None = None
         self.scores: dict[str, float] = {}
         self.reason: str | None = None  # why it ended unscored
+        self.calls: list[CallRecord] = []  # the transcript, kept for people reading it
+        self.final: ResetObservation | CallToolObservation | None = None  # what ended it (e.g. verifier_output)
 
     @property
     def tools(self) -> list[ToolSpec]:
@@ -68,7 +93,7 @@ class Episode:
     def start(self, data: ResetData) -> ResetObservation:
         """Reset: deploy the task's env and open its first turn."""
         wait = min(data.reset_timeout_s or self.limits.reset_timeout_s, self.limits.reset_timeout_s)
-        reply = self.session.request(ResetRequest(data=data), wait + REPLY_MARGIN_S)
+        reply = self._with_capacity(lambda: self.session.request(ResetRequest(data=data), wait + REPLY_MARGIN_S))
         self.opened = opened = _observation(reply).parse(ResetObservation)
         self.limits = opened.limits or self.limits
         if opened.metadata.get("limits"):  # asked for more than the server allows: it capped them
@@ -86,7 +111,9 @@ class Episode:
             raise NoEpisode(f"{name} was called before an episode started: call reset(**row) first")
         if not self.open:
             ended = f"{EPISODE_ENDED} {self.reason or ''}".strip()
-            return CallToolObservation(tool_name=name, result=ended, done=True, reward=self.reward)
+            observed = CallToolObservation(tool_name=name, result=ended, done=True, reward=self.reward)
+            self.calls.append(CallRecord(name, dict(arguments), observed))
+            return observed
         deadline = self.limits.reset_timeout_s if name == END_TURN else self.limits.tool_timeout_s
         request = StepRequest(data=CallTool(tool_name=name, arguments=arguments))
         try:
@@ -95,6 +122,7 @@ class Episode:
             reason = f"the server went away: {error}"
             failure = ToolError(error_type="transport_error", message=f"{EPISODE_ENDED} {reason}")
             observed = CallToolObservation(tool_name=name, error=failure, done=True, status="unscored", reason=reason)
+        self.calls.append(CallRecord(name, dict(arguments), observed))
         if observed.done:
             self._end(observed)
         return observed
@@ -112,8 +140,28 @@ class Episode:
         self.open = False
         self.reward, self.reason = None, f"the episode did not end after {MAX_CLOSING_TURNS} empty turns"
 
+    def _doc(self) -> Doc:
+        return episode_doc(self)
+
+    def __str__(self) -> str:
+        return episode_doc(self).text()
+
+    def _with_capacity(self, request: Callable[[], T]) -> T:
+        """`request()`, tried again while the server is at its session limit, for up to
+        `capacity_wait_s` seconds in all (backing off from 0.25 s to 5 s)."""
+        deadline, pause = time.monotonic() + self._capacity_wait_s, CAPACITY_FIRST_PAUSE_S
+        while True:
+            try:
+                return request()
+            except CapacityError:
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, CAPACITY_MAX_PAUSE_S)
+
     def _end(self, observed: ResetObservation | CallToolObservation) -> None:
         self.open = False
+        self.final = observed
         self.scores = observed.scores or {}
         self.reward, self.reason = observed.reward, observed.reason
         if self.reward is not None and self._rule is not None:

@@ -6,6 +6,9 @@ Google-style docstring, as transformers' `get_json_schema` reads them), and read
 `get_reward()` once the rollout ends. Each generated method carries the tool's JSON Schema
 back as type hints and an `Args:` docstring, so the model sees the tool as the env wrote it.
 
+In Jupyter an environment shows its episode's transcript, and a tool's answer shows itself
+(`corral.client.display`); only `_`-prefixed methods carry that, so TRL's tools stay the tools.
+
 The classes pickle by value (AsyncGRPO builds environments in a spawned process): their
 metaclass reduces to `(environment_class, (spec,))`, and the spec is plain data.
 """
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union
 
 from corral.client.catalog import Toolset, ToolSpec
+from corral.client.display import Displayed, Doc, ToolAnswer, episode_doc
 from corral.client.episode import Episode
 from corral.client.protocol import Limits, ResetData
 from corral.client.rewards import RewardRule
@@ -49,9 +53,10 @@ class EnvironmentSpec:
     reset_timeout_s: float | None = None
     reward: RewardRule = None
     keepalive_s: float = 20.0
+    capacity_wait_s: float = 0.0
 
 
-class CorralEnvironment:
+class CorralEnvironment(Displayed):
     """One environment: a session on the server, one episode at a time."""
 
     _corral_spec: EnvironmentSpec
@@ -69,7 +74,8 @@ class CorralEnvironment:
         spec = self._corral_spec
         data = ResetData(**{key: row[key] for key in ("split", "index", "task_id") if key in row},
                          tool_timeout_s=spec.tool_timeout_s, reset_timeout_s=spec.reset_timeout_s)
-        self._episode = Episode(self._session, spec.server_limits, reward=spec.reward)
+        self._episode = Episode(self._session, spec.server_limits, reward=spec.reward,
+                                capacity_wait_s=spec.capacity_wait_s)
         opened = self._episode.start(data)
         offered = [tool.name for tool in opened.offered_tools]
         expected = [tool.name for tool in spec.toolset.tools]
@@ -96,10 +102,17 @@ class CorralEnvironment:
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
         if self._episode is None:
             raise NoEpisode(f"{name} was called before an episode started: call reset(**row) first")
-        return self._episode.call(name, arguments).answer
+        return ToolAnswer(self._episode.call(name, arguments))
 
     def _close(self) -> None:
         self._session.close()
+
+    def _doc(self) -> Doc:
+        return episode_doc(self._episode) if self._episode is not None else Doc().add(
+            "title", f"{self._corral_spec.toolset.name}: no episode yet; call reset(**row) to start one")
+
+    def __str__(self) -> str:
+        return self._doc().text()
 
 
 class _EnvironmentType(type):

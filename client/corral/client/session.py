@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.protocol import State
 
 from corral.client.protocol import SERVER_FRAMES, CloseRequest, ErrorCode, ErrorReply, ServerFrame
 from corral.client.urls import ws_url
@@ -110,6 +111,8 @@ class Session:
         return reply
 
     async def _connected(self) -> ClientConnection:
+        if self._socket is not None and self._socket.state is not State.OPEN:
+            await self._drop()  # the far end closed it while idle (a restart, a keepalive timeout): open another
         if self._socket is None:
             headers = {"Authorization": f"Bearer {self._token}"} if self._token else None
             try:
@@ -156,5 +159,6 @@ def capacity_message(url: str, limit: int | None) -> str:
     return (
         f"the server at {url} is at its limit of {limit} sessions at once, and the trainer holds one "
         "per rollout it generates at once: serve the bundle with --max-concurrent-envs (or "
-        "max_concurrent_envs=) at least that many, or generate fewer rollouts at once"
+        "max_concurrent_envs=) at least that many, generate fewer rollouts at once, or wait for a "
+        "free session with Bundle(..., capacity_wait=SECONDS)"
     )

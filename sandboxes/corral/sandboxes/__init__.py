@@ -40,9 +40,10 @@ log = logging.getLogger("corral.sandboxes")
 def make_provider(kind: str, *, instance: str | None = None, warm_pool: int = 0) -> SandboxProvider:
     """The provider of `kind`; `auto` is docker when an engine answers, else local.
 
-    `instance` and `warm_pool` apply to docker: the server instance whose containers the
-    reaper may remove, and how many started containers wait per env. Raises ConfigError for
-    an unknown kind, and for docker without the docker package or an engine that answers.
+    `instance` is the server instance whose leftovers (containers, local folders and
+    processes) the reaper may remove, and that no other live server may hold; `warm_pool`
+    applies to docker: how many started containers wait per env. Raises ConfigError for an
+    unknown kind, and for docker without the docker package or an engine that answers.
     """
     if kind not in KINDS:
         raise ConfigError(f"unknown sandbox {kind!r}; choose one of: {', '.join(KINDS)}")
@@ -76,7 +77,7 @@ def make_provider(kind: str, *, instance: str | None = None, warm_pool: int = 0)
         log.info("sandbox: local processes (not an isolation boundary)")
     if warm_pool:
         log.warning("a warm pool of %d is for docker sandboxes; local processes start at each reset", warm_pool)
-    return LocalProvider()
+    return LocalProvider(instance=instance)
 
 
 def _engine_address() -> str | None:

@@ -3,8 +3,8 @@
 A provider starts a sandbox from a `SandboxSpec`; the server then speaks to the env process
 over the sandbox's stdio stream (newline-delimited JSON-RPC, see `corral.env.runtime`) and
 closes the sandbox when the episode ends. Nothing connects to the sandbox over the network.
-After the agent's last turn a command verifier may copy files in (`put_files`) and run a
-command beside the env (`run`), e.g. a task's tests that the agent never saw.
+After the agent's last turn a command verifier (a task's tests that the agent never saw) runs
+through `verify`: on a copy of what the agent left, with none of its processes running.
 
 Everything a kind of sandbox needs to know lives behind `SandboxProvider`: the server calls
 `reap_leftovers`, `prepare` and `start_pools` before it accepts sessions, `start` for each
@@ -100,14 +100,19 @@ class Sandbox(abc.ABC):
         """The end of what the env wrote to stderr, kept for debugging a failed episode."""
 
     @abc.abstractmethod
-    async def put_files(self, files: Mapping[str, bytes]) -> str:
-        """Copy `files` (relative path -> content) into a fresh folder the env's user cannot
-        write; return that folder's absolute path inside the sandbox."""
+    async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
+                     timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
+        """Run a command verifier on what the agent left, once the agent can no longer act.
 
-    @abc.abstractmethod
-    async def run(self, command: Sequence[str], *, timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
-        """Run `command` in the env's working directory as the env's user, beside the env;
-        keep the tail of its combined stdout and stderr. Kill it at `timeout_s`."""
+        The first call ends every process the agent started. Each call then copies the env's
+        writable folders into a fresh process tree (docker: a fresh container of the same
+        image), puts `files` (relative path -> content) into a folder the env's user cannot
+        write, and runs `command(folder)` there as the env's user in the env's working
+        directory, with a minimal environment; the exit code is read from outside, and the
+        command is killed with everything it started at `timeout_s` (exit code None). A copy
+        the agent made impossible (its folders over their size) is a failed command, not an
+        error; SandboxError is for the platform's own failures.
+        """
 
     @abc.abstractmethod
     async def close(self) -> None:
@@ -125,7 +130,8 @@ class SandboxProvider(abc.ABC):
     isolated: bool
 
     async def reap_leftovers(self) -> None:
-        """Remove what a killed server of this instance left behind (by default, nothing)."""
+        """Claim this server's instance and remove what a killed server of it left behind (by
+        default, nothing); raise ConfigError when a live server holds the instance."""
 
     async def prepare(self, spec: SandboxSpec, progress: Progress = log.info) -> Prepared:
         """Make `spec` startable before sessions are accepted (by default, nothing to do);

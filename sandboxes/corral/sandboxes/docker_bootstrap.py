@@ -1,4 +1,4 @@
-"""Putting the env SDK into a container over its stdin, and the small scripts run beside it.
+"""Putting the env SDK into a container over its stdin.
 
 Why stdin: an env image needs nothing but python3, so `corral.env` must arrive at start. The
 container's root filesystem is read-only, and Docker refuses `put_archive` there; a bind mount
@@ -55,52 +55,9 @@ sys.meta_path.insert(0, Sdk())
 runpy.run_module("corral.env", run_name="__main__", alter_sys=True)
 """
 
-# Run as root beside the env: unpack a tar read from stdin into a fresh folder under the
-# scratch mount, readable by the env's user and writable by no one but root; print its path.
-PUT_FILES = r"""
-import io, os, sys, tarfile, tempfile
-header = b""
-while not header.endswith(b"\n"):
-    header += os.read(0, 1)
-size, data = int(header), b""
-while len(data) < size:
-    data += os.read(0, size - len(data))
-folder = tempfile.mkdtemp(prefix="corral-files-", dir=sys.argv[1])
-with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-    tar.extractall(folder)
-for root, dirs, files in os.walk(folder):
-    os.chmod(root, 0o555)
-    for name in files:
-        os.chmod(os.path.join(root, name), 0o444)
-print(folder)
-"""
-
-# Run as the env's user: `python3 -c RUN TIMEOUT COMMAND...`. Output goes to stdout; the only
-# thing written to stderr is the word `timeout` when the command was killed at its deadline.
-RUN = r"""
-import contextlib, os, signal, subprocess, sys
-try:
-    child = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
-except OSError as error:
-    print(f"could not run {sys.argv[2]!r}: {error}", flush=True)
-    sys.exit(127)
-try:
-    code = child.wait(float(sys.argv[1]))
-except subprocess.TimeoutExpired:
-    code = None
-with contextlib.suppress(ProcessLookupError, PermissionError):
-    os.killpg(child.pid, signal.SIGKILL)  # and whatever it left running in the background
-if code is None:
-    child.wait()
-    sys.stderr.write("timeout")
-    sys.exit(124)
-sys.exit(code if code >= 0 else 128 - code)
-"""
-TIMED_OUT = "timeout"
-
 
 def framed(payload: bytes) -> bytes:
-    """`<length>\\n<payload>`: what BOOTSTRAP and PUT_FILES read from stdin."""
+    """`<length>\\n<payload>`: what BOOTSTRAP reads from stdin."""
     return b"%d\n" % len(payload) + payload
 
 

@@ -6,8 +6,9 @@ container removals started in the background, and this server's labels.
 
 Every container carries labels naming its server instance (`corral.instance`, stable across
 restarts of one server, e.g. `host-8000`) and run (`corral.run`, new each start). The reaper:
-a starting server removes every container of its instance (what a killed run left), a
-stopping one removes its run's, and closing a sandbox force-removes its container at once.
+a starting server takes its instance's lease (docker_lease) and removes every container of
+its instance (what a killed run left), a stopping one removes its run's, and closing a sandbox
+force-removes its container at once.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class Engine:
         # pooled for many threads: one connection per engine thread at most
         self.client = client or docker.from_env(timeout=ENGINE_TIMEOUT_S, max_pool_size=ENGINE_THREADS)
         # Without a name (a one-off `corral check`), a unique one: it must never reap a server's.
+        self.named = instance is not None
         self.instance = instance or f"{socket.gethostname()}-once-{uuid.uuid4().hex[:8]}"
         self.run_id = uuid.uuid4().hex[:12]
         self._executor = ThreadPoolExecutor(ENGINE_THREADS, thread_name_prefix="corral-docker")

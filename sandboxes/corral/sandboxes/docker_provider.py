@@ -25,6 +25,7 @@ from corral.sandboxes.base import (
 )
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_images import ensure_image, image_tag
+from corral.sandboxes.docker_lease import Lease
 from corral.sandboxes.docker_pool import WarmPool
 from corral.sandboxes.docker_sandbox import DockerSandbox, container_name, warm_name
 
@@ -43,9 +44,15 @@ class DockerProvider(SandboxProvider):
         self._tags: dict[SandboxSpec, str] = {}  # the image each spec runs, fixed when first known
         self._running: set[DockerSandbox] = set()  # handed to episodes, not yet closed
         self._pools: dict[SandboxSpec, WarmPool] = {}
+        self._lease: Lease | None = None
 
     async def reap_leftovers(self) -> None:
-        """Remove every container of this instance: what a killed run of this server left."""
+        """Take the instance's lease (ConfigError when a live server holds it), then remove
+        every container of this instance: what a killed run of this server left. A server
+        without an instance name has a unique one, so nobody else's to reap or to fear."""
+        if not self.engine.named:
+            return
+        self._lease = await Lease.take(self.engine)
         await self.engine.call(self.engine.reap, {"corral.instance": self.engine.instance})
 
     async def prepare(self, spec: SandboxSpec, progress: Progress = log.info) -> Prepared:
@@ -101,4 +108,6 @@ class DockerProvider(SandboxProvider):
         await asyncio.gather(*(pool.close() for pool in self._pools.values()))
         self._pools.clear()
         await asyncio.gather(*(sandbox.close() for sandbox in list(self._running)))
+        if self._lease is not None:
+            await self._lease.release()
         await self.engine.close()

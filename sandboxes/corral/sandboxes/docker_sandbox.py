@@ -3,16 +3,16 @@
 The container is created with its stdin open, attached before it starts (so no byte of output
 is missed), then started; the server writes protocol lines to stdin and reads them from
 stdout. Nothing connects to the container over IP: its network is off unless the env opts in.
-Verifier commands (`put_files`, `run`) go through exec streams beside the env process.
+Containers are created with AutoRemove and their stdin closes with the server's attach
+stream, so a killed server's containers end (their env reads end-of-file) and vanish on their
+own. Command verifiers run in a fresh container of their own (docker_verify).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import logging
-import tarfile
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -22,22 +22,16 @@ import docker.errors
 
 from corral.errors import ImageError, SandboxError
 from corral.sandboxes.base import CommandResult, Sandbox, SandboxSpec
-from corral.sandboxes.docker_bootstrap import (
-    PUT_FILES,
-    RUN,
-    TIMED_OUT,
-    bootstrapped,
-    framed,
-    sdk_payload,
-)
+from corral.sandboxes.docker_bootstrap import bootstrapped, sdk_payload
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_stream import MuxStream
+from corral.sandboxes.docker_verify import stop_agent, verify_in_fresh_container
 
 log = logging.getLogger("corral.sandboxes.docker")
 
 ENV_USER = "1000:1000"  # non-root even for an image without USER
 SCRATCH = "/tmp"
-RUN_GRACE_S = 30.0  # past a command's own deadline, the exec stream is given up on
+DIE_EVENT_WAIT_S = 2.0  # after its stream ends, how long a container's `die` event is waited for
 ENVIRONMENT = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "HOME": SCRATCH}
 
 
@@ -55,6 +49,7 @@ def container_config(spec: SandboxSpec, image: str, *, name: str, labels: Mappin
         security_opt=["no-new-privileges"],
         read_only=True,
         tmpfs=scratch_mounts(spec),
+        auto_remove=True,  # with stdin_open (and so StdinOnce), a killed server's containers go
     )
     return {
         "image": image, "command": list(command), "user": ENV_USER, "stdin_open": True, "tty": False,
@@ -64,9 +59,9 @@ def container_config(spec: SandboxSpec, image: str, *, name: str, labels: Mappin
 
 
 def scratch_mounts(spec: SandboxSpec) -> dict[str, str]:
-    """The tmpfs mounts: /tmp, shared and sticky (root-owned, so the env user cannot move the
-    folders `put_files` makes there), and each `writable` folder, owned by the env user (a
-    folder the image already has keeps its own mode whatever `mode=` says; `uid=` wins)."""
+    """The tmpfs mounts: /tmp, shared and sticky (root-owned, as /tmp is), and each `writable`
+    folder, owned by the env user (a folder the image already has keeps its own mode whatever
+    `mode=` says; `uid=` wins)."""
     options = f"rw,nosuid,nodev,size={spec.scratch_mb}m"
     uid, gid = ENV_USER.split(":")
     return {SCRATCH: f"{options},mode=1777", **{path: f"{options},uid={uid},gid={gid},mode=0755" for path in spec.writable}}
@@ -76,15 +71,18 @@ class DockerSandbox(Sandbox):
     """A started container whose env process talks over `stream`; `on_close` is told when it
     closes (the provider's count of live sandboxes)."""
 
-    def __init__(self, engine: Engine, container_id: str, name: str, spec: SandboxSpec, stream: MuxStream,
-                 on_close: Callable[[DockerSandbox], None]):
+    def __init__(self, engine: Engine, container_id: str, config: dict, spec: SandboxSpec, stream: MuxStream,
+                 on_close: Callable[[DockerSandbox], None], created_at: float):
         self.engine = engine
         self.container_id = container_id
-        self.name = name
+        self.config = config  # create_container's arguments: a verifier's container is made like it
+        self.name = config["name"]
         self.spec = spec
         self._stream = stream
         self._on_close = on_close
+        self._created_at = created_at
         self._closed = False
+        self._agent_stopped = False
         self._rename: asyncio.Task | None = None
 
     @classmethod
@@ -105,6 +103,7 @@ class DockerSandbox(Sandbox):
     async def _create(cls, engine: Engine, spec: SandboxSpec, config: dict,
                       on_close: Callable[[DockerSandbox], None]) -> DockerSandbox:
         api = engine.api
+        created_at = time.time()
         try:
             container_id = (await engine.call(api.create_container, **config))["Id"]
             hijacked = await engine.call(
@@ -127,7 +126,7 @@ class DockerSandbox(Sandbox):
             if isinstance(error, (docker.errors.APIError, EOFError)):
                 raise SandboxError(f"could not start the container of env {spec.env_name}: {error}") from None
             raise
-        return cls(engine, container_id, config["name"], spec, stream, on_close)
+        return cls(engine, container_id, config, spec, stream, on_close, created_at)
 
     @property
     def alive(self) -> bool:
@@ -158,25 +157,17 @@ class DockerSandbox(Sandbox):
     def stderr_tail(self, max_chars: int = 4000) -> str:
         return self._stream.stderr_tail(max_chars)
 
-    async def put_files(self, files: Mapping[str, bytes]) -> str:
-        archive = io.BytesIO()
-        with tarfile.open(fileobj=archive, mode="w") as tar:
-            for relative, content in files.items():
-                info = tarfile.TarInfo(relative)
-                info.size, info.mtime = len(content), int(time.time())
-                tar.addfile(info, io.BytesIO(content))
-        code, output, _ = await self._exec(["python3", "-c", PUT_FILES, SCRATCH], user="0",
-                                           stdin=framed(archive.getvalue()), timeout_s=120.0, keep=4000)
-        if code != 0:
-            raise SandboxError(f"could not copy files into the container of env {self.spec.env_name}: {output.strip()}")
-        return output.strip()
+    async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
+                     timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
+        """In a fresh container, once the agent's processes are gone: see docker_verify."""
+        return await verify_in_fresh_container(self.engine, self.spec, self.config, self.container_id, files, command,
+                                               timeout_s=timeout_s, keep=max_output_chars,
+                                               agent_stopped=self._stop_agent_once())
 
-    async def run(self, command: Sequence[str], *, timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
-        code, output, status = await self._exec(
-            ["python3", "-c", RUN, str(timeout_s), *command], user=ENV_USER, stdin=None,
-            timeout_s=timeout_s + RUN_GRACE_S, keep=max_output_chars,
-        )
-        return CommandResult(None if status == TIMED_OUT else code, output)
+    async def _stop_agent_once(self) -> None:
+        if not self._agent_stopped:
+            await stop_agent(self.engine, self.container_id, ENV_USER)
+            self._agent_stopped = True
 
     async def close(self) -> None:
         """Kill and remove the container (force remove), starting now; safe to call twice.
@@ -194,48 +185,38 @@ class DockerSandbox(Sandbox):
         self.engine.remove(self.container_id, self.name)
         await self._stream.close()
 
-    async def _exec(self, command: list[str], *, user: str, stdin: bytes | None, timeout_s: float,
-                    keep: int) -> tuple[int | None, str, str]:
-        """Run `command` in the container; (exit code or None at timeout, stdout tail, stderr)."""
-        api = self.engine.api
-        try:
-            exec_id = (await self.engine.call(
-                api.exec_create, self.container_id, command, stdin=stdin is not None, user=user,
-                environment=ENVIRONMENT,
-            ))["Id"]
-            stream = await MuxStream.open(await self.engine.call(api.exec_start, exec_id, socket=True))
-        except docker.errors.APIError as error:
-            raise SandboxError(f"could not run a command in the container of env {self.spec.env_name}: "
-                               f"{error.explanation or error}") from None
-        output = bytearray()
-        try:
-            if stdin is not None:
-                await stream.write(stdin)
-            async with asyncio.timeout(timeout_s):
-                while chunk := await stream.read():
-                    output += chunk
-                    del output[:-keep * 4]  # characters are at most 4 bytes
-            code = (await self.engine.call(api.exec_inspect, exec_id))["ExitCode"]
-        except TimeoutError:
-            code = None
-        finally:
-            await stream.close()
-        text = output.decode("utf-8", errors="replace")[-keep:]
-        return code, text, stream.stderr_tail(1000)
-
     async def _explain_stop(self) -> None:
-        """The stream ended: note in the stderr tail why, e.g. the memory limit."""
+        """The stream ended: note in the stderr tail why, e.g. the memory limit. The container
+        may be gone already (AutoRemove), so the engine's events tell, not an inspect."""
         try:
-            state = (await self.engine.call(self.engine.api.inspect_container, self.container_id))["State"]
+            why = await self.engine.call(stop_reason, self.engine.api, self.container_id, self._created_at)
         except docker.errors.APIError:
             return
-        if state.get("OOMKilled"):
+        if why == "oom":
             self._stream.note(
                 f"the container was killed for using more than its memory limit of "
                 f"{self.spec.resources.memory_mb} MB ([resources] memory_mb in env.toml)"
             )
-        elif not state.get("Running"):
-            self._stream.note(f"the container exited with code {state.get('ExitCode')}")
+        elif why is not None:
+            self._stream.note(f"the container exited with code {why}")
+
+
+def stop_reason(api: docker.APIClient, container_id: str, since: float) -> str | None:
+    """Why the container stopped, from the engine's events: "oom" when the kernel killed it
+    for memory, else its exit code; None when it has not stopped within DIE_EVENT_WAIT_S
+    (blocking)."""
+    events = api.events(since=since, until=time.time() + DIE_EVENT_WAIT_S, decode=True,
+                        filters={"container": container_id, "event": ["oom", "die"]})
+    try:
+        oom = False
+        for event in events:
+            if event.get("Action") == "oom":
+                oom = True
+            elif event.get("Action") == "die":
+                return "oom" if oom else event.get("Actor", {}).get("Attributes", {}).get("exitCode", "?")
+        return None
+    finally:
+        events.close()
 
 
 def container_name(instance: str, env_name: str, labels: Mapping[str, str]) -> str:

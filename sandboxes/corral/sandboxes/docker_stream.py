@@ -48,7 +48,8 @@ def raw_socket(hijacked: Any) -> socket.socket:
 class MuxStream:
     """One hijacked, multiplexed Docker stream: write stdin, read stdout lines, keep stderr."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, merged: bool = False):
+        self._merged = merged  # stderr read as stdout too, in the order it came (a command's output)
         self._raw_reader = reader
         self._writer = writer
         # stdout waiting to be read; the pump stops reading the socket while it holds a full
@@ -62,9 +63,9 @@ class MuxStream:
         self._pump = asyncio.create_task(self._demultiplex())
 
     @classmethod
-    async def open(cls, hijacked: Any) -> MuxStream:
+    async def open(cls, hijacked: Any, *, merged: bool = False) -> MuxStream:
         reader, writer = await asyncio.open_connection(sock=raw_socket(hijacked), limit=SOCKET_BUFFER)
-        return cls(reader, writer)
+        return cls(reader, writer, merged=merged)
 
     async def write(self, data: bytes) -> None:
         if self._writer.is_closing():
@@ -107,10 +108,23 @@ class MuxStream:
     def stderr_tail(self, max_chars: int) -> str:
         return b"".join(self._stderr).decode("utf-8", errors="replace")[-max_chars:]
 
+    async def close_stdin(self) -> None:
+        """Send end-of-file to the process's stdin; its stdout keeps coming."""
+        with contextlib.suppress(OSError):
+            self._writer.write_eof()
+            await self._writer.drain()
+
     async def close(self) -> None:
+        """End the connection itself, not just this copy of its socket: docker-py still holds the
+        socket it hijacked, and the process on the far end must see its stdin close (an env
+        exits then, and a container created with AutoRemove goes)."""
         self._pump.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._pump
+        connection = self._writer.get_extra_info("socket")
+        if connection is not None:  # through a copy of its fd: uvloop's transport sockets have no shutdown()
+            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(connection.fileno())) as copy:
+                copy.shutdown(socket.SHUT_RDWR)
         self._writer.close()
         with contextlib.suppress(OSError, ConnectionError):
             await self._writer.wait_closed()
@@ -127,7 +141,8 @@ class MuxStream:
                 payload = await self._raw_reader.readexactly(size)
                 if kind == STDERR:
                     self._keep_stderr(payload)
-                    continue
+                    if not self._merged:
+                        continue
                 self._stdout += payload
                 self._stdout_added.set()
                 while len(self._stdout) >= LINE_LIMIT:

@@ -1,29 +1,58 @@
 """The local provider: one child process per episode, on this machine.
 
-This is the embedded default for laptops and CI. It is NOT an isolation boundary: the env
-runs as the server's user, with its network and files. Each process gets its own process
-group, so closing the sandbox kills the env and everything it started.
+This is the embedded default for laptops and CI. It is NOT an isolation boundary: an env
+shares this machine's network, kernel and every file its user may read. What it does:
+
+- Each episode gets a folder of its own under the instance's root,
+  `$TMPDIR/corral-<instance>/<env>-<id>/`, and its env runs in `work/` there (also its HOME)
+  with a minimal environment: PATH, LANG, the PYTHONPATH the SDK needs, and a marker
+  (`CORRAL_SANDBOX`, see local_procs); never the server's own variables (CORRAL_TOKEN...).
+- A server running as root runs each episode's env as a uid of its own (local_procs), whose
+  folder (mode 0700) no other episode can read. A server running as another user runs every
+  env as itself: folders are 0700, which keeps other users out, not other episodes.
+- When the episode ends, or before its command verifiers run, every process of the episode
+  goes: its process group, and every process carrying its marker (or, as root, its uid).
+- A server holds its instance's root with a lock while it serves; a second server of the same
+  instance refuses, and a restarted one removes what a killed one left (`reap_leftovers`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import fcntl
+import logging
 import os
 import shutil
-import signal
 import tempfile
-from collections.abc import Mapping, Sequence
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from corral.errors import SandboxError
+from corral.errors import ConfigError, SandboxError
+from corral.sandboxes import local_procs
 from corral.sandboxes.base import (
     CommandResult,
+    Prepared,
+    Progress,
     ProviderStatus,
     Sandbox,
     SandboxProvider,
     SandboxSpec,
 )
+from corral.sandboxes.local_procs import (
+    UidPool,
+    as_uid,
+    kill_group,
+    kill_marked,
+    kill_uid,
+    minimal_environment,
+    private_folder,
+    remove_tree,
+)
+from corral.sandboxes.local_verify import verify_on_a_copy
+
+log = logging.getLogger("corral.sandboxes")
 
 # The folder that holds the `corral` namespace with the env SDK (corral/env and the
 # corral/errors.py it raises from), put on the env's import path so `python3 -m corral.env`
@@ -33,24 +62,53 @@ LINE_LIMIT = 64 * 1024 * 1024  # one protocol line may carry a large tool result
 
 
 class LocalSandbox(Sandbox):
-    def __init__(
-        self,
-        process: asyncio.subprocess.Process,
-        workdir: Path,
-        stderr_path: Path,
-        environ: dict[str, str],
-        running: set[LocalSandbox],
-    ):
-        self._process = process
-        self._workdir = workdir
-        self._environ = environ
-        self._stderr_path = stderr_path
-        self._running = running  # the provider's set, so shutdown finds every live process
+    """One episode's env process, in `folder/work`, as `uid` (None: the server's own user)."""
+
+    def __init__(self, provider: LocalProvider, spec: SandboxSpec, folder: Path, uid: int | None):
+        self.provider = provider
+        self.spec = spec
+        self.folder = folder  # the server's: the env's stderr, the verifiers' copies
+        self.workdir = folder / "work"  # the env's working directory and HOME
+        self.uid = uid
+        self.marker = f"{provider.instance}/{folder.name}/"  # every process of the episode starts with it
+        self.verifications = 0
+        self._process: asyncio.subprocess.Process | None = None
+        self._stderr = -1
+        self._agent_stopped = False
         self._closed = False
-        running.add(self)
+
+    async def launch(self) -> None:
+        """Make the episode's folders and start its env; raise SandboxError when it cannot start."""
+        spec = self.spec
+        tmp = self.folder / "tmp"
+        for path in (self.workdir, tmp):
+            self.own(path)
+        stderr_path = self.folder / "stderr"
+        writer = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        # Kept open and read by position: the env cannot swap the file for a link to a secret.
+        self._stderr = os.open(stderr_path, os.O_RDONLY | os.O_CLOEXEC)
+        environ = minimal_environment(self.workdir, tmp, self.marker + "env")
+        environ.update(PYTHONPATH=os.pathsep.join(self.provider.import_path(spec)), PYTHONUNBUFFERED="1")
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *as_uid(self.uid, spec.command), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=writer, cwd=self.workdir, env=environ, start_new_session=True, limit=LINE_LIMIT,
+            )
+        except OSError as error:
+            as_whom = (f" as uid {self.uid} (a server running as root runs each env as its own user: the bundle, "
+                       "corral and the command must be readable by every user)") if self.uid is not None else ""
+            raise SandboxError(f"could not start {spec.command[0]!r} for env {spec.env_name}{as_whom}: {error}") from None
+        finally:
+            os.close(writer)
+
+    def own(self, path: Path, mode: int = 0o700) -> None:
+        """Make `path` a folder of the episode's user."""
+        path.mkdir(mode=mode)
+        if self.uid is not None:
+            os.chown(path, self.uid, self.uid)
 
     async def send_line(self, line: bytes) -> None:
-        stdin = self._process.stdin
+        stdin = self._running().stdin
         assert stdin is not None
         try:
             stdin.write(line + b"\n")
@@ -59,7 +117,7 @@ class LocalSandbox(Sandbox):
             raise EOFError("the env process closed its stdin") from error
 
     async def read_line(self) -> bytes:
-        stdout = self._process.stdout
+        stdout = self._running().stdout
         assert stdout is not None
         try:
             line = await stdout.readline()
@@ -70,100 +128,155 @@ class LocalSandbox(Sandbox):
         return line.rstrip(b"\n")
 
     def stderr_tail(self, max_chars: int = 4000) -> str:
-        try:
-            with self._stderr_path.open("rb") as stderr:
-                stderr.seek(0, os.SEEK_END)
-                stderr.seek(max(0, stderr.tell() - max_chars))
-                return stderr.read().decode("utf-8", errors="replace")
-        except FileNotFoundError:
+        if self._stderr < 0:
             return ""
+        size = os.fstat(self._stderr).st_size
+        start = max(0, size - max_chars)
+        return os.pread(self._stderr, size - start, start).decode("utf-8", errors="replace")
 
-    async def put_files(self, files: Mapping[str, bytes]) -> str:
-        # Read-only by mode only: locally the env runs as the server's user and could undo it.
-        folder = Path(tempfile.mkdtemp(prefix="files-", dir=self._workdir))
-        for relative, content in files.items():
-            target = folder / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-            target.chmod(0o444)
-        return str(folder)
+    async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
+                     timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
+        """On a copy of the env's folder, once every process of the episode is gone: see local_verify."""
+        if not self._agent_stopped:
+            await self.stop(self.marker)
+            self._agent_stopped = True
+        return await verify_on_a_copy(self, files, command, timeout_s=timeout_s, keep=max_output_chars)
 
-    async def run(self, command: Sequence[str], *, timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
-        try:
-            process = await asyncio.create_subprocess_exec(
-                *command,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                cwd=self._workdir,
-                env=self._environ,
-                start_new_session=True,
-            )
-        except OSError as error:
-            return CommandResult(exit_code=127, output=f"could not run {command[0]!r}: {error}")
-        try:
-            async with asyncio.timeout(timeout_s):
-                output, _ = await process.communicate()
-            exit_code: int | None = process.returncode
-        except TimeoutError:
-            output, exit_code = b"", None
-        finally:
-            # Also on cancellation (the session went away): nothing the command started stays.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
-        if exit_code is None:
-            output, _ = await process.communicate()
-        return CommandResult(exit_code, output.decode("utf-8", errors="replace")[-max_output_chars:])
+    async def stop(self, marker: str, pgid: int | None = None) -> None:
+        """Kill every process of the episode marked with `marker` (the env's process group too)."""
+        if self._process is not None:
+            kill_group(self._process.pid)
+        if pgid is not None:
+            kill_group(pgid)
+        if self.uid is not None:
+            await kill_uid(self.uid)
+        else:
+            await asyncio.to_thread(kill_marked, marker)
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        self._running.discard(self)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._process.pid, signal.SIGKILL)
-        await self._process.wait()
-        shutil.rmtree(self._workdir, ignore_errors=True)
+        self.provider.running.discard(self)
+        try:
+            await self.stop(self.marker)
+            if self._process is not None:
+                await self._process.wait()
+        finally:
+            if self._stderr >= 0:
+                os.close(self._stderr)
+                self._stderr = -1
+            await asyncio.to_thread(remove_tree, self.folder)
+            if self.uid is not None:
+                self.provider.uids.release(self.uid)
+
+    def _running(self) -> asyncio.subprocess.Process:
+        assert self._process is not None
+        return self._process
 
 
 class LocalProvider(SandboxProvider):
-    """Runs each episode's env as a child process in a fresh scratch folder."""
+    """Runs each episode's env as a child process in a fresh folder (see the module docstring)."""
 
     kind = "local"
     isolated = False
 
-    def __init__(self) -> None:
-        self._running: set[LocalSandbox] = set()
+    def __init__(self, *, instance: str | None = None) -> None:
+        # Without a name (a one-off `corral check`), a unique one: it must never reap a server's.
+        self.named = instance is not None
+        self.instance = "".join(c if c.isalnum() or c in "_.-" else "-" for c in instance or f"once-{uuid.uuid4().hex[:8]}")
+        self.root = Path(tempfile.gettempdir()) / f"corral-{self.instance}"
+        self.uids = UidPool() if local_procs.running_as_root() else None
+        self.running: set[LocalSandbox] = set()
+        self._copies: dict[SandboxSpec, tuple[Path, Path]] = {}  # as root: the env's folder and the SDK, readable by all
+        self._root_made = False
+        self._lock = -1
+
+    async def reap_leftovers(self) -> None:
+        """Lock the instance's root (ConfigError when a live server holds it), then end every
+        process and remove every folder a killed server of this instance left."""
+        await asyncio.to_thread(self._claim_and_reap)
+
+    def _claim_and_reap(self) -> None:
+        self._make_root()
+        lock = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock)
+            raise ConfigError(
+                f"another corral server holds the instance {self.instance!r} on this machine (it locks "
+                f"{self.root / 'lock'}); stop that server, or serve this one with --instance OTHER_NAME "
+                "(or CORRAL_INSTANCE)") from None
+        self._lock = lock
+        killed = kill_marked(f"{self.instance}/")
+        left = [entry for entry in self.root.iterdir() if entry.name != "lock"]
+        for entry in left:
+            remove_tree(entry)
+        self._copies.clear()
+        if killed or left:
+            log.info("removed what a killed server of instance %s left: %d process(es), %d folder(s)",
+                     self.instance, killed, len(left))
+
+    def _make_root(self) -> None:
+        # As root, 0711: each env's uid may pass through to its own folder, and list none.
+        private_folder(self.root, 0o711 if self.uids is not None else 0o700)
+        self._root_made = True
+
+    async def prepare(self, spec: SandboxSpec, progress: Progress = log.info) -> Prepared:
+        """As root: copy the env's folder and corral's SDK where every env's uid can read them
+        (the originals may sit in a folder of root's, as pytest's and pyenv's do); an edit
+        takes effect on restart, as with docker's images. Otherwise nothing: the env imports
+        its folder as it is."""
+        began = time.monotonic()
+        if self.uids is not None and spec not in self._copies:
+            await asyncio.to_thread(self._copy_readable, spec)
+        return Prepared(spec.env_name, image=None, built=False, seconds=time.monotonic() - began)
+
+    def import_path(self, spec: SandboxSpec) -> list[str]:
+        """The env's PYTHONPATH: its folder, then the folder that holds corral's SDK."""
+        return [str(path) for path in self._copies.get(spec, (spec.context_dir, _SDK_ROOT))]
+
+    def _copy_readable(self, spec: SandboxSpec) -> None:
+        self._make_root()
+        shared = self.root / "shared"
+        private_folder(shared, 0o755)
+        target = shared / f"{spec.env_name}-{uuid.uuid4().hex[:8]}"
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".git")
+        shutil.copytree(spec.context_dir, target / "env", ignore=ignore)
+        shutil.copytree(_SDK_ROOT / "corral" / "env", target / "sdk" / "corral" / "env", ignore=ignore)
+        shutil.copy(_SDK_ROOT / "corral" / "errors.py", target / "sdk" / "corral" / "errors.py")
+        for root, _, files in os.walk(target):
+            os.chmod(root, 0o755)
+            for name in files:
+                path = os.path.join(root, name)
+                os.chmod(path, 0o755 if os.stat(path).st_mode & 0o100 else 0o644)
+        self._copies[spec] = (target / "env", target / "sdk")
 
     async def start(self, spec: SandboxSpec, labels: Mapping[str, str] | None = None) -> Sandbox:
         # `labels` are dropped: a child process has nowhere to carry them.
-        workdir = Path(tempfile.mkdtemp(prefix=f"corral-{spec.env_name}-"))
-        stderr_path = workdir / ".stderr"
-        environ = dict(os.environ)
-        environ["PYTHONPATH"] = os.pathsep.join(
-            [str(spec.context_dir), str(_SDK_ROOT), environ.get("PYTHONPATH", "")]
-        ).rstrip(os.pathsep)
-        environ["PYTHONUNBUFFERED"] = "1"
+        if not self._root_made:  # a provider used without reap_leftovers (a one-off check, a test)
+            await asyncio.to_thread(self._make_root)
+        await self.prepare(spec)
+        folder = self.root / f"{spec.env_name}-{uuid.uuid4().hex[:12]}"
+        folder.mkdir(mode=0o711 if self.uids is not None else 0o700)
+        uid = await self.uids.take() if self.uids is not None else None
+        sandbox = LocalSandbox(self, spec, folder, uid)
+        self.running.add(sandbox)
         try:
-            with stderr_path.open("wb") as stderr:
-                process = await asyncio.create_subprocess_exec(
-                    *spec.command,
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=stderr,
-                    cwd=workdir,
-                    env=environ,
-                    start_new_session=True,
-                    limit=LINE_LIMIT,
-                )
-        except OSError as error:
-            shutil.rmtree(workdir, ignore_errors=True)
-            raise SandboxError(f"could not start {spec.command[0]!r} for env {spec.env_name}: {error}")
-        return LocalSandbox(process, workdir, stderr_path, environ, self._running)
+            await sandbox.launch()
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox
 
     def status(self) -> ProviderStatus:
-        return ProviderStatus(self.kind, self.isolated, live=len(self._running))
+        return ProviderStatus(self.kind, self.isolated, live=len(self.running))
 
     async def aclose(self) -> None:
-        await asyncio.gather(*(sandbox.close() for sandbox in list(self._running)))
-
+        await asyncio.gather(*(sandbox.close() for sandbox in list(self.running)))
+        if self._lock >= 0 or not self.named:  # never the root of a live server of the same name
+            await asyncio.to_thread(remove_tree, self.root)
+        if self._lock >= 0:
+            os.close(self._lock)  # after the folder is gone: a server starting now finds nothing to reap
+            self._lock = -1

@@ -10,8 +10,9 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request, WebSocket
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import HTTPConnection
-from starlette.responses import HTMLResponse, JSONResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from corral.client.protocol import schemas
 from corral.server.mcp import answer_mcp, parse_error
@@ -21,12 +22,20 @@ from corral.server.taskapi import task_router
 from corral.server.ws import serve_socket
 
 OPENENV_HTTP_VERSION = "1.0.0"  # the OpenEnv HTTP profile the routes follow (openenv validate reads it)
+WS_QUEUE_FRAMES = 4  # frames uvicorn reads ahead of a session; past them the socket's reading waits
+
+
+def socket_settings(served: ServedBundle) -> dict[str, Any]:
+    """uvicorn's WebSocket settings for serving `served`: its frame size limit, and a short
+    read-ahead, so a client flooding frames during a call holds little of the server's memory."""
+    return {"ws_max_size": served.options.max_frame_bytes, "ws_max_queue": WS_QUEUE_FRAMES}
 
 
 def create_app(served: ServedBundle) -> FastAPI:
     """An app serving `served` (see `ServedBundle.open`); shutting it down tears every episode down."""
     registry = SessionRegistry(served, served.options.max_concurrent_envs)
     token = served.options.token
+    served.metrics.count_sessions(lambda: len(registry.sessions))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -66,6 +75,10 @@ def create_app(served: ServedBundle) -> FastAPI:
             "max_sessions": registry.limit,
             "sandbox": {"kind": sandbox.kind, "isolated": sandbox.isolated, "live": sandbox.live, "warm": sandbox.warm},
         }
+
+    @app.get("/metrics")
+    async def metrics() -> Response:  # on the loop, as /health: the gauges read the provider's state
+        return Response(served.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/metadata")
     def metadata() -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The `corral` command: start a bundle, check it, build its images, serve it.
+"""The `corral` command: start a bundle, check it, build its images, serve it, play a task.
 
 A mistake in how it is called (an unknown sandbox, a port in use, a bundle folder that is not
 there) is one line on stderr saying what to do, and exit status 2; a bundle with problems
@@ -19,9 +19,9 @@ from typing import Annotated, NoReturn
 import typer
 import uvicorn
 
-from corral.errors import BundleInvalid, ConfigError, ImageError
+from corral.errors import BundleInvalid, ConfigError, CorralError, ImageError
 from corral.sandboxes import KINDS, make_provider
-from corral.server.app import create_app
+from corral.server.app import create_app, socket_settings
 from corral.server.bundle import TRAIN_SPLIT, load_bundle, merge_shared
 from corral.server.checks import sandbox_spec
 from corral.server.scaffold import starter_files, write_starter
@@ -93,7 +93,7 @@ def serve(
         help="docker: started containers kept waiting per env, so a reset skips the container start.")] = 0,
     instance: Annotated[str | None, typer.Option(
         envvar="CORRAL_INSTANCE",
-        help="docker: this server's name on its containers; on start it removes what a killed run of the same name left (default: HOSTNAME-PORT).")] = None,
+        help="This server's name on its containers and local folders; on start it removes what a killed run of the same name left, and a second server of the name refuses (default: HOSTNAME-PORT).")] = None,
     max_concurrent_envs: Annotated[int, typer.Option(
         envvar="MAX_CONCURRENT_ENVS", min=1,
         help="Sessions allowed at once; a trainer holds one per rollout it generates at once.")] = 8,
@@ -101,6 +101,11 @@ def serve(
     tool_timeout: Annotated[float | None, typer.Option(help="Seconds one tool call may take before its episode ends unscored (default: the bundle's, else 60).")] = None,
     reset_timeout: Annotated[float | None, typer.Option(help="Seconds a reset (deploy and task load) or an end_turn may take (default: the bundle's, else 600).")] = None,
     token: Annotated[str | None, typer.Option(envvar="CORRAL_TOKEN", help="Require 'Authorization: Bearer TOKEN' on every request.")] = None,
+    max_frame_mb: Annotated[float, typer.Option(
+        min=0.01, help="The largest WebSocket frame a client may send, in MB; a larger one closes its socket (1009).")] = 4.0,
+    verifier_workers: Annotated[int, typer.Option(min=1, help="Processes that run the bundle's Python verifiers.")] = 2,
+    concurrent_starts: Annotated[int | None, typer.Option(
+        min=1, help="Sandboxes starting at once; more resets wait their turn (default: twice the CPUs, at least 4).")] = None,
 ) -> None:
     """Serve every task of a bundle over OpenEnv's WebSocket protocol and Task API."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -108,6 +113,8 @@ def serve(
         sandbox=sandbox, max_concurrent_envs=max_concurrent_envs, reward=reward,
         tool_timeout_s=tool_timeout, reset_timeout_s=reset_timeout, token=token,
         warm_pool=warm_pool, instance=instance or default_instance(port),
+        max_frame_bytes=int(max_frame_mb * 1024 * 1024), verifier_workers=verifier_workers,
+        **({"concurrent_starts": concurrent_starts} if concurrent_starts else {}),
     )
     _refuse_bad_call(bundle, sandbox)
     listener = _listen(host, port)  # before the bundle is opened: a port in use is known at once
@@ -120,7 +127,7 @@ def serve(
     sandboxes = served.provider.status()  # warm pools fill once serving starts; local processes keep none
     warm = f", {warm_pool} warm container(s) per env" if warm_pool and sandboxes.isolated else ""
     typer.echo(f"serving on http://{host}:{port} (sandbox: {sandboxes.kind}{warm}, at most {max_concurrent_envs} sessions)")
-    uvicorn.Server(uvicorn.Config(create_app(served), log_level="info")).run(sockets=[listener])
+    uvicorn.Server(uvicorn.Config(create_app(served), log_level="info", **socket_settings(served))).run(sockets=[listener])
 
 
 @app.command()
@@ -150,6 +157,48 @@ def build(bundle: BundleArg) -> None:
     except ImageError as error:
         typer.echo(str(error), err=True)
         raise typer.Exit(1) from None
+
+
+@app.command(name="play")
+def play_command(
+    target: Annotated[str, typer.Argument(
+        metavar="BUNDLE|URL", help="A bundle folder (served in this process) or a corral server's URL.",
+        show_default=False)],
+    task: Annotated[str | None, typer.Option(help="The task id to play.")] = None,
+    split: Annotated[str | None, typer.Option(help="Play a task of this split (its first, or --index).")] = None,
+    index: Annotated[int | None, typer.Option(min=0, help="The task's index in --split (default split: all).")] = None,
+    sandbox: Annotated[str, typer.Option(help="A bundle folder's sandbox: auto (docker when an engine answers, else local), docker or local.")] = "auto",
+    token: Annotated[str | None, typer.Option(envvar="CORRAL_TOKEN", help="A URL's bearer token.")] = None,
+    script: Annotated[Path | None, typer.Option(help='Replay the calls in FILE (one JSON object a line, {"tool": NAME, "arguments": {...}}) instead of reading them from the terminal; exit 1 if the episode ends unscored.')] = None,
+    record: Annotated[Path | None, typer.Option(help="Write the calls played to FILE, as a --script replays them.")] = None,
+) -> None:
+    """Play one task by hand in the terminal (or replay a script of calls): the prompts, the
+    tools, each call's answer, and at the end the scores, the reward and any verifier output."""
+    try:  # imported here: the play extra is optional for serving
+        from rich.console import Console
+
+        from corral.server.play import PlayOptions, play
+        from corral.server.play_input import read_script
+    except ImportError as error:
+        _fail(f"corral play needs prompt_toolkit and rich: pip install 'corral[play]' ({error})")
+    if task is not None and (split is not None or index is not None):
+        _fail("name the task one way: --task ID, or --split (and --index)")
+    remote = target.startswith(("http://", "https://"))
+    if not remote:
+        _refuse_bad_call(Path(target), sandbox)
+    try:
+        calls = read_script(script) if script is not None else None
+        options = PlayOptions(target=target, task_id=task, split=split, index=index, sandbox=sandbox,
+                              token=token, script=calls, record=record)
+        status = play(options, Console(highlight=False))
+    except BundleInvalid as error:
+        typer.echo(str(BundleInvalid(target, merge_shared(error.problems))), err=True)
+        raise typer.Exit(1) from None
+    except CorralError as error:  # a server that is not there, a token, a task the bundle lacks
+        _fail(str(error))
+    except KeyboardInterrupt:  # Ctrl-C during a call: the session and server are already closed
+        raise typer.Exit(130) from None
+    raise typer.Exit(status)
 
 
 def summary(served: ServedBundle) -> str:

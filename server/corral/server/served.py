@@ -6,7 +6,9 @@ and never change it, except the provider, which starts their sandboxes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +26,8 @@ from corral.sandboxes import SandboxProvider, make_provider
 from corral.server.bundle import RESERVED_SPLIT, BundleEnv, LoadedBundle, Problem, load_bundle
 from corral.server.bundle_format import Task
 from corral.server.checks import check_envs, check_reward_rule, check_verifiers, sandbox_spec
-from corral.server.verifiers import Verify, load_verifiers
+from corral.server.metrics import Metrics
+from corral.server.verifier_pool import VerifierPool
 
 log = logging.getLogger("corral.server")
 
@@ -40,7 +43,14 @@ class ServeOptions:
     reset_timeout_s: float | None = None
     token: str | None = None
     warm_pool: int = 0  # docker: started containers waiting per env
-    instance: str | None = None  # docker: whose leftover containers the reaper removes on start
+    instance: str | None = None  # whose leftovers (containers, local folders) the reaper removes on start
+    verifier_workers: int = 2  # processes running the Python verifiers
+    # Sandboxes starting at once; more resets wait their turn. A start is mostly an interpreter
+    # booting: hundreds at once would starve the server's loop of CPU, and handshakes time out.
+    concurrent_starts: int = max(4, 2 * (os.cpu_count() or 1))
+    max_frame_bytes: int = 4 * 1024 * 1024  # the largest WebSocket frame a client may send
+    max_argument_bytes: int = 1024 * 1024  # a tool call's arguments, as JSON
+    max_output_chars: int = 1_000_000  # a tool's answer; a longer one is cut in the middle, with a note
 
 
 @dataclass
@@ -49,7 +59,9 @@ class ServedBundle:
     provider: SandboxProvider
     toolsets: dict[str, Toolset]
     toolset_of: dict[str, str]  # task id -> toolset name
-    verifiers: dict[str, Verify]
+    verifiers: VerifierPool  # the Python verifiers, each episode's scored in a worker process
+    metrics: Metrics
+    starts: asyncio.Semaphore  # a slot for each sandbox starting (options.concurrent_starts)
     reward: RewardRule
     limits: Limits
     options: ServeOptions
@@ -69,7 +81,6 @@ class ServedBundle:
             if bundle.problems:
                 raise BundleInvalid(root, bundle.problems)
             toolsets, toolset_of = _toolsets(bundle, tools_by_env)
-            verifiers = load_verifiers(bundle.verifiers)
         except BaseException:
             await provider.aclose()
             raise
@@ -79,7 +90,9 @@ class ServedBundle:
             provider=provider,
             toolsets=toolsets,
             toolset_of=toolset_of,
-            verifiers=verifiers,
+            verifiers=VerifierPool(bundle.verifiers, options.verifier_workers),
+            metrics=Metrics(provider.status),
+            starts=asyncio.Semaphore(options.concurrent_starts),
             reward=reward,
             limits=Limits(  # the operator's flag, else the bundle's [serve], else corral's default
                 tool_timeout_s=options.tool_timeout_s or serve.tool_timeout_s or DEFAULT_TOOL_TIMEOUT_S,
@@ -156,6 +169,7 @@ class ServedBundle:
         self.provider.start_pools([sandbox_spec(env) for env in self.bundle.envs.values()])
 
     async def aclose(self) -> None:
+        await self.verifiers.aclose()
         await self.provider.aclose()
 
 

@@ -118,7 +118,8 @@ class CapacityReached(CorralError):
         self.limit = limit
         super().__init__(
             f"the server is at its limit of {limit} sessions at once ({active} active), and each "
-            "environment holds one: serve the bundle with --max-concurrent-envs (or "
+            "environment holds one until its client closes it: retry once one closes (in a few "
+            "seconds, as episodes end), serve the bundle with --max-concurrent-envs (or "
             "max_concurrent_envs=) at least the rollouts you generate at once, or generate fewer"
         )
 
@@ -134,6 +135,7 @@ class SessionRegistry:
 
     def open(self, *, over_http: bool = False) -> ServedSession:
         if len(self.sessions) >= self.limit:
+            self.served.metrics.sessions_refused.inc()
             raise CapacityReached(len(self.sessions), self.limit)
         session = ServedSession(self.served, over_http=over_http)
         self.sessions[session.session_id] = session

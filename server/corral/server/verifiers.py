@@ -5,14 +5,16 @@ It runs outside any sandbox and reads the env's report, never the agent's sandbo
 the agent does can forge it.
 
 A command verifier is `verifiers/<name>.toml` (`bundle.CommandVerifier`): after the agent's
-last turn its files (a task's tests) are copied into the episode's sandbox and its command
-runs there; exit status 0 scores 1.0, anything else, a timeout included, 0.0. The agent never
-sees the files: they arrive only once it can no longer act.
+last turn the sandbox runs its command on a copy of what the agent left, with its files (a
+task's tests) where only the verifier can write, none of the agent's processes running, and
+the exit status read from outside (`Sandbox.verify`): 0 scores 1.0, anything else, a timeout
+included, 0.0. The agent never sees the files: they arrive only once it can no longer act.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import math
 import sys
@@ -109,10 +111,9 @@ def command_files(root: Path, config: CommandVerifier, task_id: str) -> dict[str
 async def run_command_verifier(
     sandbox: Sandbox, root: Path, name: str, config: CommandVerifier, task_id: str
 ) -> CommandScore:
-    """Copy the verifier's files into `sandbox`, run its command there, and score the exit."""
+    """Run the verifier's command on what the agent left in `sandbox`, and score its exit."""
     files = await asyncio.to_thread(command_files, root, config, task_id)  # disk reads, off the loop
-    folder = await sandbox.put_files(files)
-    result = await sandbox.run(config.command_for(task_id, folder), timeout_s=config.timeout_s)
+    result = await sandbox.verify(files, functools.partial(config.command_for, task_id), timeout_s=config.timeout_s)
     if result.exit_code is None:
         verdict = f"[verifier {name}: timed out after {config.timeout_s:g}s; scored 0]"
     else:

@@ -18,6 +18,7 @@ from corral.server.frames import handle_frame
 from corral.server.sessions import CapacityReached, FrameError, ServedSession, SessionRegistry
 
 log = logging.getLogger("corral.server")
+INBOX_FRAMES = 4  # frames read ahead of the one being handled
 
 
 async def serve_socket(websocket: WebSocket, registry: SessionRegistry) -> None:
@@ -55,7 +56,9 @@ def _refusal(refused: CapacityReached | FrameError) -> ErrorReply:
 
 
 async def _play(websocket: WebSocket, session: ServedSession, registry: SessionRegistry) -> None:
-    inbox: asyncio.Queue[str | None] = asyncio.Queue()
+    # Bounded: a client that floods frames during a call waits (its socket is not read) instead
+    # of filling the server's memory. A close queued behind a full inbox is seen once a frame is handled.
+    inbox: asyncio.Queue[str | None] = asyncio.Queue(maxsize=INBOX_FRAMES)
     reader = asyncio.create_task(_read(websocket, inbox))
     try:
         while (text := await inbox.get()) is not None:

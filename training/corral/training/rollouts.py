@@ -259,7 +259,7 @@ class _RolloutPlayer:
 
     def __init__(self, session: Session, spec: EnvironmentSpec, task: dict[str, Any], processor: Processor,
                  generator: Generator, limits: RolloutLimits):
-        self.episode = Episode(session, spec.server_limits, reward=spec.reward)
+        self.episode = Episode(session, spec.server_limits, reward=spec.reward, capacity_wait_s=spec.capacity_wait_s)
         self.spec = spec
         self.task = task
         self.processor = processor

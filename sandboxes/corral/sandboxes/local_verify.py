@@ -1,0 +1,140 @@
+"""Command verifiers of a local episode: on a copy of its folder, none of its processes left.
+
+`LocalSandbox.verify`, once every process of the episode is gone, makes
+`<episode>/verify-N/` with three folders:
+
+- `files/`: the verifier's files, written by the server: files 0444, folders 0555. When the
+  server runs as root they are root's, and the env's uid cannot change them; otherwise only
+  their mode protects them, which the env's user (the server's) could undo.
+- `work/`: a copy of the env's working folder, made by `cp -a` run as the env's user (so the
+  copy reads nothing that user could not), at most the size the docker sandbox would allow
+  (`scratch_mb` per writable folder); more is the agent's doing and fails the verifier.
+- `tmp/`: the command's TMPDIR.
+
+The command runs in `work/` as the env's user, with the minimal environment envs get, in a
+process group of its own; at its deadline, or when it ends, every process marked as the
+verifier's (or, as root, of the env's uid) is killed. The verdict is its exit status, which
+the server reads as the command's parent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from corral.sandboxes.base import CommandResult, SandboxSpec
+from corral.sandboxes.local_procs import as_uid, minimal_environment, remove_tree
+
+SETUP_TIMEOUT_S = 120.0  # copying the env's folder: the platform's part, apart from the command's deadline
+ENTRY_BYTES = 512  # what each file or folder costs in the copy's size, beside its content
+OUTPUT_GRACE_S = 1.0  # after the command exits, how long its output may keep coming
+
+
+class Episode(Protocol):
+    """What a verifier needs of a local episode (a LocalSandbox)."""
+
+    spec: SandboxSpec
+    folder: Path  # the server's folder of the episode
+    workdir: Path  # the env's working folder
+    uid: int | None  # the env's uid, None: the server's user's
+    marker: str  # the start of every CORRAL_SANDBOX of the episode
+    verifications: int
+
+    def own(self, path: Path, mode: int = 0o700) -> None: ...
+
+    async def stop(self, marker: str, pgid: int | None = None) -> None: ...
+
+
+async def verify_on_a_copy(sandbox: Episode, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]],
+                           *, timeout_s: float, keep: int) -> CommandResult:
+    """The module docstring's steps, for one command verifier of `sandbox`'s episode."""
+    sandbox.verifications += 1
+    where = sandbox.folder / f"verify-{sandbox.verifications}"
+    where.mkdir(mode=0o755)  # listable by the env's uid: Landlock-using runners grant what they can list
+    try:
+        await asyncio.to_thread(write_files, where / "files", files)
+        sandbox.own(where / "work")
+        sandbox.own(where / "tmp")
+        most = sandbox.spec.scratch_mb * max(1, len(sandbox.spec.writable))
+        if await asyncio.to_thread(larger_than, sandbox.workdir, most * 2**20):
+            return CommandResult(1, f"[corral] the env's folder holds more than {most} MB (scratch_mb in env.toml "
+                                    "bounds each writable folder); nothing was verified")
+        marker = f"{sandbox.marker}verify-{sandbox.verifications}"
+        environ = minimal_environment(where / "work", where / "tmp", marker)
+        environ.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1")
+        copied = await _run(sandbox, ["cp", "-a", f"{sandbox.workdir}/.", str(where / "work")], cwd=Path("/"),
+                            environ=environ, marker=marker, timeout_s=SETUP_TIMEOUT_S, keep=2000)
+        if copied.exit_code != 0:
+            return CommandResult(1, f"[corral] the agent's files could not be copied for verifying: {copied.output}")
+        return await _run(sandbox, list(command(str(where / "files"))), cwd=where / "work", environ=environ,
+                          marker=marker, timeout_s=timeout_s, keep=keep)
+    finally:
+        await asyncio.to_thread(remove_tree, where)
+
+
+async def _run(sandbox: Episode, command: Sequence[str], *, cwd: Path, environ: dict[str, str], marker: str,
+               timeout_s: float, keep: int) -> CommandResult:
+    """`command` as the episode's user; its exit code (None at the deadline) and output's tail.
+    Everything it started is killed when it ends."""
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *as_uid(sandbox.uid, command), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, cwd=cwd, env=environ, start_new_session=True,
+        )
+    except OSError as error:
+        return CommandResult(exit_code=127, output=f"could not run {command[0]!r}: {error}")
+    output = bytearray()
+
+    async def read() -> None:
+        assert process.stdout is not None
+        while chunk := await process.stdout.read(65536):
+            output.extend(chunk)
+            del output[:-keep * 4]  # characters are at most 4 bytes
+
+    reader = asyncio.create_task(read())
+    try:
+        async with asyncio.timeout(timeout_s):
+            exit_code: int | None = await process.wait()
+        # Something it left in the background may hold the output open: a moment, no more.
+        await asyncio.wait([reader], timeout=OUTPUT_GRACE_S)
+    except TimeoutError:
+        exit_code = None
+    finally:
+        # Also on cancellation (the session went away): nothing the command started stays.
+        await sandbox.stop(marker, pgid=process.pid)
+        await process.wait()
+        await asyncio.wait([reader], timeout=OUTPUT_GRACE_S)
+        reader.cancel()
+    return CommandResult(exit_code, output.decode("utf-8", errors="replace")[-keep:])
+
+
+def write_files(folder: Path, files: Mapping[str, bytes]) -> None:
+    """`files` under `folder`, read-only: files 0444, folders 0555 (blocking)."""
+    folder.mkdir()
+    for relative, content in files.items():
+        target = folder / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+        target.chmod(0o444)
+    for root, _, _ in os.walk(folder):
+        os.chmod(root, 0o555)
+
+
+def larger_than(folder: Path, limit: int) -> bool:
+    """Whether the files under `folder` come to more than `limit` bytes, by their sizes (a
+    sparse file counts whole: a copy would be) plus 512 bytes an entry, as in an archive (a
+    million empty files cost as much as docker's copy counts them); links are not followed
+    (blocking)."""
+    total = 0
+    for root, dirs, names in os.walk(folder):
+        for name in names + dirs:
+            try:
+                total += ENTRY_BYTES + os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+            if total > limit:
+                return True
+    return False
