@@ -126,15 +126,12 @@ def token_exact_trainer(algorithm, model: str, args, env, opts: argparse.Namespa
     and the rollout_func, whose sessions the caller closes."""
     from corral.training.rollouts import CorralRollout, episode_reward
 
-    generator = None
-    if opts.use_vllm:
-        if opts.vllm_mode != "server":
-            sys.exit("error: --token-exact samples from a vLLM server: add --vllm-mode server (colocated vLLM "
-                     "is not supported by CorralRollout), or drop --use-vllm to sample with transformers")
-        from corral.training.generation import SamplingParams, VLLMGenerator
-
-        generator = VLLMGenerator(opts.vllm_server_url, model, SamplingParams.from_trainer_args(args))
-    rollout = CorralRollout(env, generator=generator, max_tool_calls=args.max_tool_calling_iterations)
+    if opts.use_vllm and opts.vllm_mode != "server":
+        sys.exit("error: --token-exact samples from a vLLM server: add --vllm-mode server (colocated vLLM "
+                 "is not supported by CorralRollout), or drop --use-vllm to sample with transformers")
+    # With --use-vllm --vllm-mode server, CorralRollout samples from the trainer's vLLM server (the one TRL
+    # syncs the weights to), under the name that server lists at /v1/models; else from the trainer's model.
+    rollout = CorralRollout(env, max_tool_calls=args.max_tool_calling_iterations)
     evaluation = rollout.dataset_for(opts.eval_split) if opts.eval_split else None
     trainer = algorithm.trainer(model=model, args=args, train_dataset=first(rollout.dataset, days),
                                 eval_dataset=evaluation, reward_funcs=episode_reward, rollout_func=rollout,

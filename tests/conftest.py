@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -16,6 +17,8 @@ from corral.server.served import ServeOptions
 REPO = Path(__file__).resolve().parents[1]
 BUNDLES = REPO / "bundles"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# The fixtures hold the tasks' own tests (a Harbor task runs them in its container), not corral's.
+collect_ignore_glob = ["fixtures/*"]
 
 
 def env_processes() -> list[int]:
@@ -35,12 +38,30 @@ def env_processes() -> list[int]:
     return found
 
 
-def wait_for_no_env_processes(timeout_s: float = 10.0) -> list[int]:
-    """Wait until every env process is gone; return those still there at the deadline."""
+def processes_running(text: str) -> list[int]:
+    """Pids of live processes whose command line holds `text` (a killed one's, a zombie's, is
+    empty): a test gives a command an argument nothing else has, e.g. `sleep 4100.8123`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def wait_until_none(find: Callable[[], list[int]], timeout_s: float) -> list[int]:
+    """Wait until `find()` finds no process; return those it still finds at the deadline."""
     deadline = time.monotonic() + timeout_s
-    while (left := env_processes()) and time.monotonic() < deadline:
+    while (left := find()) and time.monotonic() < deadline:
         time.sleep(0.05)
     return left
+
+
+def wait_for_no_env_processes(timeout_s: float = 10.0) -> list[int]:
+    """Wait until every env process is gone; return those still there at the deadline."""
+    return wait_until_none(env_processes, timeout_s)
 
 
 @pytest.fixture
@@ -48,6 +69,14 @@ def no_leftover_env_processes():
     """Fails the test if an env process it started is still running after it ends."""
     yield
     assert wait_for_no_env_processes() == [], "env processes outlived the test"
+
+
+def skip_or_fail_under_ci(message: str) -> NoReturn:
+    """Skip a test this machine cannot run, saying why; under CI=true fail it instead: CI
+    provides everything the tests need, so a missing piece there is a broken run."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
@@ -59,11 +88,9 @@ def docker_engine():
 
         client = docker.from_env()
         client.ping()
-    except Exception as error:
-        message = f"no Docker engine answers ({type(error).__name__}: {error}); start one with: bash ../shared/ci/docker-engine.sh"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    except Exception as error:  # noqa: BLE001 (any failure means no usable engine)
+        skip_or_fail_under_ci(f"no Docker engine answers ({type(error).__name__}: {error}); start one with: "
+                              "bash ../shared/ci/docker-engine.sh")
     yield client
     client.close()
 

@@ -91,6 +91,10 @@ class UnknownSplit(CorralError, ValueError):
     """A split the bundle does not have (or one without tasks)."""
 
 
+class BundleMismatch(CorralError, ValueError):
+    """Env hosts given to one `Bundle` serve different bundles; the message says what differs."""
+
+
 class ServerError(CorralError):
     """The server answered a frame with an `error` frame: `code` is OpenEnv's error code."""
 

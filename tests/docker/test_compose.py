@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from corral.client import Bundle
-from tests.conftest import REPO
+from tests.conftest import REPO, skip_or_fail_under_ci
 from tests.docker.conftest import containers, free_port, poll
 
 pytestmark = pytest.mark.docker
@@ -71,10 +71,7 @@ class ComposeProject:
 def compose_project(docker_engine) -> Iterator[ComposeProject]:
     compose = shutil.which("docker-compose")
     if compose is None:
-        message = "docker-compose is not installed; install Debian's: apt-get install docker-compose"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_or_fail_under_ci("docker-compose is not installed; install Debian's: apt-get install docker-compose")
     wheelhouse = [sys.executable, str(REPO / "docker" / "wheelhouse.py")]
     subprocess.run(wheelhouse, check=True, timeout=COLD_START_S)
     project = ComposeProject(docker_engine, compose, free_port())
@@ -98,6 +95,9 @@ def test_compose_serves_gridsim_in_docker_sandboxes_and_leaves_nothing_running(c
         environment = env.factory()
         environment.reset(**env.dataset[0])
         assert project.env_containers(), "the episode runs in no container of the host's engine"
+        # The protocol runs over the env's socket, not the engine: its folder is mounted in the container.
+        mounts = project.engine.api.inspect_container(project.env_containers()[0]["Id"])["Mounts"]
+        assert [m["Destination"] for m in mounts if m["Type"] == "bind"] == ["/run/corral"]
         environment.submit_schedule(actions=[0] * 24)
         assert environment.end_turn(response="idle all day") == "The episode has ended."
         assert environment.get_reward() == pytest.approx(0.2)  # an idle day scores 0.2
@@ -110,7 +110,9 @@ def test_compose_serves_gridsim_in_docker_sandboxes_and_leaves_nothing_running(c
     # uvicorn ends by re-raising the SIGTERM it handled (143); a server that ignored it would
     # be killed at the end of the grace period (137).
     assert project.engine.api.inspect_container(project.server()["Id"])["State"]["ExitCode"] == 143
-    assert "Application shutdown complete." in project("logs", "--no-color")
+    logs = project("logs", "--no-color")
+    assert "Application shutdown complete." in logs
+    assert "talk over their attach streams" not in logs  # no fallback: the engine saw the socket folders
     project("down")
     assert project.server() is None
     assert project.env_containers() == []

@@ -55,7 +55,7 @@ def test_the_pids_limit_stops_a_process_flood_inside_the_container(dockerbox_ser
         ("hog", {"megabytes": 1000}, "killed for using more than its memory limit of 96 MB"),
     ],
 )
-def test_an_attack_on_the_limits_ends_only_its_own_episode_unscored(
+def test_an_attack_on_the_limits_ends_only_its_own_episode_with_its_failure_score(
     dockerbox_server, docker_engine, attack, arguments, reason
 ):
     with Bundle(dockerbox_server.url, split="probe", tool_timeout=5) as env:
@@ -64,7 +64,7 @@ def test_an_attack_on_the_limits_ends_only_its_own_episode_unscored(
         bystander.reset(**env.dataset[0])
         answer = getattr(attacker, attack)(**arguments)
         assert reason in answer
-        assert attacker.get_reward() is None
+        assert attacker.get_reward() == 0.0  # the agent's doing: scored, never left out
         instance = instance_of(dockerbox_server)
         poll(lambda: len(containers(docker_engine, corral_instance=instance)) == 1,
              what="the attacker's container going while the bystander's stays")

@@ -5,13 +5,17 @@ container at once."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
+import uuid
 
+import docker.errors
 import pytest
 
 from corral.client import Bundle
-from corral.sandboxes.docker_engine import remove_container
+from corral.sandboxes.docker_engine import Engine, remove_container
+from corral.sandboxes.docker_lease import Lease
 from tests.docker.conftest import DOCKERBOX, containers, free_port, instance_of, poll, reset, ws
 from tests.servers import corral_serve, kill, stop, wait_until_serving
 from tests.servers import instance_of as instance_of_port
@@ -103,3 +107,30 @@ def test_a_client_dropping_its_socket_mid_episode_loses_its_container_at_once(do
     socket_.socket.close()  # no close frame: the connection just drops
     poll(lambda: containers(docker_engine, corral_instance=instance, corral_episode=episode) == [],
          timeout_s=10, what="the dropped episode's container going")
+
+
+def test_a_lease_whose_first_start_the_engine_fails_is_taken_on_a_new_container(docker_engine, monkeypatch):
+    # As a busy engine does now and then: "cannot start a stopped process".
+    engine = Engine(instance=f"lease-{uuid.uuid4().hex[:8]}")
+    starts = {"failed": 0}
+    real_start = engine.api.start
+
+    def start_failing_once(container, *args, **kwargs):
+        if not starts["failed"]:
+            starts["failed"] += 1
+            raise docker.errors.APIError("500 Server Error", explanation="cannot start a stopped process: unknown")
+        return real_start(container, *args, **kwargs)
+
+    monkeypatch.setattr(engine.api, "start", start_failing_once)
+
+    async def take_and_release() -> list[dict]:
+        lease = await Lease.take(engine)
+        held = lease_of(docker_engine, engine.instance)
+        await lease.release()
+        await engine.drain()
+        await engine.close()
+        return held
+
+    held = asyncio.run(take_and_release())
+    assert starts["failed"] == 1 and [c["State"] for c in held] == ["running"]
+    poll(lambda: not lease_of(docker_engine, engine.instance), timeout_s=30, what="the lease going")

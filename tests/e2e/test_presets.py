@@ -8,6 +8,7 @@ import inspect
 import json
 import math
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from corral.client import Bundle
+from corral.client.record_store import EpisodeStore
 from corral.training.presets import PRESETS, preset
 from corral.training.tiny import Lesson, make_tiny_model, one_cpu_thread, teach_tool_call
 from tests.conftest import FIXTURES, wait_for_no_env_processes
@@ -40,10 +42,16 @@ MACHINE_CHOICES = {
 
 
 @pytest.fixture(scope="module")
-def toybox() -> Iterator[Bundle]:
+def records(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the server records every episode it plays, with the reward it served."""
+    return tmp_path_factory.mktemp("records")
+
+
+@pytest.fixture(scope="module")
+def toybox(records: Path) -> Iterator[Bundle]:
     """The toybox bundle's `toy` split (one task: say apple), served here for the whole module."""
     toybox = FIXTURES / "toybox"
-    with Bundle.local(toybox, split="toy", sandbox="local", max_concurrent_envs=GROUP) as env:
+    with Bundle.local(toybox, split="toy", sandbox="local", max_concurrent_envs=GROUP, record_dir=records) as env:
         yield env
     assert wait_for_no_env_processes() == [], "env processes outlived the server"
 
@@ -115,6 +123,22 @@ def assert_settings_reached(trainer: Any, settings: dict[str, Any]) -> None:
         assert getattr(holder, attribute) == value, f"{key} is {getattr(holder, attribute)!r}"
 
 
+def recorded_episodes(records: Path) -> dict[str, float | None]:
+    """The reward the server served for each episode it recorded, by episode id."""
+    with EpisodeStore(records) as store:
+        return {row.episode_id: row.reward for row in store.find()}
+
+
+def served_rewards(records: Path, before: dict[str, float | None], count: int) -> list[float | None]:
+    """The rewards of the `count` episodes recorded since `before` (the server writes its records
+    off its event loop, so the last may land a moment after the trainer has read its reward)."""
+    deadline = time.monotonic() + 10
+    while len(new := recorded_episodes(records).keys() - before.keys()) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    served = recorded_episodes(records)
+    return [served[episode] for episode in new]
+
+
 def step_log(trainer: Any) -> dict[str, Any]:
     """The one training step's logged metrics."""
     (entry,) = [entry for entry in trainer.state.log_history if "loss" in entry]
@@ -123,7 +147,7 @@ def step_log(trainer: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("name", RL_PRESETS)
 def test_each_rl_preset_trains_a_step_against_a_live_server(
-    name: str, toybox: Bundle, model_dir: Path, tmp_path: Path
+    name: str, toybox: Bundle, records: Path, model_dir: Path, tmp_path: Path
 ) -> None:
     p = preset(name)
     config = p.config(
@@ -134,14 +158,19 @@ def test_each_rl_preset_trains_a_step_against_a_live_server(
     # Rewards from the server: GRPOTrainer takes no reward function, the environment owns it.
     trainer = p.trainer(model=str(model_dir), args=config, train_dataset=toybox.dataset,
                         environment_factory=toybox.factory)
+    before = recorded_episodes(records)
     with one_cpu_thread():
         trainer.train()
 
     assert trainer.state.global_step == 1
     log = step_log(trainer)
     assert math.isfinite(log["loss"])
-    # The rewards are the server's: its verifier scores 1 for saying apple, else 0.
-    assert 0.0 <= log[f"rewards/{toybox.factory.__name__}/mean"] <= 1.0
+    # The rewards TRL trained on are the ones the server served for the step's episodes (its
+    # verifier scores 1 for saying apple, else 0). The taught model says apple in some rollouts,
+    # so a client that lost a reward (None, or a 0 in its place) would log another mean.
+    served = served_rewards(records, before, GROUP)
+    assert len(served) == GROUP and None not in served and sum(served) > 0, served
+    assert log[f"rewards/{toybox.factory.__name__}/mean"] == pytest.approx(sum(served) / GROUP)
     assert_settings_reached(trainer, p.settings)
     assert ("kl" in log) == (p.settings["beta"] > 0)  # only a KL preset loads a reference model
     if name == "gmpo":

@@ -3,7 +3,9 @@
 vLLM cannot be installed on the CPU machines, so the tests check `VLLMGenerator` against this:
 the same request fields (`prompt` as token ids, `max_tokens`, `temperature`, `top_p`, `top_k`,
 `stop_token_ids`, `return_token_ids`, `logprobs`, `seed`) and the same response shape
-(`choices[0].token_ids`, `.prompt_token_ids`, `.logprobs.token_logprobs`, `.finish_reason`).
+(`choices[0].token_ids`, `.prompt_token_ids`, `.logprobs.token_logprobs`, `.finish_reason`), and
+`GET /v1/models` listing the served name. With a `policy` (the decoded prompt -> the text to
+answer) it is a scripted model instead, which vLLM-like gives no logprobs (null each).
 It serves on a free loopback port from a thread; it says nothing about real vLLM's numerics.
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,7 +23,7 @@ import uvicorn
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel
 
-from corral.training.generation import SamplingParams, TransformersGenerator
+from corral.training.generation import Sample, SamplingParams, TransformersGenerator
 
 
 class CompletionRequest(BaseModel):
@@ -39,9 +41,21 @@ class CompletionRequest(BaseModel):
     seed: int | None = None
 
 
-def app(model: Any, tokenizer: Any, served_name: str) -> FastAPI:
+Policy = Callable[[str], str]
+
+
+def scripted(tokenizer: Any, policy: Policy, prompt: list[int], stop: list[int]) -> Sample:
+    ids = tokenizer.encode(policy(tokenizer.decode(prompt)), add_special_tokens=False) + stop[:1]
+    return Sample(token_ids=ids, logprobs=[None] * len(ids), stopped=True)  # type: ignore[list-item]
+
+
+def app(model: Any, tokenizer: Any, served_name: str, policy: Policy | None = None) -> FastAPI:
     api = FastAPI()
     lock = threading.Lock()
+
+    @api.get("/v1/models")
+    def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": served_name, "object": "model", "owned_by": "vllm"}]}
 
     @api.post("/v1/completions")
     def completions(request: CompletionRequest) -> dict[str, Any]:
@@ -54,8 +68,11 @@ def app(model: Any, tokenizer: Any, served_name: str) -> FastAPI:
         with lock:  # the seed and the sampling happen together
             if request.seed is not None:
                 torch.manual_seed(request.seed % 2**63)
-            sample = TransformersGenerator(model, sampling).generate(
-                request.prompt, max_new_tokens=request.max_tokens, stop_token_ids=stop)
+            if policy is not None:
+                sample = scripted(tokenizer, policy, request.prompt, stop)
+            else:
+                sample = TransformersGenerator(model, sampling).generate(
+                    request.prompt, max_new_tokens=request.max_tokens, stop_token_ids=stop)
         choice: dict[str, Any] = {
             "index": 0,
             "text": tokenizer.decode(sample.token_ids, skip_special_tokens=request.skip_special_tokens),
@@ -83,12 +100,12 @@ def app(model: Any, tokenizer: Any, served_name: str) -> FastAPI:
 
 
 @contextmanager
-def serve_standin(model: Any, tokenizer: Any, served_name: str = "tiny") -> Iterator[str]:
-    """Serve the stand-in on a free loopback port; yields its base URL."""
+def serve_standin(model: Any, tokenizer: Any, served_name: str = "tiny", policy: Policy | None = None) -> Iterator[str]:
+    """Serve the stand-in on a free loopback port (a scripted model with `policy`); yields its base URL."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))  # bound here and handed over: no race for the port
     port = listener.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app(model, tokenizer, served_name), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app(model, tokenizer, served_name, policy), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, name="vllm-standin", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

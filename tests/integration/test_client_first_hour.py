@@ -10,7 +10,14 @@ import pytest
 
 from corral.client import Bundle, Session
 from corral.client.protocol import ResetRequest
-from corral.errors import BadURL, CorralError, ServerUnreachable, TokenMissing, TokenRefused, UnknownSplit
+from corral.errors import (
+    BadURL,
+    CorralError,
+    ServerUnreachable,
+    TokenMissing,
+    TokenRefused,
+    UnknownSplit,
+)
 from corral.server.scaffold import write_starter
 from tests.conftest import FIXTURES, serving
 

@@ -9,6 +9,7 @@ of a small bundle written here scores 0 when it times out, beside a Python verif
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from corral.client import Bundle
-from tests.conftest import BUNDLES, serving
+from tests.conftest import BUNDLES, processes_running, serving, wait_until_none
 from tests.wire import called, opened, ws
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
@@ -108,8 +109,18 @@ def environment(shellfix):
     environment.get_reward()
 
 
+def unique_sleeps() -> tuple[str, str]:
+    """Two `sleep` lengths no other process on the machine uses (another test run's included),
+    so that /proc tells whether either outlived the command that started it."""
+    stamp = uuid.uuid4().int % 10**8
+    return f"4100.{stamp:08d}", f"4200.{stamp:08d}"
+
+
 def test_a_hanging_command_stops_at_its_timeout_and_the_episode_goes_on(environment):
-    hung = environment.bash(command="echo started; sleep 600", timeout_s=1)
+    background, foreground = unique_sleeps()
+    hung = environment.bash(command=f"echo started; sleep {background} & sleep {foreground}", timeout_s=1)
+    # Stopped, the sleep it left in the background too: the whole process group is killed.
+    assert wait_until_none(lambda: processes_running(background) + processes_running(foreground), 2) == []
     after = environment.bash(command="echo still here")
 
     assert hung.startswith("started\n")
@@ -150,10 +161,13 @@ class Say(Env):
 '''
 
 
-def write_say_bundle(root: Path, command_verifier: str) -> Path:
+def write_say_bundle(root: Path, command_verifier: str, then: str | None = None) -> Path:
+    """The say bundle, scored by `heard` (Python), `file` (the command verifier given) and, when
+    given, `then`: a command verifier that runs after `file`."""
     bundle = root / "say"
+    verifiers = 'heard = "heard", file = "file"' + (', then = "then"' if then else "")
     files = {
-        "bundle.toml": 'name = "say"\n[defaults]\nenv = "say"\nverifiers = { heard = "heard", file = "file" }\n'
+        "bundle.toml": f'name = "say"\n[defaults]\nenv = "say"\nverifiers = {{ {verifiers} }}\n'
                        '[serve]\nreward = "file"\n',
         "envs/say/env.toml": 'entry = "env:Say"\n',
         "envs/say/env.py": SAY_ENV,
@@ -162,6 +176,8 @@ def write_say_bundle(root: Path, command_verifier: str) -> Path:
         "answers/apple/expected.txt": "apple",
         "tasks.jsonl": json.dumps({"id": "apple", "args": {"want": "apple"}, "prompt": "Say apple."}) + "\n",
     }
+    if then:
+        files["verifiers/then.toml"] = then
     for relative, text in files.items():
         (bundle / relative).parent.mkdir(parents=True, exist_ok=True)
         (bundle / relative).write_text(text)
@@ -194,14 +210,24 @@ def test_command_and_python_verifiers_score_the_same_episode(tmp_path, serve):
         assert environment.get_reward() == 1.0
 
 
-def test_a_command_verifier_that_times_out_scores_0(tmp_path, serve):
-    hangs = 'command = ["sleep", "600"]\ntimeout_s = 0.5\n'
-    server = serve(write_say_bundle(tmp_path, hangs), sandbox="local")
+def test_a_command_verifier_that_times_out_scores_0_and_leaves_no_process(tmp_path, serve):
+    background, foreground = unique_sleeps()
+    # A shell and two sleeps, none holding the output open once the shell is gone: only killing
+    # the whole process group at the deadline ends them all.
+    hangs = (f'command = ["sh", "-c", "sleep {background} >/dev/null 2>&1 & sleep {foreground} >/dev/null 2>&1"]\n'
+             'timeout_s = 0.5\n')
+    # The next command verifier looks for them (the episode's sandbox, closed once every verifier
+    # has run, would kill them anyway) and passes when neither is running; `[.]` for the dot
+    # keeps grep from matching its own command line.
+    stamp = background.split(".")[1]  # both sleeps' lengths end in it
+    then = f'command = ["sh", "-c", "! grep -qs \'[.]{stamp}\' /proc/[0-9]*/cmdline"]\ntimeout_s = 10\n'
+    server = serve(write_say_bundle(tmp_path, hangs, then=then), sandbox="local")
     with ws(server) as socket:
         opened(socket, task_id="apple")
         called(socket, "say", word="apple")
         ended = called(socket, "end_turn", response="")
 
     assert ended.reward == 0.0
-    assert ended.scores == {"heard": 1.0, "file": 0.0}
+    assert ended.scores == {"heard": 1.0, "file": 0.0, "then": 1.0}
     assert ended.metadata["verifier_output"]["file"] == "[verifier file: timed out after 0.5s; scored 0]"
+    assert processes_running(background) == processes_running(foreground) == []

@@ -108,24 +108,39 @@ def test_a_turn_left_open_is_ended_before_scoring(gridsim_server):
         assert environment.get_reward() == 0.0  # nothing submitted: nothing useful
 
 
-def test_a_tictactoe_game_over_several_turns(serve):
+# X takes the first free square each turn; the eval split's first three seeded opponents then
+# beat X (a tactical O, on the bottom row), lose to it (a random O) and draw.
+@pytest.mark.parametrize(("index", "outcome"), [(0, "loss"), (1, "win"), (2, "draw")])
+def test_a_tictactoe_game_over_several_turns(serve, index: int, outcome: str):
     server = serve(BUNDLES / "tictactoe")
     with Bundle(server.url, split="eval") as env:
         assert [n for n in vars(env.factory) if not n.startswith("_")] == ["place", "end_turn"]
         environment = env.factory()
-        environment.reset(**env.dataset[0])
+        environment.reset(**env.dataset[index])
         board, turns, reply = ["...", "...", "..."], 0, ""
         while reply != "The episode has ended.":
             row, col = next((r, c) for r in range(3) for c in range(3) if board[r][c] == ".")
             placed = json.loads(environment.place(row=row + 1, col=col + 1))
             assert placed["legal"] is True
+            board = placed["board"]  # with X's move
             reply = environment.end_turn(response="my move")
             turns += 1
             if reply != "The episode has ended.":
                 assert reply.startswith("O played row")
                 board = _board_from_prompt(reply)
         assert turns >= 3
-        assert environment.get_reward() in (0.0, 0.5, 1.0)
+        # The outcome, from the last board X saw: an X line is a win, a full board a draw;
+        # otherwise O's reply ended the game, which only an O line does.
+        played = "win" if _winner(board) == "X" else "draw" if "." not in "".join(board) else "loss"
+        assert played == outcome
+        assert environment.get_reward() == {"win": 1.0, "draw": 0.5, "loss": 0.0}[outcome]
+
+
+def _winner(board: list[str]) -> str | None:
+    """The mark that fills a row, a column or a diagonal of `board`, if one does."""
+    lines = [*board, *map("".join, zip(*board, strict=True)), board[0][0] + board[1][1] + board[2][2],
+             board[0][2] + board[1][1] + board[2][0]]
+    return next((line[0] for line in lines if line in ("XXX", "OOO")), None)
 
 
 def _board_from_prompt(prompt: str) -> list[str]:

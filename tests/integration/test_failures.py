@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import select
+import threading
 import time
+from collections.abc import Iterator
+from socket import SHUT_RDWR, create_connection, create_server
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -33,28 +39,28 @@ def test_the_session_past_the_limit_is_refused_with_the_fix(serve):
         assert first.get_reward() == 1.0
 
 
-def test_a_missed_tool_deadline_ends_the_episode_unscored_and_the_session_plays_on(toybox_server, caplog):
+def test_a_missed_tool_deadline_ends_the_episode_with_its_failure_score_and_the_session_plays_on(toybox_server, caplog):
     with Bundle(toybox_server.url, split="toy", tool_timeout=0.5) as env:
         environment = env.factory()
         environment.reset(**env.dataset[0])
         answer = environment.wait(seconds=30)
         assert "wait didn't answer within 0.5s" in answer
-        with caplog.at_level(logging.WARNING, logger="corral.client"):
-            assert environment.get_reward() is None
-        assert "rollout left unscored: wait didn't answer within 0.5s" in caplog.text
+        with caplog.at_level(logging.INFO, logger="corral.client"):
+            assert environment.get_reward() == 0.0  # the agent's doing: scored, never left out
+        assert "rollout failed by the agent, scored 0.0: wait didn't answer within 0.5s" in caplog.text
 
         environment.reset(**env.dataset[0])
         assert json.loads(environment.say(text="apple")) == {"heard": "apple"}
         assert environment.get_reward() == 1.0
 
 
-def test_an_env_that_dies_ends_its_episode_unscored_with_its_stderr(toybox_server):
+def test_an_env_that_dies_ends_its_episode_with_its_failure_score_and_its_stderr(toybox_server):
     with Bundle(toybox_server.url, split="toy") as env:
         environment = env.factory()
         environment.reset(**env.dataset[0])
         answer = environment.crash()
         assert "the env died during crash" in answer and "crashing on purpose" in answer
-        assert environment.get_reward() is None
+        assert environment.get_reward() == 0.0
         environment.reset(**env.dataset[0])
         environment.say(text="apple")
         assert environment.get_reward() == 1.0
@@ -91,13 +97,45 @@ def test_malformed_frames_get_error_frames_and_the_session_survives(toybox_serve
         assert called(socket, "end_turn", response="ok").reward == 1.0
 
 
+@contextlib.contextmanager
+def idle_closing_proxy(upstream: str, idle_s: float) -> Iterator[str]:
+    """A TCP proxy to `upstream` that drops a connection once no byte has crossed it either way
+    for `idle_s`, as load balancers and NAT gateways do; yields the URL that reaches it."""
+    target = urlsplit(upstream)
+    listener = create_server(("127.0.0.1", 0))
+
+    def relay(client) -> None:
+        with client, create_connection((target.hostname, target.port)) as server:
+            other = {client: server, server: client}
+            while ready := select.select(list(other), [], [], idle_s)[0]:  # nothing ready: idle, drop both
+                for end in ready:
+                    if not (data := end.recv(65536)):
+                        return
+                    other[end].sendall(data)
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # the listener was shut down
+            while True:
+                threading.Thread(target=relay, args=(listener.accept()[0],), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.shutdown(SHUT_RDWR)  # wakes the accept
+        listener.close()
+
+
 def test_an_idle_environment_keeps_its_session_and_episode_through_keepalives(serve):
     keepalive = 0.2
     server = serve(TOYBOX, keepalive=keepalive)
-    with Bundle(server.url, split="toy", keepalive=keepalive) as env:
+    # Between the client and the server, a proxy that drops a socket idle for 1 s: only the
+    # keepalive pings (every 0.2 s, from both ends) carry the session through a 2 s wait.
+    with idle_closing_proxy(server.url, idle_s=5 * keepalive) as url, \
+            Bundle(url, split="toy", keepalive=keepalive) as env:
         environment = env.factory()
         environment.reset(**env.dataset[0])
-        time.sleep(8 * keepalive)  # the caller is busy (a trainer generating), the socket is not
+        time.sleep(10 * keepalive)  # the caller is busy (a trainer generating), the socket is not
         assert httpx.get(f"{server.url}/health", trust_env=False).json()["sessions"] == 1
         environment.say(text="apple")
         assert environment.get_reward() == 1.0

@@ -4,94 +4,16 @@ tests/docker)."""
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
 from corral.client import Bundle, Episode, Session
 from corral.client.protocol import ResetData
 from tests.conftest import serving, wait_for_no_env_processes
+from tests.probe_bundle import write_probe_bundle
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
-
-PROBE_ENV = '''\
-import os
-import signal
-import time
-
-from corral.env import Env, tool
-
-
-class Probe(Env):
-    def reset(self, task: dict) -> None:
-        time.sleep(task.get("reset_sleep", 0))
-        self.word = ""
-
-    @tool
-    def say(self, word: str) -> str:
-        """Say a word.
-
-        Args:
-            word: the word; the verifier hangs on "hang" and raises on "raise".
-        """
-        self.word = word
-        return "ok"
-
-    @tool
-    def echo(self, size: int) -> str:
-        """Answer with `size` letters.
-
-        Args:
-            size: how many.
-        """
-        return "a" * (size // 2) + "b" * (size - size // 2)
-
-    @tool
-    def die(self, how: str) -> str:
-        """End this env's process.
-
-        Args:
-            how: "exit" (os._exit) or "kill" (SIGKILL to itself).
-        """
-        if how == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        os._exit(3)
-
-    def report(self) -> dict:
-        return {"word": self.word}
-'''
-
-JUDGE = '''\
-import time
-
-
-def verify(task, report):
-    if report["word"] == "hang":
-        time.sleep(3600)
-    if report["word"] == "raise":
-        raise RuntimeError("the judge broke on purpose")
-    return float(report["word"] == "apple")
-'''
-
-
-def write_probe_bundle(root: Path) -> Path:
-    bundle = root / "probe"
-    tasks = [{"id": "plain", "args": {}, "prompt": "Say apple."},
-             {"id": "slow-reset", "args": {"reset_sleep": 60}, "prompt": "Say apple."}]
-    files = {
-        "bundle.toml": 'name = "probe"\n[defaults]\nenv = "probe"\nverifiers = { judge = "judge" }\n',
-        "envs/probe/env.toml": 'entry = "env:Probe"\n',
-        "envs/probe/env.py": PROBE_ENV,
-        "verifiers/judge.py": JUDGE,
-        "tasks.jsonl": "".join(json.dumps(task) + "\n" for task in tasks),
-    }
-    for relative, text in files.items():
-        (bundle / relative).parent.mkdir(parents=True, exist_ok=True)
-        (bundle / relative).write_text(text)
-    return bundle
-
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
@@ -121,7 +43,7 @@ def test_eight_hung_verifiers_cost_their_own_episodes_and_a_good_one_still_score
     with Bundle(probe.url, split="all") as bundle:
         with ThreadPoolExecutor(8) as pool:
             hung = list(pool.map(lambda _: play(bundle, "hang"), range(8)))
-        assert all(reward is None and "end_turn didn't finish within 2s" in reason for reward, reason in hung), hung
+        assert all(reward is None and "the verifiers did not finish within 2s" in reason for reward, reason in hung), hung
         assert play(bundle, "apple") == (1.0, None)  # a fresh session, served while nothing hangs any more
         assert play(bundle, "pear") == (0.0, None)
     assert probe.served.verifiers.alive == 2  # each hung worker was killed and replaced, none piled up
@@ -141,7 +63,8 @@ def test_an_env_that_dies_ends_its_episode_with_env_died_and_the_next_plays(prob
         episode = episode_on(bundle)
         died = episode.call("die", {"how": how})
         assert died.done and died.error.error_type == "transport_error"
-        assert "the env died during die" in died.answer and episode.reward is None
+        assert "the env died during die" in died.answer
+        assert (episode.status, episode.reward) == ("failed", 0.0)  # the agent's doing: its failure score
         episode.session.close()
         assert wait_for_no_env_processes() == []
         assert play(bundle, "apple") == (1.0, None)

@@ -104,9 +104,10 @@ def good_player(toybox):
 
 def rss_mb() -> float:
     gc.collect()
-    for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
     raise AssertionError("no VmRSS")
 
 

@@ -15,7 +15,8 @@ def test_64_sessions_for_a_minute_then_512_at_once_all_served_right():
     run = subprocess.run(
         [sys.executable, str(REPO / "bench" / "load.py"), "--json", "--sessions", "64", "--seconds", "60",
          "--burst", "512"],
-        capture_output=True, text=True, timeout=600, check=False,
+        # within pytest's 300 s a test (pyproject.toml): this limit is the one that fires
+        capture_output=True, text=True, timeout=280, check=False,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout)

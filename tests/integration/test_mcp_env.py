@@ -7,7 +7,6 @@ handshake by the book. Servers written with the official SDKs (mcp 1.x's FastMCP
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from corral.client import Bundle
+from tests.conftest import skip_or_fail_under_ci
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
 
@@ -146,12 +146,7 @@ def mcp2_python() -> str:
         )
     except (OSError, subprocess.SubprocessError) as error:
         output = getattr(error, "stderr", b"") or b""
-        message = (
-            f"could not build a venv with {MCP2} in {venv}: {error}\n{output.decode()[-2000:]}"
-        )
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_or_fail_under_ci(f"could not build a venv with {MCP2} in {venv}: {error}\n{output.decode()[-2000:]}")
     (venv / "complete").touch()
     return str(python)
 

@@ -32,8 +32,8 @@ def test_metrics_count_episodes_by_how_they_ended_and_each_ends_with_a_log_line(
         first.say(text="apple")
         assert first.get_reward() == 1.0
         second.reset(**env.dataset[0])
-        second.wait(seconds=5)  # past the 1 s deadline
-        assert second.get_reward() is None
+        second.wait(seconds=5)  # past the 1 s deadline: the agent's doing
+        assert second.get_reward() == 0.0
         with pytest.raises(CapacityError):
             third.reset(**env.dataset[0])
         first.reset(**env.dataset[0])  # left open: abandoned once its session closes
@@ -42,7 +42,7 @@ def test_metrics_count_episodes_by_how_they_ended_and_each_ends_with_a_log_line(
         time.sleep(0.05)
     ended = {labels: value for (name, labels), value in samples.items() if name == "corral_episodes_ended_total"}
     assert ended[(("cause", "scored"), ("status", "scored"))] == 1
-    assert ended[(("cause", "tool_timeout"), ("status", "unscored"))] == 1
+    assert ended[(("cause", "tool_timeout"), ("status", "failed"))] == 1
     assert ended[(("cause", "abandoned"), ("status", "unscored"))] == 1
     assert samples[("corral_episodes_started_total", ())] == 3
     assert samples[("corral_sessions_refused_total", ())] == 1
@@ -53,7 +53,7 @@ def test_metrics_count_episodes_by_how_they_ended_and_each_ends_with_a_log_line(
 
     lines = [json.loads(record.getMessage()) for record in caplog.records if record.name == "corral.episodes"]
     assert [(line["status"], line["cause"], line["reward"]) for line in lines] == [
-        ("scored", "scored", 1.0), ("unscored", "tool_timeout", None), ("unscored", "abandoned", None)]
+        ("scored", "scored", 1.0), ("failed", "tool_timeout", 0.0), ("unscored", "abandoned", None)]
     timed_out = lines[1]
     assert "wait didn't answer within 1s" in timed_out["reason"] and timed_out["tool_calls"] == 1
     assert timed_out["task"] == "say-apple" and set(timed_out["seconds"]) == {"start", "reset", "tools", "verify", "total"}

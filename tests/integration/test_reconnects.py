@@ -7,20 +7,18 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from corral.client import Bundle, CapacityError, Session
 from corral.client.protocol import ResetData, ResetRequest
 from tests.conftest import FIXTURES
+from tests.servers import corral_serve, free_port, stop, wait_until_serving
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
-CORRAL = Path(sys.executable).parent / "corral"
 
 
 def test_a_reset_waits_for_a_free_session_within_the_bound_it_sets(serve):
@@ -37,24 +35,10 @@ def test_a_reset_waits_for_a_free_session_within_the_bound_it_sets(serve):
         assert environment.get_reward() == 1.0
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def start_server(bundle: Path, port: int) -> subprocess.Popen:
-    server = subprocess.Popen([str(CORRAL), "serve", str(bundle), "--sandbox", "local", "--port", str(port),
-                               "--max-concurrent-envs", "16"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", trust_env=False, timeout=1).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    server.kill()
-    pytest.fail(f"corral serve did not answer within 60s: {server.stderr.read().decode()[-2000:]}")
+    server = corral_serve(bundle, port, "--sandbox", "local", "--max-concurrent-envs", "16")
+    wait_until_serving(server, port)
+    return server
 
 
 def processes_of(port: int) -> list[int]:
@@ -99,8 +83,7 @@ def test_a_restarted_server_costs_the_episode_it_cut_and_the_next_reset_plays(to
             environment.say(text="apple")
             assert environment.get_reward() == 1.0
     finally:
-        server.kill()
-        server.wait()
+        stop(server)  # SIGTERM: this server also removes the folders the killed ones left
     deadline = time.monotonic() + 10  # the killed server's envs exit once their stdin closes
     while processes_of(port) and time.monotonic() < deadline:
         time.sleep(0.1)

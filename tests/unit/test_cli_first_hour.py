@@ -133,7 +133,7 @@ def test_init_refuses_a_name_that_is_not_a_bundle_name(tmp_path, name):
 def test_a_mistyped_sandbox_is_one_line(starter, command):
     line = refused(corral(command, str(starter), "--sandbox", "dokcer"))
 
-    assert line == "error: unknown --sandbox 'dokcer'; choose one of: auto, docker, local"
+    assert line == "error: unknown --sandbox 'dokcer'; choose one of: auto, docker, local, modal"
 
 
 @pytest.mark.parametrize("command", ["check", "serve"])

@@ -1,6 +1,7 @@
 """Tool schemas of the env SDK: the same as transformers' `get_json_schema`, and clear errors."""
 
 import enum
+import os
 import sys
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -105,8 +106,11 @@ REPRESENTATIVE = [scalars, containers, optional_and_defaults, enums, unions, Gri
 
 @pytest.mark.parametrize("fn", REPRESENTATIVE, ids=lambda fn: fn.__name__)
 def test_schema_matches_transformers_get_json_schema(fn):
-    transformers_utils = pytest.importorskip("transformers.utils")
-    expected = transformers_utils.get_json_schema(fn)["function"]
+    if os.environ.get("CI") != "true":  # CI installs transformers: there, its absence fails the test
+        pytest.importorskip("transformers")
+    from transformers.utils import get_json_schema
+
+    expected = get_json_schema(fn)["function"]
 
     ours = tool_schema(fn)
 

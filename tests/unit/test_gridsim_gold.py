@@ -1,13 +1,15 @@
 """gridsim's gold.py: the calls a perfect agent makes, which a supervised warm start trains on."""
 
 import json
+import shutil
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 
-from tests.unit.test_gridsim import BUNDLE, battery, grade, load
+from tests.unit.test_gridsim import BUNDLE, TASKS, battery, grade, load
 
 gold = load("gridsim_gold", BUNDLE / "gold.py")
 TRAIN = list(gold.tasks("train"))
@@ -25,11 +27,23 @@ def test_gold_calls_submit_the_optimal_schedule_then_end_the_turn(task: dict) ->
     assert grade.verify(task, {"submitted": True, **played}) == 1.0
 
 
-def test_tasks_of_a_split_are_the_ones_its_eval_file_lists_in_file_order() -> None:
+def test_tasks_of_a_split_are_the_ones_its_eval_file_lists_in_tasks_jsonl_order(tmp_path: Path) -> None:
     listed = tomllib.loads((BUNDLE / "evals" / "eval.toml").read_text())["tasks"]
-
-    assert [task["id"] for task in gold.tasks("eval")] == sorted(listed)
+    assert [task["id"] for task in gold.tasks("eval")] == [task["id"] for task in TASKS if task["id"] in listed]
     assert len(TRAIN) == 2000
+
+    # gridsim's files are sorted by date: on a copy of gold.py whose tasks.jsonl holds four days
+    # out of date order, and whose eval file lists three of them in yet another order, the
+    # split follows tasks.jsonl.
+    shutil.copy(BUNDLE / "gold.py", tmp_path / "gold.py")
+    shutil.copytree(BUNDLE / "verifiers", tmp_path / "verifiers")
+    stored = [TASKS[5], TASKS[1], TASKS[9], TASKS[3]]
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(task) + "\n" for task in stored))
+    (tmp_path / "evals").mkdir()
+    (tmp_path / "evals" / "eval.toml").write_text(f"tasks = {json.dumps([TASKS[i]['id'] for i in (9, 3, 5)])}\n")
+    copy = load("gridsim_gold_copy", tmp_path / "gold.py")
+
+    assert [task["id"] for task in copy.tasks("eval")] == [TASKS[i]["id"] for i in (5, 9, 3)]
 
 
 def test_an_unknown_split_names_the_splits_there_are() -> None:

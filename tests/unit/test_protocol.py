@@ -22,7 +22,6 @@ from corral.client.protocol import (
     JsonRpcError,
     JsonRpcResponse,
     Limits,
-    ListTools,
     ListToolsObservation,
     McpReply,
     McpRequest,

@@ -15,6 +15,7 @@ class Outcome:
     reward: float | None
     unscored_reason: str | None = None
     truncated: str | None = None
+    status: str | None = None
     tool_calls: int = 1
     tool_errors: int = 0
 
@@ -30,18 +31,23 @@ def test_a_step_counts_unscored_rollouts_with_reasons_and_groups_without_signal(
         # group 4: nothing scored
         Outcome("tictactoe", None, "the reset didn't finish within 600s"),
         Outcome("tictactoe", None, "the reset didn't finish within 600s"),
+        # group 5: one the agent made fail (its tool ran past the deadline) scores 0, and counts apart
+        Outcome("tictactoe", 0.0, "place didn't answer within 60s", status="failed"), Outcome("tictactoe", 1.0),
     ]
 
     account = StepAccount.of(outcomes, group_size=2)
 
-    assert (account.rollouts, account.scored, account.unscored, account.groups) == (8, 5, 3, 4)
+    assert (account.rollouts, account.scored, account.unscored, account.failed, account.groups) == (10, 7, 3, 1, 5)
+    assert account.failed_reasons == {"place didn't answer within 60s": 1}
     assert account.unscored_reasons == {"the reset didn't finish within 600s": 2,
                                         "the env died during submit_schedule": 1}
     assert (account.groups_under_two_scored, account.groups_zero_variance) == (2, 1)
-    assert account.reward_by_toolset == pytest.approx({"gridsim": (1.0 + 0.2 + 0.5) / 3, "tictactoe": 0.0})
+    assert account.reward_by_toolset == pytest.approx({"gridsim": (1.0 + 0.2 + 0.5) / 3, "tictactoe": 0.25})
     assert account.truncated == {"completion_length": 1, "tool_calls": 1}
     metrics = account.metrics()
-    assert metrics["rollouts/unscored"] == 3 and metrics["rollouts/truncated/tool_calls"] == 1
-    assert metrics["rollouts/reward/tictactoe"] == 0.0
-    assert metrics["rollouts/tool_calls_per_rollout"] == pytest.approx(23 / 8)
+    assert metrics["rollouts/unscored"] == 3 and metrics["rollouts/failed"] == 1
+    assert metrics["rollouts/truncated/tool_calls"] == 1
+    assert metrics["rollouts/reward/tictactoe"] == 0.25
+    assert metrics["rollouts/tool_calls_per_rollout"] == pytest.approx(25 / 10)
     assert "2x the reset didn't finish within 600s" in account.summary()
+    assert "failed by the agent: 1x place didn't answer within 60s" in account.summary()

@@ -16,7 +16,7 @@ import corral.sandboxes
 from corral.errors import ConfigError
 from corral.sandboxes import LocalProvider, ProviderStatus, SandboxSpec, make_provider
 from corral.sandboxes import local as local_module
-from corral.sandboxes.docker_bootstrap import sdk_payload
+from corral.sandboxes.bootstrap import sdk_payload
 from tests.conftest import FIXTURES
 
 TOY = FIXTURES / "toybox/envs/toy"
@@ -30,7 +30,7 @@ def without_the_docker_package(monkeypatch) -> None:
 
 
 def test_an_unknown_sandbox_is_refused_naming_the_choices():
-    with pytest.raises(ConfigError, match=r"^unknown sandbox 'dokcer'; choose one of: auto, docker, local$"):
+    with pytest.raises(ConfigError, match=r"^unknown sandbox 'dokcer'; choose one of: auto, docker, local, modal$"):
         make_provider("dokcer")
 
 

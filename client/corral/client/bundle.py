@@ -1,6 +1,7 @@
 """`Bundle`: a served bundle as a Hugging Face dataset and TRL environment classes.
 
     env = Bundle("http://env-host:8000", split="train")     # a remote server
+    env = Bundle(["http://a:8000", "http://b:8000"])        # many env hosts, one dataset (hosts.py)
     env = Bundle.local("bundles/gridsim", split="train")    # served in this process
     trainer = GRPOTrainer(..., train_dataset=env.dataset, environment_factory=env.factory)
 """
@@ -9,8 +10,9 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -24,8 +26,14 @@ from corral.client.factory import (
 from corral.client.protocol import Limits
 from corral.client.rewards import RewardRule
 from corral.client.session import refusal
-from corral.client.urls import base_url
-from corral.errors import ServerError, ServerUnreachable, ToolsetMismatch, UnknownSplit
+from corral.client.urls import base_urls
+from corral.errors import (
+    BundleMismatch,
+    ServerError,
+    ServerUnreachable,
+    ToolsetMismatch,
+    UnknownSplit,
+)
 
 HTTP_TIMEOUT_S = 60.0
 TOKEN_VARIABLE = "CORRAL_TOKEN"
@@ -35,7 +43,10 @@ class Bundle:
     """The tasks of one split of a served bundle, and the environments that play them.
 
     Args:
-        url: the corral server, e.g. `http://env-host:8000`.
+        url: the corral server, e.g. `http://env-host:8000`; or several env hosts serving the
+            same bundle (a list, or one string separated by commas), among which sessions are
+            spread by their free capacity, a host that goes away leaving the rotation until
+            it is back (docs/scale-out.md).
         split: the split whose tasks `dataset` holds: `train` (the tasks in no eval split),
             `all`, or one per eval file of the bundle.
         reward: which score is the reward (a score id), or a function of all the scores; by
@@ -52,7 +63,7 @@ class Bundle:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         split: str = "train",
         reward: RewardRule = None,
         tool_timeout: float | None = None,
@@ -61,7 +72,8 @@ class Bundle:
         keepalive: float = 20.0,
         capacity_wait: float = 0.0,
     ):
-        self.url = base_url(url)
+        self.urls = base_urls(url)
+        self.url = ",".join(self.urls)  # what sessions are opened on: one host, or the hosts to spread over
         self._capacity_wait = capacity_wait
         self.split = split
         self._reward = reward
@@ -71,10 +83,14 @@ class Bundle:
         self._keepalive = keepalive
         self._server: Any = None  # the embedded server Bundle.local started, if any
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=HTTP_TIMEOUT_S, trust_env=False)
+        self._clients = [httpx.Client(base_url=host, headers=headers, timeout=HTTP_TIMEOUT_S, trust_env=False)
+                         for host in self.urls]
+        self._http = self._clients[0]
         metadata = self._get("/metadata")
         self.name: str = metadata["name"]
         self.limits = Limits(tool_timeout_s=metadata["tool_timeout_s"], reset_timeout_s=metadata["reset_timeout_s"])
+        if len(self._clients) > 1:
+            self.limits = self._check_hosts_agree()
         self.splits: dict[str, int] = {
             split.name: split.num_tasks for split in map(SplitInfo.model_validate, self._get(f"/{self.name}/splits"))
         }
@@ -99,12 +115,14 @@ class Bundle:
         reset_timeout: float | None = None,
         keepalive: float = 20.0,
         warm_pool: int = 0,
+        record_dir: str | Path | None = None,
     ) -> Bundle:
         """Serve the bundle at `path` in this process (on a free loopback port) and open it.
 
-        `sandbox` is `auto` (docker when an engine answers, else local processes), `docker`
-        or `local`; `warm_pool` keeps that many started containers per env (docker only).
-        `reward`, `tool_timeout` and `reset_timeout` are the server's settings here."""
+        `sandbox` is `auto` (docker when an engine answers, else local processes), `docker`,
+        `local` or `modal` (Modal's cloud, with Modal's credentials); `warm_pool` keeps that many started sandboxes per env; `record_dir`
+        records every episode there (`corral serve --record`). `reward`, `tool_timeout` and
+        `reset_timeout` are the server's settings here."""
         try:  # imported here: the server is optional for a client
             from corral.server.embedded import EmbeddedServer
             from corral.server.served import ServeOptions
@@ -114,7 +132,8 @@ class Bundle:
                 f"pip install 'corral[server]' ({error})"
             ) from None
         options = ServeOptions(sandbox=sandbox, max_concurrent_envs=max_concurrent_envs, reward=reward,
-                               tool_timeout_s=tool_timeout, reset_timeout_s=reset_timeout, warm_pool=warm_pool)
+                               tool_timeout_s=tool_timeout, reset_timeout_s=reset_timeout, warm_pool=warm_pool,
+                               record_dir=Path(record_dir) if record_dir is not None else None)
         server = EmbeddedServer(Path(path), options, ws_ping_interval=keepalive, ws_ping_timeout=keepalive)
         try:
             bundle = cls(server.url, split=split, keepalive=keepalive)
@@ -147,12 +166,13 @@ class Bundle:
     def close(self) -> None:
         """End every episode the environments hold, and stop the server `local` started."""
         close_environments(self.url)
-        self._http.close()
+        for client in self._clients:
+            client.close()
         if self._server is not None:
             self._server.stop()
             self._server = None
 
-    def __enter__(self) -> Bundle:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -199,19 +219,51 @@ class Bundle:
             keepalive_s=self._keepalive, capacity_wait_s=self._capacity_wait,
         )
 
+    def _check_hosts_agree(self) -> Limits:
+        """Refuse hosts that serve different bundles (the dataset must fit them all); the
+        limits to wait for are the longest any host allows."""
+        def served(client: httpx.Client) -> tuple[dict, Any]:
+            metadata = self._send("GET", "/metadata", client=client)
+            name = metadata["name"]
+            splits = self._send("GET", f"/{name}/splits", client=client)
+            tasks = {split["name"]: [task["task_id"] for task in self._send(
+                "POST", f"/{name}/tasks", client=client, json={"split": split["name"]})["tasks"]] for split in splits}
+            what = {"names and versions": (name, metadata["version"]), "tasks": tasks,
+                    "toolsets": self._send("GET", "/toolsets", client=client)["toolsets"]}
+            return metadata, what
+
+        first_metadata, first = served(self._clients[0])
+        limits = [first_metadata]
+        for client in self._clients[1:]:
+            metadata, other = served(client)
+            for part in ("names and versions", "tasks", "toolsets"):
+                if other[part] != first[part]:
+                    raise BundleMismatch(
+                        f"the env hosts {self.urls[0]} and {client.base_url} serve different bundles (their {part} "
+                        f"differ: {str(first[part])[:200]} against {str(other[part])[:200]}); serve the same bundle "
+                        "folder, at the same version, on every host")
+            limits.append(metadata)
+        return Limits(tool_timeout_s=max(m["tool_timeout_s"] for m in limits),
+                      reset_timeout_s=max(m["reset_timeout_s"] for m in limits))
+
     def _get(self, path: str) -> Any:
         return self._send("GET", path)
 
-    def _send(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            reply = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as error:
-            raise ServerUnreachable(
-                f"could not reach a corral server at {self.url} ({error}); start one with "
-                "`corral serve BUNDLE --port PORT`, or use Bundle.local(BUNDLE)"
-            ) from None
-        if reply.status_code in (401, 403):
-            raise refusal(self.url, reply.status_code)
-        if reply.is_error:
-            raise ServerError(f"HTTP {reply.status_code}", f"{method} {self.url}{path} failed: {reply.text[:500]}")
-        return reply.json()
+    def _send(self, method: str, path: str, client: httpx.Client | None = None, **kwargs: Any) -> Any:
+        """A request to `client`'s host, or else to the first host that answers (they all serve
+        the same bundle)."""
+        for candidate in [client] if client is not None else self._clients:
+            url = str(candidate.base_url).rstrip("/")
+            try:
+                reply = candidate.request(method, path, **kwargs)
+            except httpx.TransportError as error:
+                unreachable = ServerUnreachable(
+                    f"could not reach a corral server at {url} ({error}); start one with "
+                    "`corral serve BUNDLE --port PORT`, or use Bundle.local(BUNDLE)")
+                continue
+            if reply.status_code in (401, 403):
+                raise refusal(url, reply.status_code)
+            if reply.is_error:
+                raise ServerError(f"HTTP {reply.status_code}", f"{method} {url}{path} failed: {reply.text[:500]}")
+            return reply.json()
+        raise unreachable

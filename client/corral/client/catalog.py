@@ -32,6 +32,12 @@ class ToolSpec(BaseModel):
     def as_mcp(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True)
 
+    def as_chat(self) -> dict[str, Any]:
+        """The tool as chat templates take it: `{"type": "function", "function": {...}}`."""
+        schema = self.input_schema or {"type": "object", "properties": {}}
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": schema}}
+
 
 END_TURN_TOOL = ToolSpec(
     name=END_TURN,

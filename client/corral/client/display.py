@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Self
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 if TYPE_CHECKING:  # display is imported by the modules that define these
     from corral.client.episode import CallRecord, Episode
     from corral.client.protocol import CallToolObservation, ResetObservation
+    from corral.client.records import EpisodeRecord, RolloutRecord
 
 ROWS_SHOWN = 20
 SNIPPET_CHARS = 160
@@ -230,6 +232,38 @@ def ending_doc(episode: Episode) -> Doc:
     doc = Doc()
     if episode.final is not None:
         _ending(doc, episode.final, episode.reward, episode.reason)
+    return doc
+
+
+def record_doc(record: EpisodeRecord, rollout: RolloutRecord | None = None) -> Doc:
+    """A recorded episode as a transcript: the prompts and tools, every call with its answer and
+    timing, how it ended; with the trainer's record, what the model saw and sampled, in ids."""
+    doc = Doc().add("title", f"task {record.task_id} · episode {record.episode_id}")
+    doc.add("field", f"{record.run} · split {record.split or '-'} · sandbox {record.sandbox or '-'} · "
+                     f"{len(record.calls)} calls in {record.turns} turn(s)", label="run")
+    _prompts(doc, record.system_prompt, record.prompt, 1)
+    doc.add("text", "\n".join(tool_line(t.name, t.input_schema, t.description) for t in record.tools), label="tools",
+            folded=True)
+    for number, call in enumerate(record.calls, 1):
+        doc.add("call", f"{call_line(call.tool, call.arguments)}   (turn {call.turn}, at {call.started_s:.3f}s, "
+                        f"took {call.seconds:.3f}s)", label=f"[{number}]")
+        if call.error is not None:
+            doc.add("error", f"{call.error.error_type}: {call.error.message}")
+        elif call.prompt is not None:
+            doc.add("text", call.prompt, label="prompt (next turn)")
+        else:
+            doc.add("answer", call.result or "")
+    doc.add("field", f"{record.status} ({record.cause})" + (f": {record.reason}" if record.reason else ""), label="ended")
+    if record.scores:
+        doc.add("field", ", ".join(f"{k}={v:g}" for k, v in record.scores.items()), label="scores")
+    doc.add("field", "none (left out of training)" if record.reward is None else f"{record.reward:g}", label="reward")
+    doc.add("field", ", ".join(f"{phase} {s:.3f}s" for phase, s in record.seconds.items()), label="seconds")
+    if rollout is not None:
+        known = [lp for lp, m in zip(rollout.logprobs, rollout.env_mask, strict=False) if m and not math.isnan(lp)]
+        logprobs = f"mean logprob {sum(known) / len(known):.3f}" if known else "logprobs not computed"
+        doc.add("field", f"{len(rollout.prompt_ids)} prompt ids, {len(rollout.completion_ids)} completion ids of "
+                         f"which {rollout.sampled} sampled; {logprobs}; truncated: {rollout.truncated or 'no'}",
+                label="tokens")
     return doc
 
 

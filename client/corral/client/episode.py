@@ -27,6 +27,7 @@ from corral.client.protocol import (
     EPISODE_ENDED,
     CallTool,
     CallToolObservation,
+    EpisodeStatus,
     Limits,
     ObservationReply,
     ResetData,
@@ -37,7 +38,14 @@ from corral.client.protocol import (
 )
 from corral.client.rewards import RewardRule, pick_reward
 from corral.client.session import Session
-from corral.errors import CapacityError, NoEpisode, RewardError, ServerError, SessionLost
+from corral.errors import (
+    CapacityError,
+    NoEpisode,
+    RewardError,
+    ServerError,
+    ServerUnreachable,
+    SessionLost,
+)
 
 log = logging.getLogger("corral.client")
 
@@ -77,7 +85,8 @@ class Episode(Displayed):
         self.open = False  # the agent may still act
         self.reward: float | None = None
         self.scores: dict[str, float] = {}
-        self.reason: str | None = None  # why it ended unscored
+        self.status: EpisodeStatus | None = None  # scored, failed (by the agent) or unscored, once ended
+        self.reason: str | None = None  # why it ended early (failed or unscored)
         self.calls: list[CallRecord] = []  # the transcript, kept for people reading it
         self.final: ResetObservation | CallToolObservation | None = None  # what ended it (e.g. verifier_output)
 
@@ -118,7 +127,7 @@ class Episode(Displayed):
         request = StepRequest(data=CallTool(tool_name=name, arguments=arguments))
         try:
             observed = _observation(self.session.request(request, deadline + REPLY_MARGIN_S)).parse(CallToolObservation)
-        except (ServerError, SessionLost) as error:
+        except (ServerError, SessionLost, ServerUnreachable) as error:  # ServerUnreachable: it died while idle
             reason = f"the server went away: {error}"
             failure = ToolError(error_type="transport_error", message=f"{EPISODE_ENDED} {reason}")
             observed = CallToolObservation(tool_name=name, error=failure, done=True, status="unscored", reason=reason)
@@ -138,7 +147,8 @@ class Episode(Displayed):
                 return
             self.end_turn("")
         self.open = False
-        self.reward, self.reason = None, f"the episode did not end after {MAX_CLOSING_TURNS} empty turns"
+        self.status, self.reward = "unscored", None
+        self.reason = f"the episode did not end after {MAX_CLOSING_TURNS} empty turns"
 
     def _doc(self) -> Doc:
         return episode_doc(self)
@@ -163,12 +173,13 @@ class Episode(Displayed):
         self.open = False
         self.final = observed
         self.scores = observed.scores or {}
+        self.status = observed.status
         self.reward, self.reason = observed.reward, observed.reason
-        if self.reward is not None and self._rule is not None:
+        if self.status == "scored" and self._rule is not None:  # a failure's score is the task's, not a rule's
             try:
                 self.reward = pick_reward(self.scores, self._rule)
             except RewardError as error:
-                self.reward, self.reason = None, str(error)
+                self.status, self.reward, self.reason = "unscored", None, str(error)
         if self.reward is None and self.reason is None:
             self.reason = "the episode ended without a reward"
 

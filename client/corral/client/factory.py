@@ -88,16 +88,21 @@ class CorralEnvironment(Displayed):
         return None
 
     def get_reward(self) -> float | None:
-        """The episode's reward, or None (logged with the reason) when it ended unscored.
+        """The episode's reward: the verifiers', the task's failure score when the agent made
+        it fail (logged with why), or None (logged with why) when the platform failed, which
+        TRL leaves out of the update.
 
         A turn the model left open is ended with an empty reply first.
         """
         if self._episode is None:
             raise NoEpisode("get_reward was called before an episode started: call reset(**row) first")
-        self._episode.finish()
-        if self._episode.reward is None:
-            log.warning("rollout left unscored: %s", self._episode.reason)
-        return self._episode.reward
+        episode = self._episode
+        episode.finish()
+        if episode.reward is None:
+            log.warning("rollout left unscored: %s", episode.reason)
+        elif episode.status == "failed":
+            log.info("rollout failed by the agent, scored %s: %s", episode.reward, episode.reason)
+        return episode.reward
 
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
         if self._episode is None:
@@ -206,9 +211,9 @@ def python_type(schema: dict[str, Any]) -> Any:
     if "enum" in schema:
         hint: Any = Literal[tuple(schema["enum"])]
     elif "anyOf" in schema:
-        hint = Union[tuple(python_type(option) for option in schema["anyOf"])]
+        hint = Union[tuple(python_type(option) for option in schema["anyOf"])]  # noqa: UP007 (built at run time)
     elif isinstance(schema.get("type"), list):
-        hint = Union[tuple(python_type({**schema, "type": t}) for t in schema["type"])]
+        hint = Union[tuple(python_type({**schema, "type": t}) for t in schema["type"])]  # noqa: UP007 (built at run time)
     elif schema.get("type") == "array":
         if "prefixItems" in schema:
             hint = tuple[tuple(python_type(item) for item in schema["prefixItems"])]
@@ -218,4 +223,4 @@ def python_type(schema: dict[str, Any]) -> Any:
         hint = dict[str, python_type(schema["additionalProperties"])]
     else:
         hint = _JSON_TYPES.get(schema.get("type", ""), Any)
-    return Optional[hint] if schema.get("nullable") else hint
+    return Optional[hint] if schema.get("nullable") else hint  # noqa: UP045 (hint may be a typing form)

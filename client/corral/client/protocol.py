@@ -149,7 +149,10 @@ class ToolError(_Strict):
     message: str
 
 
-EpisodeStatus = Literal["scored", "unscored"]
+# scored: the verifiers' reward; failed: the agent made the episode fail (a tool past its
+# deadline, its env killed...), which scores the task's failure score; unscored: the platform
+# failed, reward null, and trainers leave the episode out.
+EpisodeStatus = Literal["scored", "failed", "unscored"]
 
 
 class Observation(_Strict):
@@ -163,7 +166,8 @@ class Observation(_Strict):
 
 class _Ending(BaseModel):
     """How an episode ended, on the observation that ends it: scored (the reward is the
-    verifiers'), or unscored (`reward` null, `reason` says why)."""
+    verifiers'), failed (by the agent: the task's failure score, `reason` says why), or unscored
+    (by the platform: `reward` null, `reason` says why)."""
 
     status: EpisodeStatus | None = None
     scores: dict[str, float] | None = None

@@ -19,8 +19,16 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.protocol import State
 
-from corral.client.protocol import SERVER_FRAMES, CloseRequest, ErrorCode, ErrorReply, ServerFrame
-from corral.client.urls import ws_url
+from corral.client.hosts import Hosts
+from corral.client.protocol import (
+    SERVER_FRAMES,
+    CloseRequest,
+    ErrorCode,
+    ErrorReply,
+    ResetRequest,
+    ServerFrame,
+)
+from corral.client.urls import base_urls, ws_url
 from corral.errors import (
     CapacityError,
     ReplyTimeout,
@@ -56,10 +64,16 @@ class _LoopThread:
 
 
 class Session:
-    """A session on the server at `url`: one episode at a time. Connects on first use."""
+    """A session on the server at `url`: one episode at a time. Connects on first use.
+
+    `url` may name several env hosts serving the same bundle, separated by commas: the session
+    then opens on the one with the most room, and may move at a reset (see hosts.py); `url`
+    is then the host it is on."""
 
     def __init__(self, url: str, *, token: str | None = None, keepalive_s: float = 20.0):
-        self.url = url.rstrip("/")
+        urls = base_urls(url)
+        self.url = urls[0]
+        self._hosts = Hosts.of(urls, token) if len(urls) > 1 else None
         self._token = token
         self._keepalive_s = keepalive_s
         self._socket: ClientConnection | None = None
@@ -83,6 +97,39 @@ class Session:
             _LoopThread.submit(self._close())
 
     async def _request(self, frame: BaseModel, timeout_s: float) -> ServerFrame:
+        if self._hosts is not None and isinstance(frame, ResetRequest):
+            return await self._reset_on_a_host(frame, timeout_s)
+        try:
+            return await self._exchange(frame, timeout_s)
+        except SessionLost as error:
+            if self._hosts is not None and not isinstance(error, ReplyTimeout):
+                self._hosts.lost(self.url)
+            raise
+        except ServerUnreachable:
+            if self._hosts is not None:
+                self._hosts.lost(self.url)
+            raise
+
+    async def _reset_on_a_host(self, frame: ResetRequest, timeout_s: float) -> ServerFrame:
+        """A reset starts an episode: the moment a session may move to the host with the most
+        room. A host whose server went away before the episode started is left for another."""
+        assert self._hosts is not None
+        tried: set[str] = set()
+        while True:
+            here = self.url if self._socket is not None and self._socket.state is State.OPEN else None
+            best = await asyncio.to_thread(self._hosts.pick, here, avoid=frozenset(tried))
+            if best != here:
+                await self._close()  # the old host ends this session's episode and sandbox
+                self.url = best
+            try:
+                return await self._exchange(frame, timeout_s)
+            except (ServerUnreachable, SessionLost) as error:
+                if isinstance(error, ReplyTimeout):  # a slow reset, not a lost host
+                    raise
+                self._hosts.lost(self.url)
+                tried.add(self.url)
+
+    async def _exchange(self, frame: BaseModel, timeout_s: float) -> ServerFrame:
         socket = await self._connected()
         try:
             await socket.send(frame.model_dump_json())

@@ -1,7 +1,8 @@
-"""A corral server's URL: checked once, in the form every route is built from."""
+"""A corral server's URL (or several env hosts'): checked once, in the form every route is built from."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from corral.errors import BadURL
@@ -29,3 +30,13 @@ def ws_url(url: str) -> str:
     """`http://host:8000` -> `ws://host:8000/ws` (and https -> wss)."""
     scheme, rest = base_url(url).split("://", 1)
     return f"{'wss' if scheme == 'https' else 'ws'}://{rest}/ws"
+
+
+def base_urls(urls: str | Sequence[str]) -> tuple[str, ...]:
+    """One server's URL, or several env hosts' (a sequence, or one string separated by commas,
+    as a command line or an environment variable gives them), each as `base_url` makes it."""
+    given = urls.split(",") if isinstance(urls, str) else list(urls)
+    found = tuple(dict.fromkeys(base_url(url) for url in given if url.strip()))
+    if not found:
+        raise BadURL(f"{urls!r} names no server; pass e.g. http://env-host:8000")
+    return found

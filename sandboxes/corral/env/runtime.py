@@ -13,6 +13,7 @@ import argparse
 import importlib
 import json
 import os
+import socket
 import sys
 import traceback
 from collections.abc import Callable
@@ -25,6 +26,9 @@ from corral.env.jsonrpc import RpcError
 from corral.errors import ToolSchemaError
 
 SERVER_VERSION = "corral-env/1"
+# Set by a sandbox whose server listens on a Unix socket shared with it (the docker provider):
+# the protocol then runs over that socket, and stdin/stdout are left for start-up and stderr.
+CHANNEL_VARIABLE = "CORRAL_CHANNEL"
 
 
 class LoadError(Exception):
@@ -44,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     requests, replies = _take_stdio()
+    channel = os.environ.pop(CHANNEL_VARIABLE, None)  # not for the env's code or its children
+    if channel:
+        requests, replies = _connect(channel, requests, replies)
     sys.path[:0] = [os.path.abspath(p) for p in args.path] + [os.getcwd()]
     try:
         env = load_env(args.entry)
@@ -76,6 +83,24 @@ def _take_stdio() -> tuple[BinaryIO, BinaryIO]:
     os.close(devnull)
     sys.stdout = sys.stderr  # sys.stdin has read nothing yet, so it now reads /dev/null
     return requests, replies
+
+
+def _connect(path: str, stdin: BinaryIO, stdout: BinaryIO) -> tuple[BinaryIO, BinaryIO]:
+    """The protocol's streams on the server's Unix socket at `path`, in place of stdio.
+
+    Connected before the env loads, so the server knows the env is up as early as it can;
+    a socket that cannot be reached is a broken sandbox, said on stderr, never a silent
+    switch back to stdio (the server is not reading there).
+    """
+    channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        channel.connect(path)
+    except OSError as exc:
+        print(f"corral.env: cannot connect to the server's socket {path}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    stdin.close()
+    stdout.close()
+    return channel.makefile("rb"), channel.makefile("wb")
 
 
 def load_env(entry: str) -> Env:

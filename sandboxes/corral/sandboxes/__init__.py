@@ -13,6 +13,7 @@ from corral.sandboxes.base import (
     ProviderStatus,
     Resources,
     Sandbox,
+    SandboxProcess,
     SandboxProvider,
     SandboxSpec,
 )
@@ -27,26 +28,39 @@ __all__ = [
     "Resources",
     "Sandbox",
     "SandboxError",
+    "SandboxProcess",
     "SandboxProvider",
     "SandboxSpec",
     "make_provider",
 ]
 
-KINDS = ("auto", "docker", "local")
+KINDS = ("auto", "docker", "local", "modal")
 DOCKER_SOCKET = Path("/var/run/docker.sock")
 log = logging.getLogger("corral.sandboxes")
 
 
 def make_provider(kind: str, *, instance: str | None = None, warm_pool: int = 0) -> SandboxProvider:
-    """The provider of `kind`; `auto` is docker when an engine answers, else local.
+    """The provider of `kind`; `auto` is docker when an engine answers, else local (never
+    modal: a cloud that bills is chosen by name).
 
-    `instance` is the server instance whose leftovers (containers, local folders and
-    processes) the reaper may remove, and that no other live server may hold; `warm_pool`
-    applies to docker: how many started containers wait per env. Raises ConfigError for an
-    unknown kind, and for docker without the docker package or an engine that answers.
+    `instance` is the server instance whose leftovers (containers, sandboxes, local folders
+    and processes) the reaper may remove, and that no other live server may hold; `warm_pool`
+    is how many started sandboxes wait per env. Raises ConfigError for an unknown kind, for
+    docker without the docker package or an engine that answers, and for modal without the
+    modal package or Modal credentials.
     """
     if kind not in KINDS:
         raise ConfigError(f"unknown sandbox {kind!r}; choose one of: {', '.join(KINDS)}")
+    if kind == "modal":
+        try:
+            # The modal extra is optional, as docker's is.
+            from corral.sandboxes.modal_provider import ModalProvider
+        except ImportError as error:
+            raise ConfigError(
+                f"--sandbox modal needs the modal package: pip install 'corral[modal]' ({error})") from None
+        provider = ModalProvider(instance=instance, warm_pool=warm_pool)  # ConfigError without credentials
+        log.info("sandbox: Modal sandboxes (one per episode, in Modal's cloud)")
+        return provider
     if kind in ("auto", "docker"):
         try:
             # The docker extra is optional: a laptop serving with local processes needs no docker package.
@@ -75,9 +89,7 @@ def make_provider(kind: str, *, instance: str | None = None, warm_pool: int = 0)
         log.info("sandbox: local processes (the embedded default; not an isolation boundary)")
     else:
         log.info("sandbox: local processes (not an isolation boundary)")
-    if warm_pool:
-        log.warning("a warm pool of %d is for docker sandboxes; local processes start at each reset", warm_pool)
-    return LocalProvider(instance=instance)
+    return LocalProvider(instance=instance, warm_pool=warm_pool)
 
 
 def _engine_address() -> str | None:

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from corral.errors import SandboxError
+
 NetworkPolicy = Literal["none", "egress"]
 Progress = Callable[[str], None]  # one line of a long preparation (an image build's output)
 
@@ -53,6 +55,14 @@ class SandboxSpec:
     scratch_mb: int = 64  # the size of each writable folder, where the provider limits it
     resources: Resources = field(default_factory=Resources)
     network: NetworkPolicy = "none"
+    # An image run as a whole machine (a Harbor task's): its own user, working folder and
+    # variables, and a root filesystem the agent may write anywhere in, which a verifier's copy
+    # then holds whole. None and False are corral's envs: a non-root user of the provider's, a
+    # read-only root with only `writable` to write in.
+    user: str | None = None  # "": the image's own USER
+    workdir: str | None = None  # None: the image's WORKDIR
+    environment: tuple[tuple[str, str], ...] = ()
+    writable_root: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,10 +88,37 @@ class ProviderStatus:
 
 @dataclass(frozen=True)
 class CommandResult:
-    """How a command run in a sandbox ended: its exit code (None when it timed out) and output."""
+    """How a command run in a sandbox ended: its exit code (None when it timed out) and output,
+    and the result files it wrote that `Sandbox.verify` read back (by path; absent if not written)."""
 
     exit_code: int | None
     output: str
+    results: Mapping[str, bytes] = field(default_factory=dict)
+
+
+class SandboxProcess(abc.ABC):
+    """A command started in a sandbox by `Sandbox.exec`: its stdin, its output (stdout and
+    stderr together, as they came) and its exit code, as the sandbox reports it."""
+
+    @abc.abstractmethod
+    async def write(self, data: bytes) -> None:
+        """Send `data` to the command's stdin (started with `stdin=True`)."""
+
+    @abc.abstractmethod
+    async def close_stdin(self) -> None:
+        """Send end-of-file to its stdin; its output keeps coming."""
+
+    @abc.abstractmethod
+    async def read(self) -> bytes:
+        """Whatever output has come (waiting for some); b"" once it has ended."""
+
+    @abc.abstractmethod
+    async def exit_code(self) -> int | None:
+        """Its exit code once it has ended (None if it never does within a few seconds)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop reading it; the command itself runs on until it ends."""
 
 
 class Sandbox(abc.ABC):
@@ -112,11 +149,30 @@ class Sandbox(abc.ABC):
         command is killed with everything it started at `timeout_s` (exit code None). A copy
         the agent made impossible (its folders over their size) is a failed command, not an
         error; SandboxError is for the platform's own failures.
+
+        A spec with a `writable_root` (a Harbor task's image) may also be given, as keywords:
+        `files_dir`, the absolute folder the files go in (Harbor's /tests); `results`, absolute
+        paths of files the command may write (Harbor's reward files), whose folders start empty
+        and which are read back from outside the command into `CommandResult.results`; `user`
+        and `environment` for the command, in place of the env's. Only a provider that runs
+        such specs (`SandboxProvider.whole_images`) takes them.
         """
+
+    async def exec(self, command: Sequence[str], *, stdin: bool = False) -> SandboxProcess:
+        """Start `command` in the sandbox beside the env, as the env's user in its working
+        folder: how corral serves the agent's tools for an image with no env process of its
+        own (a Harbor task's). Raises SandboxError, by default: a provider that cannot."""
+        raise SandboxError(f"{type(self).__name__} cannot run commands beside its env; "
+                           "serve tasks that need it with --sandbox docker")
 
     @abc.abstractmethod
     async def close(self) -> None:
         """Stop the env and everything it started. Safe to call twice."""
+
+    @property
+    def alive(self) -> bool:
+        """Whether the env may still answer: a warm pool never hands out one that died waiting."""
+        return True
 
 
 class SandboxProvider(abc.ABC):
@@ -128,6 +184,7 @@ class SandboxProvider(abc.ABC):
 
     kind: str
     isolated: bool
+    whole_images: bool = False  # runs a spec with `writable_root`: an image as a machine (a Harbor task's)
 
     async def reap_leftovers(self) -> None:
         """Claim this server's instance and remove what a killed server of it left behind (by
@@ -149,6 +206,10 @@ class SandboxProvider(abc.ABC):
     @abc.abstractmethod
     def status(self) -> ProviderStatus:
         """What runs now: for logs and /health."""
+
+    async def check(self) -> None:
+        """Raise SandboxError when the provider itself cannot serve now (its engine stopped
+        answering, say): an episode that ended then is the platform's failure, not the agent's."""
 
     async def aclose(self) -> None:
         """Stop every sandbox this provider still has running."""

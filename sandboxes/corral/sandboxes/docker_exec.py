@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 import docker.errors
 
 from corral.errors import SandboxError
+from corral.sandboxes.base import SandboxProcess
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_stream import MuxStream
 
@@ -20,7 +21,7 @@ EXIT_POLL_S = 0.02
 EXIT_WAIT_S = 5.0  # the stream has ended; the engine records the exit code a moment later
 
 
-class Exec:
+class Exec(SandboxProcess):
     """One command started in a container; `stream` carries its stdin and output."""
 
     def __init__(self, engine: Engine, exec_id: str, stream: MuxStream):
@@ -75,3 +76,16 @@ class Exec:
 
     def stderr_tail(self, max_chars: int = 1000) -> str:
         return self.stream.stderr_tail(max_chars).strip()
+
+    # As a SandboxProcess (DockerSandbox.exec): the stream's own operations.
+    async def write(self, data: bytes) -> None:
+        await self.stream.write(data)
+
+    async def close_stdin(self) -> None:
+        await self.stream.close_stdin()
+
+    async def read(self) -> bytes:
+        return await self.stream.read()
+
+    async def close(self) -> None:
+        await self.stream.close()

@@ -1,22 +1,16 @@
 """Env images: one per env folder, tagged by a digest of the folder's content.
 
-An env folder is a Docker build context. Its tag is `corral-env/<env>:<digest>`, where the
-digest covers every file the build is sent (path, executable bit, bytes) and the Dockerfile's
-name, so an unchanged folder is never rebuilt and any change builds a new image. The build
-context is made here from the same file list the digest reads, so what was hashed is exactly
-what was built. Python's byte-code caches are left out of both: running an env with the local
-provider writes `__pycache__` into its folder, and that must not look like a change.
+An env folder is a Docker build context. Its tag is `corral-env/<env>:<digest>` (env_digest),
+so an unchanged folder is never rebuilt and any change builds a new image. The build context
+is made here from the same file list the digest reads, so what was hashed is exactly what was
+built.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
-import os
-import stat
 import tarfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -24,10 +18,9 @@ import docker.errors
 
 from corral.errors import ImageError
 from corral.sandboxes.base import Prepared, Progress, SandboxSpec
+from corral.sandboxes.env_digest import context_digest, context_files
 
 IMAGE_REPOSITORY = "corral-env"
-DIGEST_CHARS = 16
-_SKIPPED_DIRS = {"__pycache__", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 
 
 def image_tag(spec: SandboxSpec) -> str:
@@ -36,26 +29,6 @@ def image_tag(spec: SandboxSpec) -> str:
     if spec.image is not None:
         return spec.image
     return f"{IMAGE_REPOSITORY}/{spec.env_name.lower()}:{context_digest(spec.context_dir, spec.dockerfile)}"
-
-
-def context_files(context_dir: Path) -> Iterator[Path]:
-    """The files of a build context, sorted, without byte-code caches and VCS folders."""
-    for folder, dirs, files in os.walk(context_dir):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS)
-        for name in sorted(files):
-            if not name.endswith((".pyc", ".pyo")):
-                yield Path(folder, name)
-
-
-def context_digest(context_dir: Path, dockerfile: str = "Dockerfile") -> str:
-    """A hex digest of everything a build of `context_dir` is sent."""
-    digest = hashlib.sha256(f"dockerfile={dockerfile}\n".encode())
-    for path in context_files(context_dir):
-        relative = path.relative_to(context_dir).as_posix()
-        executable = bool(path.stat().st_mode & stat.S_IXUSR)
-        digest.update(f"{relative}\0{int(executable)}\0{path.stat().st_size}\0".encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:DIGEST_CHARS]
 
 
 def image_exists(client: docker.DockerClient, tag: str) -> bool:

@@ -28,6 +28,7 @@ log = logging.getLogger("corral.sandboxes.docker")
 FALLBACK_IMAGE = "debian:bookworm-slim"
 FREED_WITHIN_S = 5.0  # a killed server's lease is gone this long after its death, at most
 POLL_S = 0.1
+START_ATTEMPTS = 3
 
 
 class Lease:
@@ -51,13 +52,21 @@ class Lease:
         image = await engine.call(_an_image, engine.api)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + FREED_WITHIN_S
+        failures = 0
         while True:
             try:
                 return await cls._create(engine, name, image)
             except docker.errors.APIError as error:
                 if error.status_code != 409:
-                    raise SandboxError(f"could not take the lease {name} on the Docker engine: "
-                                       f"{error.explanation or error}") from None
+                    # A busy engine sometimes fails a start ("cannot start a stopped process"):
+                    # the container is removed, and a new one usually starts.
+                    failures += 1
+                    if failures >= START_ATTEMPTS:
+                        raise SandboxError(f"could not take the lease {name} on the Docker engine: "
+                                           f"{error.explanation or error}") from None
+                    log.warning("taking the lease %s failed (%s); trying again", name, error.explanation or error)
+                    await engine.drain()
+                    continue
             # The name is taken: by a live server, or by one that just died and whose lease is on
             # its way out, or by one killed between creating its lease and starting it (a created
             # container is never auto-removed): that one holds nothing, and goes.
@@ -112,8 +121,12 @@ def _an_image(api: docker.APIClient) -> str:
     """An image on the engine with `cat` in it: an env image corral built, else Debian's
     (blocking). A server has one of them once it has built an env; none is pulled."""
     for image in api.images(filters={"label": "corral.env"}):
-        if image.get("RepoTags"):
-            return image["RepoTags"][0]
+        if (image.get("Labels") or {}).get("corral.purpose") == "verify":
+            continue  # a commit a verifier removes as soon as its tests have run (docker_snapshot)
+        # An image a rebuild left untagged is listed as `<none>:<none>`, which no create accepts.
+        tags = [tag for tag in image.get("RepoTags") or [] if tag != "<none>:<none>"]
+        if tags:
+            return tags[0]
     if api.images(name=FALLBACK_IMAGE):
         return FALLBACK_IMAGE
     raise ConfigError(

@@ -9,12 +9,12 @@ Streams run on the event loop (docker_stream).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Iterable, Mapping
 
 import docker
 
+from corral.errors import SandboxError
 from corral.sandboxes.base import (
     Prepared,
     Progress,
@@ -23,11 +23,12 @@ from corral.sandboxes.base import (
     SandboxProvider,
     SandboxSpec,
 )
-from corral.sandboxes.docker_engine import Engine
+from corral.sandboxes.docker_channel import Channels
+from corral.sandboxes.docker_engine import PING_TIMEOUT_S, Engine
 from corral.sandboxes.docker_images import ensure_image, image_tag
 from corral.sandboxes.docker_lease import Lease
-from corral.sandboxes.docker_pool import WarmPool
 from corral.sandboxes.docker_sandbox import DockerSandbox, container_name, warm_name
+from corral.sandboxes.warm_pool import WarmPools
 
 log = logging.getLogger("corral.sandboxes.docker")
 
@@ -37,14 +38,19 @@ class DockerProvider(SandboxProvider):
 
     kind = "docker"
     isolated = True
+    whole_images = True
 
     def __init__(self, *, instance: str | None = None, warm_pool: int = 0, client: docker.DockerClient | None = None):
         self.engine = Engine(instance=instance, client=client)
-        self.warm_pool = warm_pool
+        self.channels = Channels(self.engine.instance)  # the envs' sockets (docker_channel)
         self._tags: dict[SandboxSpec, str] = {}  # the image each spec runs, fixed when first known
         self._running: set[DockerSandbox] = set()  # handed to episodes, not yet closed
-        self._pools: dict[SandboxSpec, WarmPool] = {}
+        self._pools: WarmPools[DockerSandbox] = WarmPools(warm_pool, self._start_warm)
         self._lease: Lease | None = None
+
+    @property
+    def instance(self) -> str:
+        return self.engine.instance
 
     async def reap_leftovers(self) -> None:
         """Take the instance's lease (ConfigError when a live server holds it), then remove
@@ -54,6 +60,7 @@ class DockerProvider(SandboxProvider):
             return
         self._lease = await Lease.take(self.engine)
         await self.engine.call(self.engine.reap, {"corral.instance": self.engine.instance})
+        await asyncio.to_thread(self.channels.reap)
 
     async def prepare(self, spec: SandboxSpec, progress: Progress = log.info) -> Prepared:
         """Build `spec`'s image if the engine lacks it (or check that its prebuilt image is there).
@@ -66,16 +73,11 @@ class DockerProvider(SandboxProvider):
 
     def start_pools(self, specs: Iterable[SandboxSpec]) -> None:
         """Keep `warm_pool` started containers ready for each spec (call on the serving loop)."""
-        if self.warm_pool < 1:
-            return
-        for spec in specs:
-            if spec not in self._pools:
-                self._pools[spec] = WarmPool(spec.env_name, self.warm_pool, functools.partial(self._start_warm, spec))
+        self._pools.start(specs)
 
     async def start(self, spec: SandboxSpec, labels: Mapping[str, str] | None = None) -> Sandbox:
         labels = dict(labels or {})
-        pool = self._pools.get(spec)
-        sandbox = pool.take() if pool is not None else None
+        sandbox = self._pools.take(spec)
         if sandbox is not None:
             sandbox.claim(labels)
         else:
@@ -87,10 +89,16 @@ class DockerProvider(SandboxProvider):
         return sandbox
 
     def status(self) -> ProviderStatus:
-        warm: dict[str, int] = {}
-        for pool in self._pools.values():
-            warm[pool.env_name] = warm.get(pool.env_name, 0) + pool.ready
-        return ProviderStatus(self.kind, self.isolated, live=len(self._running), warm=warm)
+        return ProviderStatus(self.kind, self.isolated, live=len(self._running), warm=self._pools.ready())
+
+    async def check(self) -> None:
+        """The engine answers a ping within PING_TIMEOUT_S, or SandboxError says it stopped."""
+        try:
+            await asyncio.wait_for(self.engine.call(self.engine.api.ping), PING_TIMEOUT_S)
+        except Exception as error:  # noqa: BLE001 - a timeout, a refused socket, an API error: no engine
+            raise SandboxError(
+                f"the Docker engine did not answer a ping within {PING_TIMEOUT_S:g}s ({type(error).__name__})"
+            ) from None
 
     async def _start_warm(self, spec: SandboxSpec) -> DockerSandbox:
         labels = {**self.engine.labels, "corral.env": spec.env_name, "corral.pool": "warm"}
@@ -100,14 +108,16 @@ class DockerProvider(SandboxProvider):
         if spec not in self._tags:  # never prepared: the image of the folder as it is now
             self._tags[spec] = await self.engine.call(image_tag, spec)
         return await DockerSandbox.create(
-            self.engine, spec, self._tags[spec], name=name, labels=labels, on_close=self._running.discard
+            self.engine, spec, self._tags[spec], name=name, labels=labels, on_close=self._running.discard,
+            channels=self.channels,
         )
 
     async def aclose(self) -> None:
         """Remove every container of this run: the pools', the episodes', any stragglers."""
-        await asyncio.gather(*(pool.close() for pool in self._pools.values()))
-        self._pools.clear()
+        await self._pools.close()
         await asyncio.gather(*(sandbox.close() for sandbox in list(self._running)))
         if self._lease is not None:
             await self._lease.release()
         await self.engine.close()
+        if self._lease is not None or not self.engine.named:  # never the folder of a live server of this name
+            await asyncio.to_thread(self.channels.close)

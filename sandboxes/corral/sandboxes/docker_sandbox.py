@@ -1,11 +1,15 @@
-"""One episode's env in a hardened Docker container, reached over its attach stream only.
+"""One episode's env in a hardened Docker container.
 
 The container is created with its stdin open, attached before it starts (so no byte of output
-is missed), then started; the server writes protocol lines to stdin and reads them from
-stdout. Nothing connects to the container over IP: its network is off unless the env opts in.
-Containers are created with AutoRemove and their stdin closes with the server's attach
-stream, so a killed server's containers end (their env reads end-of-file) and vanish on their
-own. Command verifiers run in a fresh container of their own (docker_verify).
+is missed), then started; corral's SDK goes in over stdin. The protocol then runs over a Unix
+socket the server listens on in a folder shared with this container only (docker_channel),
+which skips the engine for every line; the attach stream keeps the env's stderr. An env with
+its own command (any MCP stdio server) speaks over the attach stream's stdin and stdout, as
+does every env when the engine cannot see the server's socket folders. Nothing connects to
+the container over IP: its network is off unless the env opts in. Containers are created with
+AutoRemove, and their env reads end-of-file when the server's socket or attach stream closes,
+so a killed server's containers end and vanish on their own. Command verifiers run in a fresh
+container of their own (docker_verify).
 """
 
 from __future__ import annotations
@@ -16,14 +20,18 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import docker
 import docker.errors
 
 from corral.errors import ImageError, SandboxError
-from corral.sandboxes.base import CommandResult, Sandbox, SandboxSpec
-from corral.sandboxes.docker_bootstrap import bootstrapped, sdk_payload
+from corral.sandboxes.base import CommandResult, Sandbox, SandboxProcess, SandboxSpec
+from corral.sandboxes.bootstrap import bootstrapped, sdk_payload
+from corral.sandboxes.docker_channel import MISSING_SOURCE, Channel, Channels, read_line, write_line
 from corral.sandboxes.docker_engine import Engine
+from corral.sandboxes.docker_exec import Exec
+from corral.sandboxes.docker_snapshot import verify_snapshot
 from corral.sandboxes.docker_stream import MuxStream
 from corral.sandboxes.docker_verify import stop_agent, verify_in_fresh_container
 
@@ -32,6 +40,8 @@ log = logging.getLogger("corral.sandboxes.docker")
 ENV_USER = "1000:1000"  # non-root even for an image without USER
 SCRATCH = "/tmp"
 DIE_EVENT_WAIT_S = 2.0  # after its stream ends, how long a container's `die` event is waited for
+STDERR_WAIT_S = 2.0  # after the env's socket ends, how long its stderr may take to arrive (attach stream)
+RENAME_AFTER_S = 0.05  # a claimed warm container is renamed after its reset's round trips, not during them
 ENVIRONMENT = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "HOME": SCRATCH}
 
 
@@ -47,15 +57,28 @@ def container_config(spec: SandboxSpec, image: str, *, name: str, labels: Mappin
         pids_limit=spec.resources.pids,
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
-        read_only=True,
-        tmpfs=scratch_mounts(spec),
+        # An image run whole (a Harbor task's) keeps its root writable and its /tmp in it, so a
+        # verifier's copy (a commit, docker_snapshot) holds everything the agent left.
+        # Its first process is docker's init, which reaps the orphans of the agent's commands, and
+        # the image's ENTRYPOINT is not run: `command` must be what keeps the container up.
+        read_only=not spec.writable_root,
+        tmpfs={} if spec.writable_root else scratch_mounts(spec),
+        init=spec.writable_root or None,
         auto_remove=True,  # with stdin_open (and so StdinOnce), a killed server's containers go
     )
     return {
-        "image": image, "command": list(command), "user": ENV_USER, "stdin_open": True, "tty": False,
-        "environment": ENVIRONMENT, "name": name, "labels": dict(labels), "host_config": host_config,
+        "image": image, "command": list(command), "user": env_user(spec), "stdin_open": True, "tty": False,
+        **({"entrypoint": [""]} if spec.writable_root else {}),
+        "environment": {**({} if spec.writable_root else ENVIRONMENT), **dict(spec.environment)},
+        "working_dir": spec.workdir, "name": name, "labels": dict(labels), "host_config": host_config,
         "use_config_proxy": False,
     }
+
+
+def env_user(spec: SandboxSpec) -> str:
+    """Who the env and the agent's commands run as: corral's non-root user, unless the spec
+    names one ("" is the image's own USER, root included: its capabilities are dropped all the same)."""
+    return ENV_USER if spec.user is None else spec.user
 
 
 def scratch_mounts(spec: SandboxSpec) -> dict[str, str]:
@@ -72,13 +95,14 @@ class DockerSandbox(Sandbox):
     closes (the provider's count of live sandboxes)."""
 
     def __init__(self, engine: Engine, container_id: str, config: dict, spec: SandboxSpec, stream: MuxStream,
-                 on_close: Callable[[DockerSandbox], None], created_at: float):
+                 on_close: Callable[[DockerSandbox], None], created_at: float, channel: Channel | None = None):
         self.engine = engine
         self.container_id = container_id
         self.config = config  # create_container's arguments: a verifier's container is made like it
         self.name = config["name"]
         self.spec = spec
         self._stream = stream
+        self._channel = channel  # the protocol's socket; None: the attach stream's stdin and stdout
         self._on_close = on_close
         self._created_at = created_at
         self._closed = False
@@ -87,25 +111,34 @@ class DockerSandbox(Sandbox):
 
     @classmethod
     async def create(cls, engine: Engine, spec: SandboxSpec, image: str, *, name: str, labels: Mapping[str, str],
-                     on_close: Callable[[DockerSandbox], None]) -> DockerSandbox:
-        """Create, attach and start a container of `image`; hand its env the SDK. Raises SandboxError."""
+                     on_close: Callable[[DockerSandbox], None], channels: Channels | None = None) -> DockerSandbox:
+        """Create, attach and start a container of `image`; hand its env the SDK and, for
+        corral's runtime while `channels` are usable, a socket of its own. Raises SandboxError."""
         config = container_config(spec, image, name=name, labels=labels, api=engine.api)
-        try:
-            return await cls._create(engine, spec, config, on_close)
-        except BaseException:
-            # Cancelled (a reset deadline, a dropped client) or failed half-way: whatever the
-            # engine made under this name goes now. (A create still under way in its thread
-            # when this removal runs finishes after it; the run's reap at shutdown takes that one.)
-            engine.remove(name, name)
-            raise
+        while True:
+            wanted = channels is not None and channels.usable and bootstrapped(spec.command)
+            channel = channels.open() if wanted else None
+            try:
+                return await cls._create(engine, spec, config, on_close, channel)
+            except _ChannelUnseen as unseen:
+                await channel.close()
+                channels.unreachable(str(unseen))  # then again, over the attach stream
+            except BaseException:
+                # Cancelled (a reset deadline, a dropped client) or failed half-way: whatever the
+                # engine made under this name goes now. (A create still under way in its thread
+                # when this removal runs finishes after it; the run's reap at shutdown takes that one.)
+                engine.remove(name, name)
+                if channel is not None:
+                    await channel.close()
+                raise
 
     @classmethod
     async def _create(cls, engine: Engine, spec: SandboxSpec, config: dict,
-                      on_close: Callable[[DockerSandbox], None]) -> DockerSandbox:
+                      on_close: Callable[[DockerSandbox], None], channel: Channel | None) -> DockerSandbox:
         api = engine.api
         created_at = time.time()
         try:
-            container_id = (await engine.call(api.create_container, **config))["Id"]
+            container_id = (await engine.call(api.create_container, **with_channel(config, channel)))["Id"]
             hijacked = await engine.call(
                 api.attach_socket, container_id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
             )
@@ -116,8 +149,12 @@ class DockerSandbox(Sandbox):
             ) from None
         except (docker.errors.APIError, RuntimeError, OSError) as error:
             detail = getattr(error, "explanation", None) or error
+            if channel is not None and MISSING_SOURCE in str(detail):
+                raise _ChannelUnseen(detail) from None
             raise SandboxError(f"could not create a container for env {spec.env_name}: {detail}") from None
         try:
+            if channel is not None:
+                channel.listen()
             await engine.call(api.start, container_id)
             if bootstrapped(spec.command):
                 await stream.write(sdk_payload())
@@ -126,11 +163,17 @@ class DockerSandbox(Sandbox):
             if isinstance(error, (docker.errors.APIError, EOFError)):
                 raise SandboxError(f"could not start the container of env {spec.env_name}: {error}") from None
             raise
-        return cls(engine, container_id, config, spec, stream, on_close, created_at)
+        # The config kept is the container's without its channel: a verifier's container is made like it.
+        return cls(engine, container_id, config, spec, stream, on_close, created_at, channel)
 
     @property
     def alive(self) -> bool:
         return not self._closed and not self._stream.ended.is_set()
+
+    @property
+    def over_socket(self) -> bool:
+        """Whether the protocol runs over the server's Unix socket (else the attach stream)."""
+        return self._channel is not None
 
     def claim(self, labels: Mapping[str, str]) -> None:
         """Take this warm container for an episode. Labels cannot change after creation, so the
@@ -140,16 +183,28 @@ class DockerSandbox(Sandbox):
         self._rename = asyncio.create_task(self._rename_to(name))
 
     async def _rename_to(self, name: str) -> None:
+        await asyncio.sleep(RENAME_AFTER_S)
         with contextlib.suppress(docker.errors.APIError):
             await self.engine.call(self.engine.api.rename, self.container_id, name)
             self.name = name
 
     async def send_line(self, line: bytes) -> None:
-        await self._stream.write(line + b"\n")
+        if self._channel is None:
+            await self._stream.write(line + b"\n")
+            return
+        try:
+            _, writer = await self._channel.connected(self._stream.ended)
+            await write_line(writer, line)
+        except EOFError:
+            await self._explain_stop()
+            raise
 
     async def read_line(self) -> bytes:
         try:
-            return await self._stream.read_line()
+            if self._channel is None:
+                return await self._stream.read_line()
+            reader, _ = await self._channel.connected(self._stream.ended)
+            return await read_line(reader)
         except EOFError:
             await self._explain_stop()
             raise
@@ -158,15 +213,30 @@ class DockerSandbox(Sandbox):
         return self._stream.stderr_tail(max_chars)
 
     async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
-                     timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
-        """In a fresh container, once the agent's processes are gone: see docker_verify."""
+                     timeout_s: float, max_output_chars: int = 20_000, **placement: Any) -> CommandResult:
+        """In a fresh container, once the agent's processes are gone: see docker_verify, and
+        docker_snapshot for an image run whole (`writable_root`), which also takes `placement`
+        (files_dir, results, user, environment: see Sandbox.verify)."""
+        if self.spec.writable_root:
+            return await verify_snapshot(self.engine, self.spec, self.config, self.container_id, files, command,
+                                         timeout_s=timeout_s, keep=max_output_chars, **placement)
+        if placement:
+            raise SandboxError(f"env {self.spec.env_name}: {', '.join(placement)} need an image run whole "
+                               "(a Harbor task's); corral's envs put their verifier's files in a folder of its own")
         return await verify_in_fresh_container(self.engine, self.spec, self.config, self.container_id, files, command,
                                                timeout_s=timeout_s, keep=max_output_chars,
                                                agent_stopped=self._stop_agent_once())
 
+    async def exec(self, command: Sequence[str], *, stdin: bool = False) -> SandboxProcess:
+        """`command` in this container beside the env, as the env's user in its working folder."""
+        if self._closed:
+            raise SandboxError(f"the container of env {self.spec.env_name} is closed")
+        return await Exec.start(self.engine, self.container_id, command, user=env_user(self.spec), stdin=stdin,
+                                merged=True)
+
     async def _stop_agent_once(self) -> None:
         if not self._agent_stopped:
-            await stop_agent(self.engine, self.container_id, ENV_USER)
+            await stop_agent(self.engine, self.container_id, env_user(self.spec))
             self._agent_stopped = True
 
     async def close(self) -> None:
@@ -183,11 +253,16 @@ class DockerSandbox(Sandbox):
             self._rename.cancel()
         self._on_close(self)
         self.engine.remove(self.container_id, self.name)
+        if self._channel is not None:
+            await self._channel.close()
         await self._stream.close()
 
     async def _explain_stop(self) -> None:
         """The stream ended: note in the stderr tail why, e.g. the memory limit. The container
         may be gone already (AutoRemove), so the engine's events tell, not an inspect."""
+        if self._channel is not None:  # the env's last words come by the attach stream, a moment later
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stream.ended.wait(), STDERR_WAIT_S)
         try:
             why = await self.engine.call(stop_reason, self.engine.api, self.container_id, self._created_at)
         except docker.errors.APIError:
@@ -199,6 +274,19 @@ class DockerSandbox(Sandbox):
             )
         elif why is not None:
             self._stream.note(f"the container exited with code {why}")
+
+
+class _ChannelUnseen(Exception):
+    """The engine refused the channel's folder as a bind source: it cannot see this server's files."""
+
+
+def with_channel(config: dict, channel: Channel | None) -> dict:
+    """create_container's arguments with `channel`'s folder mounted and its socket named."""
+    if channel is None:
+        return config
+    mount, environment = channel.container_settings()
+    host_config = {**config["host_config"], "Mounts": [*config["host_config"].get("Mounts", []), mount]}
+    return {**config, "host_config": host_config, "environment": {**config["environment"], **environment}}
 
 
 def stop_reason(api: docker.APIClient, container_id: str, since: float) -> str | None:

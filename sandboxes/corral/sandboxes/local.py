@@ -14,6 +14,8 @@ shares this machine's network, kernel and every file its user may read. What it 
   goes: its process group, and every process carrying its marker (or, as root, its uid).
 - A server holds its instance's root with a lock while it serves; a second server of the same
   instance refuses, and a restarted one removes what a killed one left (`reap_leftovers`).
+- With a warm pool (`warm_pool`), started envs that have answered `ping` wait for their
+  episode (warm_pool), as docker's containers do: a reset skips the interpreter's start.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from corral.errors import ConfigError, SandboxError
@@ -51,6 +53,7 @@ from corral.sandboxes.local_procs import (
     remove_tree,
 )
 from corral.sandboxes.local_verify import verify_on_a_copy
+from corral.sandboxes.warm_pool import WarmPools
 
 log = logging.getLogger("corral.sandboxes")
 
@@ -100,6 +103,10 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"could not start {spec.command[0]!r} for env {spec.env_name}{as_whom}: {error}") from None
         finally:
             os.close(writer)
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self._process is not None and self._process.returncode is None
 
     def own(self, path: Path, mode: int = 0o700) -> None:
         """Make `path` a folder of the episode's user."""
@@ -158,6 +165,7 @@ class LocalSandbox(Sandbox):
             return
         self._closed = True
         self.provider.running.discard(self)
+        self.provider.waiting.discard(self)
         try:
             await self.stop(self.marker)
             if self._process is not None:
@@ -181,13 +189,15 @@ class LocalProvider(SandboxProvider):
     kind = "local"
     isolated = False
 
-    def __init__(self, *, instance: str | None = None) -> None:
+    def __init__(self, *, instance: str | None = None, warm_pool: int = 0) -> None:
         # Without a name (a one-off `corral check`), a unique one: it must never reap a server's.
         self.named = instance is not None
         self.instance = "".join(c if c.isalnum() or c in "_.-" else "-" for c in instance or f"once-{uuid.uuid4().hex[:8]}")
         self.root = Path(tempfile.gettempdir()) / f"corral-{self.instance}"
         self.uids = UidPool() if local_procs.running_as_root() else None
         self.running: set[LocalSandbox] = set()
+        self._pools: WarmPools[LocalSandbox] = WarmPools(warm_pool, self._start_warm)
+        self.waiting: set[LocalSandbox] = set()  # started for a pool, not yet taken: not live
         self._copies: dict[SandboxSpec, tuple[Path, Path]] = {}  # as root: the env's folder and the SDK, readable by all
         self._root_made = False
         self._lock = -1
@@ -253,8 +263,24 @@ class LocalProvider(SandboxProvider):
                 os.chmod(path, 0o755 if os.stat(path).st_mode & 0o100 else 0o644)
         self._copies[spec] = (target / "env", target / "sdk")
 
+    def start_pools(self, specs: Iterable[SandboxSpec]) -> None:
+        """Keep `warm_pool` started envs ready for each spec (call on the serving loop)."""
+        self._pools.start(specs)
+
     async def start(self, spec: SandboxSpec, labels: Mapping[str, str] | None = None) -> Sandbox:
         # `labels` are dropped: a child process has nowhere to carry them.
+        sandbox = self._pools.take(spec)
+        if sandbox is not None:
+            self.waiting.discard(sandbox)
+            return sandbox
+        return await self._start(spec)
+
+    async def _start_warm(self, spec: SandboxSpec) -> LocalSandbox:
+        sandbox = await self._start(spec)
+        self.waiting.add(sandbox)
+        return sandbox
+
+    async def _start(self, spec: SandboxSpec) -> LocalSandbox:
         if not self._root_made:  # a provider used without reap_leftovers (a one-off check, a test)
             await asyncio.to_thread(self._make_root)
         await self.prepare(spec)
@@ -271,9 +297,10 @@ class LocalProvider(SandboxProvider):
         return sandbox
 
     def status(self) -> ProviderStatus:
-        return ProviderStatus(self.kind, self.isolated, live=len(self.running))
+        return ProviderStatus(self.kind, self.isolated, live=len(self.running - self.waiting), warm=self._pools.ready())
 
     async def aclose(self) -> None:
+        await self._pools.close()
         await asyncio.gather(*(sandbox.close() for sandbox in list(self.running)))
         if self._lock >= 0 or not self.named:  # never the root of a live server of the same name
             await asyncio.to_thread(remove_tree, self.root)

@@ -13,11 +13,11 @@ import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from corral.sandboxes import Resources
+from corral.sandboxes import Resources, SandboxSpec
 from corral.server.bundle_format import (
     CommandVerifier,
     EnvConfig,
@@ -27,6 +27,9 @@ from corral.server.bundle_format import (
     Task,
 )
 
+if TYPE_CHECKING:
+    from corral.server.harbor.loader import HarborPart
+
 RESERVED_SPLIT = "all"
 TRAIN_SPLIT = "train"  # the tasks in no eval split, unless evals/train.toml lists them
 TASKS_SHOWN = 3  # a problem shared by many tasks names this many of them
@@ -35,11 +38,13 @@ ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
 @dataclass(frozen=True)
 class BundleEnv:
-    """One env of a bundle: its folder (a Docker build context) and its env.toml."""
+    """One env of a bundle: its folder (a Docker build context) and its env.toml; or, for a
+    Harbor task (corral.server.harbor), the sandbox its task.toml describes, as `spec`."""
 
     name: str
     folder: Path
     config: EnvConfig
+    spec: SandboxSpec | None = None
 
     @property
     def command(self) -> tuple[str, ...]:
@@ -78,15 +83,30 @@ class LoadedBundle:
     verifiers: dict[str, Path]  # the Python verifiers, run outside the sandbox
     problems: list[Problem] = field(default_factory=list)
     command_verifiers: dict[str, CommandVerifier] = field(default_factory=dict)  # run inside it
+    harbor: HarborPart | None = None  # a folder of Harbor tasks: what serving them needs beyond this
 
     def where(self, *parts: str) -> str:
-        """How a problem names a file of the bundle: `gridsim/envs/gridsim`."""
+        """How a problem names a file of the bundle: `gridsim/envs/gridsim` (a Harbor task's env:
+        its task's folder, `tasks/fix-the-build`)."""
+        if self.harbor is not None and parts[:1] == ("envs",) and len(parts) == 2:
+            return f"{self.root.name}/{parts[1]}"
         return _rel(self.root, self.root.joinpath(*parts))
 
 
-def load_bundle(root: Path) -> LoadedBundle:
-    """Read the bundle at `root`; `bundle.problems` lists what is wrong (empty when clean)."""
+def load_bundle(root: Path, *, network: str | None = None) -> LoadedBundle:
+    """Read the bundle at `root`; `bundle.problems` lists what is wrong (empty when clean).
+
+    A folder of Harbor tasks (or one task) is read by corral.server.harbor, under the
+    operator's `network` policy ("none" or "egress"; None: its bundle.toml's, else "none").
+    """
+    from corral.server.harbor.loader import (  # it builds on this module's types
+        is_harbor_folder,
+        load_harbor,
+    )
+
     root = Path(root).resolve()
+    if is_harbor_folder(root):
+        return load_harbor(root, network=network)
     problems: list[Problem] = []
     if not root.is_dir():
         problems.append(Problem(str(root), "no such folder; give the path of a bundle folder"))

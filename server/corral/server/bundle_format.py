@@ -19,6 +19,7 @@ class ServeDefaults(_Strict):
     tool_timeout_s: float | None = Field(default=None, gt=0)
     reset_timeout_s: float | None = Field(default=None, gt=0)
     reward: str | None = None
+    record: str | None = None  # a folder (relative to the bundle's) to record every episode in
 
 
 class Manifest(_Strict):
@@ -63,6 +64,11 @@ class Task(_Strict):
     tools: list[str] | None = None
     verifiers: dict[str, str] = Field(min_length=1)
     max_turns: int = Field(default=1, ge=1)
+    # The agent's wall-clock time from the reset; when it is spent, the turn ends and what the
+    # agent left is scored. None: no budget, only the deadlines of each call.
+    time_budget_s: float | None = Field(default=None, gt=0)
+    # What an episode the agent made fail scores (a tool past its deadline, its env killed...).
+    failure_score: float = 0.0
 
 
 class CommandVerifier(_Strict):
@@ -85,6 +91,32 @@ class CommandVerifier(_Strict):
     def command_for(self, task_id: str, files_dir: str) -> list[str]:
         """The command with its placeholders filled in."""
         return [part.replace("{files}", files_dir).replace("{task_id}", task_id) for part in self.command]
+
+    def placement(self) -> dict[str, Any]:
+        """What `Sandbox.verify` is told beyond the files and the command: nothing, for
+        verifiers/*.toml (the provider's own folder, the env's user)."""
+        return {}
+
+
+class RewardFileVerifier(CommandVerifier):
+    """A Harbor task's tests (corral.server.harbor makes one per task; never read from
+    verifiers/*.toml): its files go to `files_dir` (/tests), it runs as `user` ("": the image's
+    USER) with `environment`, and its scores are the reward file it writes in `reward_dir`,
+    read from outside it: reward.json (a dict of finite numbers, one score per key, as named
+    there) or reward.txt (one number, the score `reward`)."""
+
+    files_dir: str = "/tests"
+    reward_dir: str = "/logs/verifier"
+    user: str = ""
+    environment: dict[str, str] = Field(default_factory=dict)
+
+    def placement(self) -> dict[str, Any]:
+        return {"files_dir": self.files_dir, "results": self.reward_files, "user": self.user,
+                "environment": self.environment}
+
+    @property
+    def reward_files(self) -> tuple[str, str]:
+        return f"{self.reward_dir}/reward.json", f"{self.reward_dir}/reward.txt"
 
 
 class EvalConfig(_Strict):

@@ -22,7 +22,10 @@ RESERVED_TOOL_NAMES = {END_TURN, "reset", "get_reward"}
 
 
 def sandbox_spec(env: BundleEnv) -> SandboxSpec:
-    """Everything a provider needs to run `env`, from its folder and env.toml."""
+    """Everything a provider needs to run `env`, from its folder and env.toml (a Harbor task's
+    env carries its own)."""
+    if env.spec is not None:
+        return env.spec
     config = env.config
     return SandboxSpec(
         env_name=env.name,

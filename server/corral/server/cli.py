@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import importlib.metadata
+import json
 import logging
 import os
 import socket
@@ -24,6 +25,9 @@ from corral.sandboxes import KINDS, make_provider
 from corral.server.app import create_app, socket_settings
 from corral.server.bundle import TRAIN_SPLIT, load_bundle, merge_shared
 from corral.server.checks import sandbox_spec
+from corral.server.harbor.hosted import HarborProvider
+from corral.server.harbor.loader import POLICIES
+from corral.server.harbor.oracle import check_tasks, report
 from corral.server.scaffold import starter_files, write_starter
 from corral.server.served import ServedBundle, ServeOptions, default_instance
 
@@ -33,7 +37,8 @@ app = typer.Typer(
     add_completion=False,
 )
 
-BundleArg = Annotated[Path, typer.Argument(help="The bundle folder (it holds bundle.toml).", show_default=False)]
+BundleArg = Annotated[Path, typer.Argument(help="The bundle folder (it holds bundle.toml), or a folder of Harbor tasks.", show_default=False)]
+NetworkOption = Annotated[str | None, typer.Option(help="Harbor tasks: none (each runs offline; one that asks for a network is left out, and listed) or egress (each gets the network it asks for). Default: the folder's bundle.toml, else none.")]
 USAGE_ERROR = 2  # the exit status of a mistake in how corral was called
 
 
@@ -73,13 +78,38 @@ def init(
 @app.command()
 def check(
     bundle: BundleArg,
-    sandbox: Annotated[str, typer.Option(help="Where to start each env once to list its tools: auto (docker when an engine answers, else local, as serve picks), docker or local.")] = "auto",
+    sandbox: Annotated[str, typer.Option(help="Where to start each env once to list its tools: auto (docker when an engine answers, else local, as serve picks), docker, local or modal.")] = "auto",
+    network: NetworkOption = None,
+    oracle: Annotated[bool, typer.Option("--oracle", help="Harbor tasks: play each task's solution through the agent's tools and its tests; flag each that does not score 1.")] = False,
+    null: Annotated[bool, typer.Option("--null", help="Harbor tasks: end each task's turn at once; flag each that does not score 0.")] = False,
 ) -> None:
-    """List every problem of a bundle at once, each with its file and fix; exit 1 if any."""
-    _refuse_bad_call(bundle, sandbox)
-    served = _open_or_exit(bundle, ServeOptions(sandbox=sandbox))
-    asyncio.run(served.aclose())
+    """List every problem of a bundle at once, each with its file and fix; exit 1 if any
+    (or, with --oracle or --null, if any task is flagged)."""
+    _refuse_bad_call(bundle, sandbox, network)
+    served = _open_or_exit(bundle, ServeOptions(sandbox=sandbox, network=network))
+    if (oracle or null) and served.bundle.harbor is None:
+        asyncio.run(served.aclose())
+        _fail("--oracle and --null play Harbor tasks (a folder of task.toml folders); this is a corral bundle")
+    findings, clean = asyncio.run(_play_and_close(served, oracle=oracle, null=null))
     typer.echo(summary(served))
+    if findings:
+        typer.echo(findings)
+    if not clean:
+        raise typer.Exit(1)
+
+
+async def _play_and_close(served: ServedBundle, *, oracle: bool, null: bool) -> tuple[str, bool]:
+    """Play the Harbor tasks with the oracle and the null agent, as asked; then close."""
+    try:
+        if not (oracle or null):
+            return "", True
+        verdicts = await check_tasks(served, oracle=oracle, null=null)
+        part = served.bundle.harbor
+        assert part is not None
+        without = [task_id for task_id, task in part.tasks.items() if not task.has_solution] if oracle else []
+        return report(verdicts, without)
+    finally:
+        await served.aclose()
 
 
 @app.command()
@@ -87,10 +117,10 @@ def serve(
     bundle: BundleArg,
     host: Annotated[str, typer.Option(help="Address to listen on; 0.0.0.0 to serve trainers on other machines.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
-    sandbox: Annotated[str, typer.Option(help="Where episodes run: auto (docker when an engine answers, else local), docker (a hardened container each) or local (a child process each; no isolation).")] = "auto",
+    sandbox: Annotated[str, typer.Option(help="Where episodes run: auto (docker when an engine answers, else local), docker (a hardened container each), local (a child process each; no isolation) or modal (a Modal Sandbox each, in Modal's cloud).")] = "auto",
     warm_pool: Annotated[int, typer.Option(
         envvar="CORRAL_WARM_POOL", min=0,
-        help="docker: started containers kept waiting per env, so a reset skips the container start.")] = 0,
+        help="Started sandboxes kept waiting per env, so a reset skips the sandbox's start.")] = 0,
     instance: Annotated[str | None, typer.Option(
         envvar="CORRAL_INSTANCE",
         help="This server's name on its containers and local folders; on start it removes what a killed run of the same name left, and a second server of the name refuses (default: HOSTNAME-PORT).")] = None,
@@ -106,6 +136,9 @@ def serve(
     verifier_workers: Annotated[int, typer.Option(min=1, help="Processes that run the bundle's Python verifiers.")] = 2,
     concurrent_starts: Annotated[int | None, typer.Option(
         min=1, help="Sandboxes starting at once; more resets wait their turn (default: twice the CPUs, at least 4).")] = None,
+    network: NetworkOption = None,
+    record: Annotated[Path | None, typer.Option(
+        help="Record every episode in DIR (JSON lines and an SQLite index; list them with `corral episodes DIR`); default: the bundle's [serve] record.")] = None,
 ) -> None:
     """Serve every task of a bundle over OpenEnv's WebSocket protocol and Task API."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -113,10 +146,10 @@ def serve(
         sandbox=sandbox, max_concurrent_envs=max_concurrent_envs, reward=reward,
         tool_timeout_s=tool_timeout, reset_timeout_s=reset_timeout, token=token,
         warm_pool=warm_pool, instance=instance or default_instance(port),
-        max_frame_bytes=int(max_frame_mb * 1024 * 1024), verifier_workers=verifier_workers,
-        **({"concurrent_starts": concurrent_starts} if concurrent_starts else {}),
+        max_frame_bytes=int(max_frame_mb * 1024 * 1024), verifier_workers=verifier_workers, network=network,
+        record_dir=record, **({"concurrent_starts": concurrent_starts} if concurrent_starts else {}),
     )
-    _refuse_bad_call(bundle, sandbox)
+    _refuse_bad_call(bundle, sandbox, network)
     listener = _listen(host, port)  # before the bundle is opened: a port in use is known at once
     try:
         served = _open_or_exit(bundle, options)
@@ -125,8 +158,10 @@ def serve(
         raise
     typer.echo(summary(served))
     sandboxes = served.provider.status()  # warm pools fill once serving starts; local processes keep none
-    warm = f", {warm_pool} warm container(s) per env" if warm_pool and sandboxes.isolated else ""
-    typer.echo(f"serving on http://{host}:{port} (sandbox: {sandboxes.kind}{warm}, at most {max_concurrent_envs} sessions)")
+    warm = f", {warm_pool} warm sandbox(es) per env" if warm_pool else ""
+    recording = f"; recording episodes in {served.recorder.root}" if served.recorder is not None else ""
+    typer.echo(f"serving on http://{host}:{port} (sandbox: {sandboxes.kind}{warm}, at most {max_concurrent_envs} "
+               f"sessions{recording})")
     uvicorn.Server(uvicorn.Config(create_app(served), log_level="info", **socket_settings(served))).run(sockets=[listener])
 
 
@@ -142,6 +177,8 @@ def build(bundle: BundleArg) -> None:
         provider = make_provider("docker")
     except ConfigError as error:
         _fail(str(error))
+    if loaded.harbor is not None:
+        provider = HarborProvider(provider, loaded.harbor.images)
 
     async def prepare_all() -> None:
         try:
@@ -167,7 +204,7 @@ def play_command(
     task: Annotated[str | None, typer.Option(help="The task id to play.")] = None,
     split: Annotated[str | None, typer.Option(help="Play a task of this split (its first, or --index).")] = None,
     index: Annotated[int | None, typer.Option(min=0, help="The task's index in --split (default split: all).")] = None,
-    sandbox: Annotated[str, typer.Option(help="A bundle folder's sandbox: auto (docker when an engine answers, else local), docker or local.")] = "auto",
+    sandbox: Annotated[str, typer.Option(help="A bundle folder's sandbox: auto (docker when an engine answers, else local), docker, local or modal.")] = "auto",
     token: Annotated[str | None, typer.Option(envvar="CORRAL_TOKEN", help="A URL's bearer token.")] = None,
     script: Annotated[Path | None, typer.Option(help='Replay the calls in FILE (one JSON object a line, {"tool": NAME, "arguments": {...}}) instead of reading them from the terminal; exit 1 if the episode ends unscored.')] = None,
     record: Annotated[Path | None, typer.Option(help="Write the calls played to FILE, as a --script replays them.")] = None,
@@ -201,6 +238,79 @@ def play_command(
     raise typer.Exit(status)
 
 
+@app.command()
+def episodes(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="The folder episodes were recorded in.", show_default=False)],
+    episode: Annotated[str | None, typer.Argument(help="Show this episode (its id, or a unique prefix) as a transcript.")] = None,
+    run: Annotated[str | None, typer.Option(help="Only this run (its name, or a prefix).")] = None,
+    task: Annotated[str | None, typer.Option(help="Only this task.")] = None,
+    split: Annotated[str | None, typer.Option(help="Only this split.")] = None,
+    status: Annotated[str | None, typer.Option(help="Only episodes that ended so: scored, failed or unscored.")] = None,
+    min_reward: Annotated[float | None, typer.Option(help="Only episodes with at least this reward.")] = None,
+    max_reward: Annotated[float | None, typer.Option(help="Only episodes with at most this reward.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="Rows shown.")] = 50,
+    runs: Annotated[bool, typer.Option("--runs", help="List the runs recorded, and stop.")] = False,
+    rollouts: Annotated[Path | None, typer.Option(help="The trainer's records, when it recorded into another folder.")] = None,
+    export: Annotated[str | None, typer.Option(help="Write training data as JSON lines to --out: sft (the best episodes of each task, as conversations) or rl (the trainer's rollouts, as token ids).")] = None,
+    out: Annotated[Path | None, typer.Option(help="The file --export writes.")] = None,
+    per_task: Annotated[int, typer.Option(min=1, help="--export sft: the most episodes kept per task (the best first).")] = 1,
+    seed: Annotated[int, typer.Option(help="--export sft: the draw among episodes of equal reward.")] = 0,
+) -> None:
+    """List recorded episodes (newest first, filtered), show one as a transcript, or export them."""
+    from corral.server.episode_list import Filters, Request, answer
+
+    filters = Filters(run=run, task=task, split=split, status=status, min_reward=min_reward, max_reward=max_reward)
+    try:
+        typer.echo(answer(Request(folder, episode, filters, limit=limit, runs=runs, rollouts=rollouts, export=export,
+                                  out=out, per_task=per_task, seed=seed)))
+    except ConfigError as error:
+        _fail(str(error))
+
+
+@app.command(name="eval")
+def eval_command(
+    model: Annotated[str, typer.Argument(help="A local HF model's folder, or the URL of a vLLM (OpenAI-compatible, token-in /v1/completions) server.", show_default=False)],
+    target: Annotated[str, typer.Argument(metavar="BUNDLE|URL", help="A bundle folder (served in this process) or a corral server's URL.", show_default=False)],
+    split: Annotated[str, typer.Option(help="The split whose tasks to play.")] = "eval",
+    k: Annotated[int, typer.Option("-k", "--k", min=1, help="Samples per task; pass@k is reported for 1, powers of two and k.")] = 1,
+    concurrency: Annotated[int, typer.Option(min=1, help="Episodes played at once (the server needs as many sessions).")] = 8,
+    tokenizer: Annotated[str | None, typer.Option(help="The model's tokenizer (default: the model's folder, or the name a server serves).")] = None,
+    temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature; 0 is greedy.")] = 1.0,
+    top_p: Annotated[float, typer.Option(min=0.0, max=1.0)] = 1.0,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Ids an episode may reach (sampled and rendered) before it is cut.")] = 1024,
+    max_tool_calls: Annotated[int, typer.Option(min=1, help="Calls (end_turn included) an episode may make before it is cut.")] = 8,
+    success: Annotated[float, typer.Option(help="The reward at which an episode passes.")] = 1.0,
+    limit: Annotated[int | None, typer.Option(min=1, help="Play only the split's first N tasks.")] = None,
+    record: Annotated[Path | None, typer.Option(help="Record the episodes (server and tokens) in DIR.")] = None,
+    sandbox: Annotated[str, typer.Option(help="A bundle folder's sandbox: auto, docker, local or modal.")] = "auto",
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the numbers as JSON to FILE.")] = None,
+    tasks_shown: Annotated[int, typer.Option(min=0, help="Rows of the per-task table.")] = 50,
+) -> None:
+    """Evaluate a model on a split of a served bundle: k samples per task, pass@k and mean reward
+    per task and overall, and why episodes failed or went unscored."""
+    try:  # imported here: evaluating needs corral[train] (torch, transformers), serving does not
+        from corral.training.evaluation import evaluate
+        from corral.training.generation import SamplingParams
+    except ImportError as error:
+        _fail(f"corral eval needs the training extra: pip install 'corral[train]' ({error})")
+    remote = target.startswith(("http://", "https://"))
+    if not remote:
+        _refuse_bad_call(Path(target), sandbox)
+    try:
+        report = evaluate(model, target, split=split, k=k, concurrency=concurrency, tokenizer=tokenizer,
+                          sampling=SamplingParams(temperature=temperature, top_p=top_p),
+                          max_completion_length=max_tokens, max_tool_calls=max_tool_calls, success=success,
+                          limit=limit, record_dir=record, sandbox=sandbox)
+    except BundleInvalid as error:
+        typer.echo(str(BundleInvalid(target, merge_shared(error.problems))), err=True)
+        raise typer.Exit(1) from None
+    except CorralError as error:
+        _fail(str(error))
+    typer.echo(report.table(tasks_shown=tasks_shown))
+    if json_out is not None:
+        json_out.write_text(json.dumps(report.as_dict(), indent=1))
+
+
 def summary(served: ServedBundle) -> str:
     bundle = served.bundle
     splits = ", ".join(
@@ -208,6 +318,9 @@ def summary(served: ServedBundle) -> str:
         for name, tasks in bundle.splits.items()
     )
     tools = sorted({tool.name for toolset in served.toolsets.values() for tool in toolset.tools})
+    if bundle.harbor is not None:  # an env per task: the envs' names are the tasks'
+        first = f"{bundle.manifest.name}: {len(bundle.tasks)} Harbor tasks; splits {splits}; tools {', '.join(tools)}"
+        return "\n".join([first, *bundle.harbor.describe()])
     return (
         f"{bundle.manifest.name}: {len(bundle.tasks)} tasks; splits {splits}; "
         f"{len(bundle.envs)} env(s) ({', '.join(bundle.envs)}); tools {', '.join(tools)}"
@@ -227,10 +340,12 @@ def _open_or_exit(bundle: Path, options: ServeOptions) -> ServedBundle:
         _fail(str(error))
 
 
-def _refuse_bad_call(bundle: Path, sandbox: str) -> None:
-    """Exit 2, in one line, for an unknown sandbox or a bundle folder that is not there."""
+def _refuse_bad_call(bundle: Path, sandbox: str, network: str | None = None) -> None:
+    """Exit 2, in one line, for an unknown sandbox or network policy, or a bundle folder that is not there."""
     if sandbox not in KINDS:
         _fail(f"unknown --sandbox {sandbox!r}; choose one of: {', '.join(KINDS)}")
+    if network not in (None, *POLICIES):
+        _fail(f"unknown --network {network!r}; choose one of: {', '.join(POLICIES)}")
     if not bundle.is_dir():
         _fail(f"no bundle folder at {bundle}; give the folder that holds bundle.toml, or write one with: corral init NAME")
 

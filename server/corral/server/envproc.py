@@ -46,6 +46,12 @@ class EnvProcess:
         self.skipped_lines = 0  # lines on the env's stdout that were not JSON-RPC
         self._last_skipped = ""
         self._ids = (f"corral-{n}" for n in itertools.count(1))
+        self._unanswered = 0  # calls given up on (a deadline): the env may still be working on one
+
+    @property
+    def idle(self) -> bool:
+        """Whether the env has answered every call: one given up on may still hold it busy."""
+        return self._unanswered == 0
 
     async def initialize(self, corral_runtime: bool = False) -> None:
         """MCP's handshake, which also tells which of corral's hooks the env answers.
@@ -73,6 +79,7 @@ class EnvProcess:
         """Send one request and wait for its reply (callers bound the wait with a deadline)."""
         request_id = next(self._ids)
         await self._send(jsonrpc.request(request_id, method, params))
+        self._unanswered += 1
         while True:
             message = await self._read()
             if message is None:
@@ -82,6 +89,7 @@ class EnvProcess:
             if isinstance(message.get("method"), str) and "id" in message:
                 await self._answer_env_request(message)
             # Anything else (a notification, a late reply) is not for this call.
+        self._unanswered -= 1
         if "error" in message:
             error = message["error"]
             raise EnvCallError(method, error if isinstance(error, dict) else {"message": error})

@@ -1,8 +1,9 @@
 """One episode: a task played in a fresh sandbox, from reset to the verifier's scores.
 
-Each method returns the observation the client sees. A missed deadline, a dead env or a
-failed verifier ends the episode unscored (`reward: null`) with the reason in the
-observation; the sandbox is always closed when the episode ends.
+Each method returns the observation the client sees. An episode that ends early ends with
+its reason in the observation, and its score decided by who caused the end (`endings.py`):
+the agent's doing scores the task's failure score, the platform's is unscored (`reward:
+null`). The sandbox is always closed when the episode ends.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,19 +25,19 @@ from corral.client.protocol import (
     STEP_REWARD,
     CallToolObservation,
     EpisodeState,
-    EpisodeStatus,
     Limits,
     ListToolsObservation,
     ResetObservation,
     ToolError,
 )
+from corral.client.records import EpisodeRecord, RecordedCall
 from corral.client.rewards import pick_reward
 from corral.env import jsonrpc
 from corral.errors import SandboxError, VerifierError
 from corral.server.bundle_format import Task
 from corral.server.checks import sandbox_spec
+from corral.server.endings import ENDINGS, Status
 from corral.server.envproc import EnvCallError, EnvDied, EnvProcess
-from corral.server.metrics import EpisodeRecord
 from corral.server.served import ServedBundle
 from corral.server.verifiers import CommandScore, run_command_verifier
 
@@ -46,23 +48,28 @@ class ServedEpisode:
     """One task played on one session, under `limits`."""
 
     def __init__(self, served: ServedBundle, task: Task, *, limits: Limits, episode_id: str | None = None,
-                 session_id: str = ""):
+                 session_id: str = "", split: str | None = None):
         self.served = served
         self.task = task
+        self.split = split
         self.limits = limits
         self.episode_id = episode_id or uuid.uuid4().hex[:12]
         self.session_id = session_id
         self.turn = 1
         self.step_count = 0  # the session counts every step frame since the reset (OpenEnv's rule)
-        self.status: EpisodeStatus | None = None  # set once the episode has ended
+        self.status: Status | None = None  # set once the episode has ended
         self.scores: dict[str, float] = {}
         self.reward: float | None = None
-        self.reason: str | None = None  # why it ended unscored
-        self.cause: str | None = None  # what ended it, in a word: one of CAUSES
+        self.reason: str | None = None  # why it ended early
+        self.cause: str | None = None  # what ended it, in a word: "scored", or one of endings.ENDINGS
         self.tools = served.offered_tools(task)
         self.tool_calls = 0
+        self.calls: list[RecordedCall] = []  # every call, answered: the episode's record keeps them
         self.seconds = {"start": 0.0, "reset": 0.0, "tools": 0.0, "verify": 0.0}  # by phase, for the log line
         self._began = time.monotonic()
+        self._started_at = time.time()
+        self._published = False  # the ended episode was counted, logged and recorded
+        self._acting_since: float | None = None  # the agent's clock (task.time_budget_s) runs from the reset
         self._env: EnvProcess | None = None
 
     @property
@@ -75,6 +82,11 @@ class ServedEpisode:
 
     async def start(self) -> ResetObservation:
         """Deploy the env, load the task, and open the first turn (within the reset deadline)."""
+        opened = await self._start()
+        self._publish()  # a reset that failed has ended the episode
+        return opened
+
+    async def _start(self) -> ResetObservation:
         env = self.served.bundle.envs[self.task.env]
         labels = {"corral.session": self.session_id, "corral.episode": self.episode_id}
         opened = ResetObservation(task_id=self.task.id, episode_id=self.episode_id, system_prompt=self.task.system_prompt,
@@ -91,10 +103,11 @@ class ServedEpisode:
         except TimeoutError:
             reason = (f"the reset didn't finish within {self.limits.reset_timeout_s:g}s (deploying the env and "
                       "loading the task); the episode ended unscored")
-            return await self._unscored(opened, reason, cause="reset_timeout")
+            return await self._end_early(opened, reason, cause="reset_timeout")
         except (SandboxError, EnvCallError) as error:
-            return await self._unscored(opened, f"the env could not start this task: {error}", cause="env_start_failed")
-        self.seconds["reset"] = time.monotonic() - self._began
+            return await self._end_early(opened, f"the env could not start this task: {error}", cause="env_start_failed")
+        self._acting_since = time.monotonic()
+        self.seconds["reset"] = self._acting_since - self._began
         metrics.reset.observe(self.seconds["reset"])
         return opened
 
@@ -102,7 +115,18 @@ class ServedEpisode:
         return ListToolsObservation(tools=self.tools, reward=STEP_REWARD)
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> CallToolObservation:
-        """Run one of the turn's tools; `end_turn` ends the turn."""
+        """Run one of the turn's tools; `end_turn` ends the turn. The call, its answer and its
+        timing go into the episode's record."""
+        turn, began = self.turn, time.monotonic()
+        observed = await self._call_tool(name, arguments)
+        self.calls.append(RecordedCall.of(name, arguments, observed, turn=turn, started_s=began - self._began,
+                                          seconds=time.monotonic() - began))
+        self._publish()
+        return observed
+
+    async def _call_tool(self, name: str, arguments: dict[str, Any]) -> CallToolObservation:
+        if self._time_left() <= 0:
+            return await self._out_of_time(name)
         if name == END_TURN:
             response = arguments.get("response", "")
             if not isinstance(response, str) or set(arguments) - {"response"}:
@@ -118,63 +142,96 @@ class ServedEpisode:
         assert self._env is not None
         failed = CallToolObservation(tool_name=name)
         self.tool_calls += 1
+        deadline = min(self.limits.tool_timeout_s, self._time_left())
         try:
-            async with asyncio.timeout(self.limits.tool_timeout_s):
+            async with asyncio.timeout(deadline):
                 with _timed(self.seconds, "tools", self.served.metrics.tool_call):
                     result = await self._env.call("tools/call", {"name": name, "arguments": arguments})
         except TimeoutError:
+            if self._time_left() <= 0:
+                return await self._out_of_time(name)
             reason = (f"{name} didn't answer within {self.limits.tool_timeout_s:g}s, and the episode ended, "
                       "since what the call does may still be under way")
-            return await self._unscored(failed, reason, cause="tool_timeout", error_type="timeout")
+            return await self._end_early(failed, reason, cause="tool_timeout", error_type="timeout")
         except EnvDied as error:
-            return await self._unscored(failed, f"the env died during {name}: {error}", cause="env_died",
-                                        error_type="transport_error")
+            return await self._end_early(failed, f"the env died during {name}: {error}", cause="env_died",
+                                         error_type="transport_error")
         except EnvCallError as error:
             return _refused(name, "execution_error", str(error))
         return _tool_answer(name, result, self.served.options.max_output_chars)
 
     async def end_turn(self, response: str) -> CallToolObservation:
-        """Hand the reply to the env; open its next turn, or score the episode.
-
-        Scoring: the env's report, then the command verifiers inside the still-open sandbox
-        (each within its own timeout, all within the end_turn deadline), then the sandbox
-        closes and the Python verifiers grade the report outside it.
-        """
+        """Hand the reply to the env; open its next turn, or score the episode."""
         assert self._env is not None
         ended = CallToolObservation(tool_name=END_TURN, result=EPISODE_ENDED)
         try:
-            async with asyncio.timeout(self.limits.reset_timeout_s):
+            async with asyncio.timeout(min(self.limits.reset_timeout_s, self._time_left())):
                 reply = await self._env.hook("corral/end_turn", {"response": response})
                 next_prompt = (reply or {}).get("prompt")
                 if next_prompt is not None and self.turn < self.task.max_turns:
                     self.turn += 1
                     return CallToolObservation(tool_name=END_TURN, result=next_prompt, prompt=next_prompt,
                                                turn=self.turn, reward=STEP_REWARD)
-                verifying = time.monotonic()
                 report = ((await self._env.hook("corral/report")) or {}).get("report", {})
+        except TimeoutError:
+            if self._time_left() <= 0:
+                return await self._out_of_time(END_TURN)
+            reason = f"the env did not answer the reply within {self.limits.reset_timeout_s:g}s (end_turn)"
+            return await self._end_early(ended, reason, cause="turn_timeout", error_type="timeout")
+        except EnvDied as error:
+            return await self._end_early(ended, f"the env died at the end of the turn: {error}", cause="env_died",
+                                         error_type="transport_error")
+        except EnvCallError as error:
+            return await self._end_early(ended, f"the env's own code failed: {error}", cause="env_hook_failed")
+        return await self._score(ended, report)
+
+    async def _score(self, ended: CallToolObservation, report: dict[str, Any] | None) -> CallToolObservation:
+        """Score the episode: the command verifiers (each in a fresh sandbox of what the agent
+        left, within its own timeout), then the Python verifiers on the env's report, outside any
+        sandbox. Without a report (the env could not give one) the Python verifiers cannot run,
+        and an episode that needs them ends with its failure score."""
+        python_verifiers = {sid: name for sid, name in self.task.verifiers.items() if name in self.served.bundle.verifiers}
+        verifying = time.monotonic()
+        try:
+            async with asyncio.timeout(self.limits.reset_timeout_s):
                 checked = await self._run_command_verifiers()
                 await self._close_sandbox()
-                python_verifiers = {sid: name for sid, name in self.task.verifiers.items() if name in self.served.bundle.verifiers}
-                scores = await self.served.verifiers.score(self.task.model_dump(), report, python_verifiers)
-                self.seconds["verify"] = time.monotonic() - verifying
-                self.served.metrics.verify.observe(self.seconds["verify"])
+                if report is None and python_verifiers:
+                    return await self._end_early(ended, "the agent's time ran out while the env was busy, so it could "
+                                                 "not report what the verifiers grade", cause="time_budget")
+                scores = await self.served.verifiers.score(self.task.model_dump(), report or {}, python_verifiers)
         except TimeoutError:
-            reason = (f"end_turn didn't finish within {self.limits.reset_timeout_s:g}s (the env's next turn and "
-                      "the verifiers); the episode ended unscored")
-            return await self._unscored(ended, reason, cause="end_turn_timeout", error_type="timeout")
-        except (SandboxError, EnvCallError, VerifierError) as error:
-            return await self._unscored(ended, f"the episode could not be scored: {error}", cause="scoring_failed")
-        scores.update({score_id: result.score for score_id, result in checked.items()})
+            reason = f"the verifiers did not finish within {self.limits.reset_timeout_s:g}s"
+            return await self._end_early(ended, reason, cause="verify_timeout", error_type="timeout")
+        except (SandboxError, VerifierError) as error:
+            return await self._end_early(ended, f"the episode could not be scored: {error}", cause="scoring_failed")
+        self.seconds["verify"] = time.monotonic() - verifying
+        self.served.metrics.verify.observe(self.seconds["verify"])
+        for score_id, result in checked.items():  # a reward file (Harbor's) may name several
+            scores.update(result.scores_for(score_id))
         if checked:  # where a user debugging a 0 looks first: what the tests printed, cut short
             ended.metadata["verifier_output"] = {score_id: result.output_tail for score_id, result in checked.items()}
         try:
             reward = pick_reward(scores, self.served.reward)
         except Exception as error:  # noqa: BLE001 - RewardError, or anything a user's reward function raises
-            return await self._unscored(ended, f"the reward could not be computed from {scores}: {error}",
-                                        cause="reward_failed", scores=scores)
+            return await self._end_early(ended, f"the reward could not be computed from {scores}: {error}",
+                                         cause="reward_failed", scores=scores)
         self.status, self.scores, self.reward = "scored", scores, reward
         self._ended("scored")
         return ended.model_copy(update={"done": True, "reward": reward, "status": "scored", "scores": scores})
+
+    async def _out_of_time(self, name: str) -> CallToolObservation:
+        """The agent's time budget is spent: its turn is over, and what it left is scored."""
+        budget = f"the agent's time budget of {self.task.time_budget_s:g}s ran out"
+        self.reason = budget
+        ended = CallToolObservation(tool_name=name, result=f"{EPISODE_ENDED} {budget}")
+        report = None
+        if self._env is not None and self._env.idle:  # a tool cut short still holds the env: no report
+            with contextlib.suppress(TimeoutError, SandboxError, EnvCallError):
+                async with asyncio.timeout(self.limits.tool_timeout_s):
+                    report = ((await self._env.hook("corral/report")) or {}).get("report", {})
+        scored = await self._score(ended, report)
+        return scored.model_copy(update={"reason": scored.reason or budget})
 
     async def _run_command_verifiers(self) -> dict[str, CommandScore]:
         """The task's command verifiers, one after another, in the sandbox the agent used."""
@@ -193,6 +250,7 @@ class ServedEpisode:
         if not self.done:
             self.status, self.reason = "unscored", "the episode was left before it ended (a new reset, or its session closed)"
             self._ended("abandoned")
+        self._publish()
         await self._close_sandbox()
 
     async def _close_sandbox(self) -> None:
@@ -200,27 +258,56 @@ class ServedEpisode:
             env, self._env = self._env, None
             await env.sandbox.close()
 
-    async def _unscored(self, observed: ResetObservation | CallToolObservation, reason: str, *, cause: str,
-                        error_type: str = "execution_error", scores: dict[str, float] | None = None) -> Any:
-        """End the episode unscored, with the reason where the client and the logs see it."""
-        self.status, self.scores, self.reward, self.reason = "unscored", scores or {}, None, reason
-        self._ended(cause)
+    async def _end_early(self, observed: ResetObservation | CallToolObservation, reason: str, *, cause: str,
+                         error_type: str = "execution_error", scores: dict[str, float] | None = None) -> Any:
+        """End the episode before it could be scored, with the reason where the client and the
+        logs see it: the task's failure score if the agent caused it, else unscored (endings.py)."""
+        ending = ENDINGS[cause]
+        if ending.by_agent and (fault := await self._platform_fault()) is not None:
+            ending, reason = ENDINGS["sandbox_failed"], f"{reason}; and {fault}"
+        reward = self.task.failure_score if ending.by_agent else None
+        self.status, self.scores, self.reward, self.reason = ending.status, scores or {}, reward, reason
+        self._ended(ending.cause)
         await self._close_sandbox()
-        update: dict[str, Any] = {"done": True, "reward": None, "status": "unscored", "scores": self.scores, "reason": reason}
+        update: dict[str, Any] = {"done": True, "reward": reward, "status": self.status, "scores": self.scores,
+                                  "reason": reason}
         if isinstance(observed, CallToolObservation):
             update.update(result=None, error=ToolError(error_type=error_type, message=reason))  # type: ignore[arg-type]
         return observed.model_copy(update=update)
 
+    async def _platform_fault(self) -> str | None:
+        """Why the platform failed, when the sandbox's provider says it did (its engine stopped
+        answering, say); None when it answers, and the agent's doing stands."""
+        try:
+            await self.served.provider.check()
+        except SandboxError as error:
+            return str(error)
+        return None
+
+    def _time_left(self) -> float:
+        """Seconds left of the agent's time budget (infinity without one)."""
+        if self.task.time_budget_s is None or self._acting_since is None:
+            return math.inf
+        return self.task.time_budget_s - (time.monotonic() - self._acting_since)
 
     def _ended(self, cause: str) -> None:
-        """Count the ending and write the episode's log line (once)."""
+        """Note what ended the episode (once); `_publish` reports it once the call that ended it is recorded."""
         if self.cause is not None:
             return
         self.cause = cause
         self.seconds["total"] = time.monotonic() - self._began
-        self.served.metrics.episode_ended(EpisodeRecord(
-            episode_id=self.episode_id, session_id=self.session_id, task_id=self.task.id, status=self.status or "unscored",
-            cause=cause, reward=self.reward, reason=self.reason, tool_calls=self.tool_calls, seconds=dict(self.seconds),
+
+    def _publish(self) -> None:
+        """Count the ended episode, write its log line and, when recording, its record (once)."""
+        if self.cause is None or self._published:
+            return
+        self._published = True
+        self.served.episode_ended(EpisodeRecord(
+            episode_id=self.episode_id, session_id=self.session_id, bundle=self.served.name, task_id=self.task.id,
+            split=self.split, system_prompt=self.task.system_prompt, prompt=self.task.prompt, tools=self.tools,
+            turns=self.turn, calls=list(self.calls), tool_calls=self.tool_calls, status=self.status or "unscored",
+            cause=self.cause, reason=self.reason, scores=dict(self.scores), reward=self.reward,
+            sandbox=self.served.provider.status().kind, seconds=dict(self.seconds), started_at=self._started_at,
         ))
 
 

@@ -10,31 +10,16 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from corral.client.records import EpisodeRecord
 from corral.sandboxes import ProviderStatus
 
 episodes_log = logging.getLogger("corral.episodes")
 
 # Seconds: from a warm container's few ms to a cold image start, a tool's deadline, a verifier's run.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
-
-
-@dataclass
-class EpisodeRecord:
-    """One episode's end, as the log line and the counters see it."""
-
-    episode_id: str
-    session_id: str
-    task_id: str
-    status: str  # scored | unscored
-    cause: str  # what ended it: scored, tool_timeout, env_died, ... (ServedEpisode's causes)
-    reward: float | None
-    reason: str | None
-    tool_calls: int
-    seconds: dict[str, float] = field(default_factory=dict)  # by phase: start, reset, tools, verify, total
 
 
 class Metrics:

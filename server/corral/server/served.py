@@ -7,6 +7,8 @@ and never change it, except the provider, which starts their sandboxes.
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import logging
 import os
 import socket
@@ -20,13 +22,16 @@ from corral.client.protocol import (
     Limits,
     ResetData,
 )
+from corral.client.records import EpisodeRecord
 from corral.client.rewards import RewardRule
 from corral.errors import BundleInvalid, SandboxError
 from corral.sandboxes import SandboxProvider, make_provider
 from corral.server.bundle import RESERVED_SPLIT, BundleEnv, LoadedBundle, Problem, load_bundle
 from corral.server.bundle_format import Task
 from corral.server.checks import check_envs, check_reward_rule, check_verifiers, sandbox_spec
+from corral.server.harbor.hosted import HarborProvider
 from corral.server.metrics import Metrics
+from corral.server.recording import EpisodeRecorder
 from corral.server.verifier_pool import VerifierPool
 
 log = logging.getLogger("corral.server")
@@ -42,7 +47,7 @@ class ServeOptions:
     tool_timeout_s: float | None = None
     reset_timeout_s: float | None = None
     token: str | None = None
-    warm_pool: int = 0  # docker: started containers waiting per env
+    warm_pool: int = 0  # started sandboxes waiting per env
     instance: str | None = None  # whose leftovers (containers, local folders) the reaper removes on start
     verifier_workers: int = 2  # processes running the Python verifiers
     # Sandboxes starting at once; more resets wait their turn. A start is mostly an interpreter
@@ -51,6 +56,8 @@ class ServeOptions:
     max_frame_bytes: int = 4 * 1024 * 1024  # the largest WebSocket frame a client may send
     max_argument_bytes: int = 1024 * 1024  # a tool call's arguments, as JSON
     max_output_chars: int = 1_000_000  # a tool's answer; a longer one is cut in the middle, with a note
+    network: str | None = None  # Harbor tasks: "none" or "egress" (what they ask); None: the bundle's, else none
+    record_dir: Path | None = None  # record every episode there (None: the bundle's [serve] record, else none)
 
 
 @dataclass
@@ -65,13 +72,16 @@ class ServedBundle:
     reward: RewardRule
     limits: Limits
     options: ServeOptions
+    recorder: EpisodeRecorder | None = None
 
     @classmethod
     async def open(cls, root: Path, options: ServeOptions) -> ServedBundle:
         """Load and check the bundle, prepare and probe its envs; raise BundleInvalid if
         anything is off."""
-        bundle = load_bundle(root)
+        bundle = load_bundle(root, network=options.network)
         provider = make_provider(options.sandbox, instance=options.instance, warm_pool=options.warm_pool)
+        if bundle.harbor is not None:  # its tasks' images and tools are the Harbor provider's to make
+            provider = HarborProvider(provider, bundle.harbor.images)
         try:
             ready = await _prepare_envs(bundle, provider)
             tools_by_env = await check_envs(bundle, provider, ready) if ready else {}
@@ -99,6 +109,7 @@ class ServedBundle:
                 reset_timeout_s=options.reset_timeout_s or serve.reset_timeout_s or DEFAULT_RESET_TIMEOUT_S,
             ),
             options=options,
+            recorder=_recorder(bundle, options),
         )
 
     @property
@@ -155,6 +166,16 @@ class ServedBundle:
             limits[key] = min(value, limits[key])
         return Limits(**limits), notes
 
+    def split_of(self, task_id: str) -> str | None:
+        """The split a task belongs to, for a reset that named it by id: its eval split, else train."""
+        return self._home_splits.get(task_id)
+
+    @functools.cached_property
+    def _home_splits(self) -> dict[str, str]:
+        # Later entries win: train, then the eval splits from the last to the first.
+        return {task.id: name for name, tasks in reversed(self.bundle.splits.items()) if name != RESERVED_SPLIT
+                for task in tasks}
+
     def offered_tools(self, task: Task) -> list[ToolSpec]:
         """The turn's tools: the env tools the task offers, then end_turn."""
         return self.toolsets[self.toolset_of[task.id]].tools
@@ -168,9 +189,28 @@ class ServedBundle:
         """Start the provider's warm pools, where it keeps them (on the loop that serves sessions)."""
         self.provider.start_pools([sandbox_spec(env) for env in self.bundle.envs.values()])
 
+    def episode_ended(self, record: EpisodeRecord) -> None:
+        """Count an ended episode, log its line, and record it when recording."""
+        self.metrics.episode_ended(record)
+        if self.recorder is not None:
+            self.recorder.record(record)
+
     async def aclose(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
         await self.verifiers.aclose()
         await self.provider.aclose()
+
+
+def _recorder(bundle: LoadedBundle, options: ServeOptions) -> EpisodeRecorder | None:
+    """The recorder of this run: into the folder the operator named, else the bundle's."""
+    if options.record_dir is not None:
+        folder = Path(options.record_dir).resolve()
+    elif bundle.manifest.serve.record is not None:
+        folder = bundle.root / bundle.manifest.serve.record  # the bundle's own setting: from its folder
+    else:
+        return None
+    return EpisodeRecorder(folder, bundle.manifest.name)
 
 
 def default_instance(port: int) -> str:
@@ -198,23 +238,34 @@ async def _prepare_envs(bundle: LoadedBundle, provider: SandboxProvider) -> list
 
 
 def _toolsets(bundle: LoadedBundle, tools_by_env: dict[str, list[ToolSpec]]) -> tuple[dict[str, Toolset], dict[str, str]]:
-    """Group tasks by (env, offered tools). A toolset is named after its env when the env has
-    one; otherwise after the env and its tools, e.g. `mail:read+send`."""
-    keys: dict[str, tuple[str, tuple[str, ...]]] = {}
+    """Group tasks by the tools they offer (the same names and schemas: one toolset). A toolset
+    is named after its env when its tasks play one env that offers no other, else after the env
+    and its tools (`mail:read+send`); one offered by tasks of several envs (a Harbor bundle's,
+    an env per task) is named after the bundle (`bundle:tools` when there are several such)."""
+    offered: dict[str, list[ToolSpec]] = {}
+    groups: dict[str, list[str]] = {}  # the tools, as JSON -> the tasks offering them
     for task in bundle.tasks.values():
-        env_tools = tools_by_env[task.env]
-        names = tuple(task.tools) if task.tools is not None else tuple(t.name for t in env_tools)
-        keys[task.id] = (task.env, names)
-    per_env: dict[str, set[tuple[str, ...]]] = {}
-    for env, names in keys.values():
-        per_env.setdefault(env, set()).add(names)
+        by_name = {tool.name: tool for tool in tools_by_env[task.env]}
+        offered[task.id] = [by_name[name] for name in (task.tools if task.tools is not None else by_name)]
+        key = json.dumps([tool.as_mcp() for tool in offered[task.id]], sort_keys=True)
+        groups.setdefault(key, []).append(task.id)
+    envs_of = {key: dict.fromkeys(bundle.tasks[task_id].env for task_id in ids) for key, ids in groups.items()}
+    groups_of_env: dict[str, int] = {}
+    for envs in envs_of.values():
+        for env in envs:
+            groups_of_env[env] = groups_of_env.get(env, 0) + 1
+    shared = sum(len(envs) > 1 for envs in envs_of.values())
     toolsets: dict[str, Toolset] = {}
     toolset_of: dict[str, str] = {}
-    for task_id, (env, names) in keys.items():
-        name = env if len(per_env[env]) == 1 else f"{env}:{'+'.join(names)}"
-        if name not in toolsets:
-            by_name = {tool.name: tool for tool in tools_by_env[env]}
-            toolsets[name] = Toolset(name=name, env=env, tools=[by_name[n] for n in names] + [END_TURN_TOOL])
-        toolset_of[task_id] = name
+    for key, ids in groups.items():
+        envs, tools = list(envs_of[key]), offered[ids[0]]
+        names = "+".join(tool.name for tool in tools)
+        if len(envs) > 1:
+            env, name = bundle.manifest.name, bundle.manifest.name if shared == 1 else f"{bundle.manifest.name}:{names}"
+        else:
+            env = envs[0]
+            name = env if groups_of_env[env] == 1 else f"{env}:{names}"
+        toolsets[name] = Toolset(name=name, env=env, tools=[*tools, END_TURN_TOOL])
+        toolset_of.update(dict.fromkeys(ids, name))
     return toolsets, toolset_of
 

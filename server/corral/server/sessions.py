@@ -66,7 +66,7 @@ class ServedSession:
             raise FrameError(ErrorCode.VALIDATION_ERROR, str(error)) from None
         limits, notes = self.served.limits_for(data)
         self.episode = ServedEpisode(self.served, task, limits=limits, episode_id=data.episode_id,
-                                     session_id=self.session_id)
+                                     session_id=self.session_id, split=data.split or self.served.split_of(task.id))
         opened = await self.episode.start()
         if notes:
             opened.metadata["limits"] = notes

@@ -9,6 +9,8 @@ last turn the sandbox runs its command on a copy of what the agent left, with it
 task's tests) where only the verifier can write, none of the agent's processes running, and
 the exit status read from outside (`Sandbox.verify`): 0 scores 1.0, anything else, a timeout
 included, 0.0. The agent never sees the files: they arrive only once it can no longer act.
+A Harbor task's tests (`RewardFileVerifier`) are one too, whose verdict is the reward file they
+write (reward.json or reward.txt), read back by the sandbox from outside them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.util
+import json
 import math
 import sys
 from collections.abc import Callable, Mapping
@@ -24,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from corral.errors import VerifierError
-from corral.sandboxes import Sandbox
-from corral.server.bundle_format import CommandVerifier
+from corral.sandboxes import CommandResult, Sandbox
+from corral.server.bundle_format import CommandVerifier, RewardFileVerifier
 
 Verify = Callable[[dict[str, Any], dict[str, Any]], Any]
 
@@ -82,10 +85,16 @@ OUTPUT_TAIL_CHARS = 2000  # what the final observation keeps of a command's outp
 
 @dataclass(frozen=True)
 class CommandScore:
-    """A command verifier's verdict and the end of its output (for whoever debugs a 0)."""
+    """A command verifier's verdict and the end of its output (for whoever debugs a 0); a
+    reward file's scores, named as the file names them, in `rewards`."""
 
     score: float
     output_tail: str
+    rewards: dict[str, float] | None = None
+
+    def scores_for(self, score_id: str) -> dict[str, float]:
+        """The episode's scores from this verifier, which the task names `score_id`."""
+        return dict(self.rewards) if self.rewards is not None else {score_id: self.score}
 
 
 def command_files(root: Path, config: CommandVerifier, task_id: str) -> dict[str, bytes]:
@@ -113,10 +122,60 @@ async def run_command_verifier(
 ) -> CommandScore:
     """Run the verifier's command on what the agent left in `sandbox`, and score its exit."""
     files = await asyncio.to_thread(command_files, root, config, task_id)  # disk reads, off the loop
-    result = await sandbox.verify(files, functools.partial(config.command_for, task_id), timeout_s=config.timeout_s)
+    result = await sandbox.verify(files, functools.partial(config.command_for, task_id), timeout_s=config.timeout_s,
+                                  **config.placement())
+    if isinstance(config, RewardFileVerifier):
+        return reward_file_score(name, config, result)
     if result.exit_code is None:
         verdict = f"[verifier {name}: timed out after {config.timeout_s:g}s; scored 0]"
     else:
         verdict = f"[verifier {name}: exit status {result.exit_code}; scored {1 if result.exit_code == 0 else 0}]"
     tail = result.output.rstrip("\n")[-(OUTPUT_TAIL_CHARS - len(verdict) - 1):]
     return CommandScore(1.0 if result.exit_code == 0 else 0.0, f"{tail}\n{verdict}" if tail else verdict)
+
+
+def reward_file_score(name: str, config: RewardFileVerifier, result: CommandResult) -> CommandScore:
+    """Scores from the reward file the command wrote, read as Harbor reads it: reward.json (a
+    dict of finite numbers; it wins) or reward.txt (one number, the score `reward`). A command
+    that timed out, or wrote neither file or one that does not parse, scores `reward` 0."""
+    json_path, text_path = config.reward_files
+    rewards, why = None, "it wrote no reward.json nor reward.txt"
+    if result.exit_code is None:
+        why = f"it timed out after {config.timeout_s:g}s"
+    elif json_path in result.results:
+        rewards, why = _parse_reward_json(result.results[json_path])
+    elif text_path in result.results:
+        rewards, why = _parse_reward_text(result.results[text_path])
+    if rewards is None:
+        rewards = {"reward": 0.0}
+        verdict = f"[verifier {name}: exit status {result.exit_code}; {why}; scored 0]"
+    else:
+        shown = ", ".join(f"{key}={value:g}" for key, value in rewards.items())
+        verdict = f"[verifier {name}: exit status {result.exit_code}; {why}: {shown}]"
+    tail = result.output.rstrip("\n")[-(OUTPUT_TAIL_CHARS - len(verdict) - 1):]
+    return CommandScore(rewards.get("reward", 0.0), f"{tail}\n{verdict}" if tail else verdict, rewards)
+
+
+def _parse_reward_json(data: bytes) -> tuple[dict[str, float] | None, str]:
+    try:
+        loaded = json.loads(data)
+    except ValueError:
+        return None, "its reward.json is not JSON"
+    loaded = loaded if isinstance(loaded, dict) else {"reward": loaded}
+    if not loaded:
+        return None, "its reward.json is an empty object"
+    bad = [key for key, value in loaded.items()
+           if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)]
+    if bad:
+        return None, f"its reward.json holds values that are not finite numbers ({', '.join(map(str, bad))})"
+    return {str(key): float(value) for key, value in loaded.items()}, "reward.json"
+
+
+def _parse_reward_text(data: bytes) -> tuple[dict[str, float] | None, str]:
+    try:
+        value = float(data.decode().strip())
+    except (UnicodeDecodeError, ValueError):
+        return None, f"its reward.txt is not a number ({data[:40]!r})"
+    if not math.isfinite(value):
+        return None, f"its reward.txt is not a finite number ({value})"
+    return {"reward": value}, "reward.txt"

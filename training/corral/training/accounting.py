@@ -1,7 +1,9 @@
 """What each generation step's rollouts came to, for the trainer's logger.
 
 GRPO learns only from groups whose rewards differ; a rollout the server could not score is left
-out of its group. So a step's log says how many rollouts were scored and why the others were not,
+out of its group. So a step's log says how many rollouts were scored, how many the agent made
+fail (scored its failure score: a policy drifting towards failures shows here) and why, how many
+the platform left unscored and why,
 how many groups were left with one scored rollout or none (nothing to compare) or with equal
 rewards (zero advantage), the reward per environment class, and how many rollouts hit a limit.
 """
@@ -20,10 +22,29 @@ class RolloutOutcome(Protocol):
 
     toolset: str
     reward: float | None
+    status: str | None
     unscored_reason: str | None
     truncated: str | None
     tool_calls: int
     tool_errors: int
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What accounting reads from one rollout, and no more: small enough to gather from every process."""
+
+    toolset: str
+    reward: float | None
+    status: str | None
+    unscored_reason: str | None
+    truncated: str | None
+    tool_calls: int
+    tool_errors: int
+
+    @classmethod
+    def of(cls, rollout: RolloutOutcome) -> Outcome:
+        return cls(rollout.toolset, rollout.reward, rollout.status, rollout.unscored_reason, rollout.truncated,
+                   rollout.tool_calls, rollout.tool_errors)
 
 
 @dataclass
@@ -32,8 +53,9 @@ class StepAccount:
 
     Attributes:
         rollouts: Rollouts played.
-        scored: Rollouts the server scored.
-        unscored_reasons: Why the others were not (the reason the server or client gave), with counts.
+        scored: Rollouts with a reward: the verifiers', or the failure score of those that failed.
+        failed_reasons: Why rollouts failed by the agent's doing (scored their failure score), with counts.
+        unscored_reasons: Why the others were left unscored (the platform's failures), with counts.
         groups: Groups of `num_generations` rollouts of one prompt.
         groups_under_two_scored: Groups with fewer than two scored rollouts: no comparison, no signal.
         groups_zero_variance: Groups whose scored rollouts (two or more) all got the same reward.
@@ -45,6 +67,7 @@ class StepAccount:
 
     rollouts: int = 0
     scored: int = 0
+    failed_reasons: Counter[str] = field(default_factory=Counter)
     unscored_reasons: Counter[str] = field(default_factory=Counter)
     groups: int = 0
     groups_under_two_scored: int = 0
@@ -68,6 +91,8 @@ class StepAccount:
                 account.unscored_reasons[outcome.unscored_reason or "no reason given"] += 1
             else:
                 account.scored += 1
+                if outcome.status == "failed":
+                    account.failed_reasons[outcome.unscored_reason or "no reason given"] += 1
                 rewards.setdefault(outcome.toolset, []).append(outcome.reward)
         account.reward_by_toolset = {name: statistics.fmean(values) for name, values in rewards.items()}
         for start in range(0, len(outcomes), max(group_size, 1)):
@@ -83,10 +108,15 @@ class StepAccount:
     def unscored(self) -> int:
         return self.rollouts - self.scored
 
+    @property
+    def failed(self) -> int:
+        return sum(self.failed_reasons.values())
+
     def metrics(self) -> dict[str, float]:
         """Flat metrics for the trainer's logger (W&B, trackio, ...), under `rollouts/`."""
         metrics = {
             "rollouts/scored": float(self.scored),
+            "rollouts/failed": float(self.failed),
             "rollouts/unscored": float(self.unscored),
             "rollouts/groups_under_two_scored": float(self.groups_under_two_scored),
             "rollouts/groups_zero_variance": float(self.groups_zero_variance),
@@ -106,6 +136,8 @@ class StepAccount:
                 f"with under two scored, {self.groups_zero_variance} with equal rewards")
         if self.truncated:
             text += "; truncated: " + ", ".join(f"{n} by {limit}" for limit, n in self.truncated.items())
+        if self.failed_reasons:
+            text += "; failed by the agent: " + "; ".join(f"{n}x {reason}" for reason, n in self.failed_reasons.most_common())
         if self.unscored_reasons:
             text += "; unscored: " + "; ".join(f"{n}x {reason}" for reason, n in self.unscored_reasons.most_common())
         return text

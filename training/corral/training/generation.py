@@ -1,15 +1,20 @@
 """Generators: token ids in, sampled token ids and their logprobs out.
 
-`TransformersGenerator` samples with HF `generate` (the CPU, or a small GPU run without vLLM);
-`VLLMGenerator` asks a vLLM server's token-in `/v1/completions` (`prompt` as token ids,
-`return_token_ids`, `logprobs=0`), the request TRL's AsyncGRPO sends. Neither decodes or
-re-tokenizes anything: what they return is exactly what was sampled.
+`TransformersGenerator` samples with HF `generate`, one request at a time (a vLLM stand-in, a
+notebook); `corral.training.batching.BatchedGenerator` samples for many episodes in one padded
+`generate` (the trainer's own model); `VLLMGenerator` asks a vLLM server's token-in
+`/v1/completions` (`prompt` as token ids, `return_token_ids`, `logprobs=0`), the request TRL's
+AsyncGRPO sends. None decodes or re-tokenizes anything: what they return is exactly what was
+sampled. A logprob that was not computed, or that the server did not give, is NaN (as TRL reads
+vLLM's missing ones).
 """
 
 from __future__ import annotations
 
+import math
 import random
 import threading
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -37,6 +42,20 @@ class Generator(Protocol):
         ...
 
 
+def playing(generator: Generator, episodes: int, concurrency: int) -> AbstractContextManager[object]:
+    """The block in which `episodes` episodes sample from `generator`, `concurrency` at a time: a
+    batching generator waits for the ones in play before it generates (see
+    `BatchedGenerator.playing`); any other generator needs no notice."""
+    start = getattr(generator, "playing", None)
+    return start(episodes, concurrency) if start is not None else nullcontext()
+
+
+def episode_on(generator: Generator) -> AbstractContextManager[object]:
+    """One episode's turn on `generator`, inside `playing` (see `BatchedGenerator.episode`)."""
+    start = getattr(generator, "episode", None)
+    return start() if start is not None else nullcontext()
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample: the trainer's `temperature`, `top_p` and `top_k` (0: no top-k). The trainer's
@@ -52,10 +71,10 @@ class SamplingParams:
 
 
 class TransformersGenerator:
-    """HF `generate` on an in-process model; logprobs are log-softmax of the logits over the
-    temperature (the distribution sampled from before top-k/top-p), one per sampled id.
-
-    One generation at a time: concurrent episodes take turns on the model.
+    """HF `generate` on an in-process model, one request at a time (concurrent callers take
+    turns); logprobs are log-softmax of the logits over the temperature (the distribution
+    sampled from before top-k/top-p), one per sampled id. For many episodes at once, use
+    `BatchedGenerator`, which serves them in one padded call.
     """
 
     def __init__(self, model: Any, sampling: SamplingParams = SamplingParams()):
@@ -92,16 +111,38 @@ class VLLMGenerator:
 
     Args:
         base_url: The server, e.g. `http://gpu-box:8000`.
-        model: The served model name (`vllm serve ... --served-model-name`).
+        model: The served model's name; by default the one the server lists at `/v1/models`, as
+            TRL reads it (the trainer's model path is not it: `trl vllm-serve --model out/sft`
+            may serve under another name).
         sampling: Temperature, top-p and top-k.
         timeout: Seconds one request may take.
+        tokenizer: Only to evaluate through an OpenAI-compatible server that answers without
+            token ids: its text is encoded with this tokenizer, which is NOT token-exact (never
+            train on such samples), and its logprobs are NaN.
     """
 
-    def __init__(self, base_url: str, model: str, sampling: SamplingParams = SamplingParams(), timeout: float = 600.0):
+    def __init__(self, base_url: str, model: str | None = None, sampling: SamplingParams = SamplingParams(),
+                 timeout: float = 600.0, tokenizer: Any = None):
         self.base_url = base_url.rstrip("/")
-        self.model = model
+        self._model = model
         self.sampling = sampling
+        self.tokenizer = tokenizer
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, trust_env=False)
+
+    @property
+    def model(self) -> str:
+        """The served model's name: the one given, else the first the server lists."""
+        if self._model is None:
+            try:
+                reply = self._http.get("/v1/models")
+            except httpx.HTTPError as error:
+                raise ServerUnreachable(f"could not reach the vLLM server at {self.base_url}: {error}") from None
+            served = reply.json().get("data") if reply.status_code == 200 else None
+            if not served:
+                raise GenerationError(f"the server at {self.base_url} lists no model at /v1/models "
+                                      f"({reply.status_code}): pass VLLMGenerator(url, model=NAME)")
+            self._model = str(served[0]["id"])
+        return self._model
 
     def generate(self, prompt_ids: list[int], *, max_new_tokens: int, stop_token_ids: list[int]) -> Sample:
         payload = {
@@ -126,14 +167,26 @@ class VLLMGenerator:
             raise GenerationError(f"the vLLM server at {self.base_url} refused a completion ({reply.status_code}): "
                                f"{reply.text[:500]}")
         choice = reply.json()["choices"][0]
+        stopped = choice.get("finish_reason") == "stop"
         ids = choice.get("token_ids")
         if ids is None:
+            return self._from_text(choice, stopped, stop_token_ids)
+        # vLLM gives None where it could not score a token; TRL reads that as NaN, and so does corral.
+        logprobs = [math.nan if lp is None else lp for lp in (choice.get("logprobs") or {}).get("token_logprobs", [])]
+        return Sample(token_ids=ids, logprobs=logprobs or [math.nan] * len(ids), stopped=stopped)
+
+    def _from_text(self, choice: dict[str, Any], stopped: bool, stop_token_ids: list[int]) -> Sample:
+        """A server that answers with text only: encoded again, for evaluation (see `tokenizer`)."""
+        if self.tokenizer is None:
             raise GenerationError(
                 f"the server at {self.base_url} returned no token ids: token-exact rollouts need vLLM 0.10.2 or "
-                "later, which answers return_token_ids"
+                "later, which answers return_token_ids (to evaluate through another OpenAI-compatible server, "
+                "pass VLLMGenerator(..., tokenizer=...))"
             )
-        logprobs = [0.0 if lp is None else lp for lp in choice["logprobs"]["token_logprobs"]]
-        return Sample(token_ids=ids, logprobs=logprobs, stopped=choice.get("finish_reason") == "stop")
+        ids = self.tokenizer.encode(choice.get("text") or "", add_special_tokens=False)
+        if stopped and (not ids or ids[-1] not in stop_token_ids):
+            ids.append(stop_token_ids[0])  # such servers leave the stop token out of the text
+        return Sample(token_ids=ids, logprobs=[math.nan] * len(ids), stopped=stopped)
 
     def close(self) -> None:
         self._http.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -92,6 +93,9 @@ class ChatTemplateProcessor(ABC):
         chat_template: The template to render with; the tokenizer's own if None.
         end_of_turn: The text that ends an assistant turn in this template (its stop token).
         template_kwargs: Extra variables of the template, e.g. `{"enable_thinking": False}`.
+        stop_token_ids: Other ids that end the model's turn too: the model's EOS ids (a trainer's
+            `eos_token_ids`), on which vLLM stops whatever it is asked. A turn that ends on one
+            is read without it, as one ending on the template's own end of turn.
     """
 
     def __init__(
@@ -101,6 +105,7 @@ class ChatTemplateProcessor(ABC):
         end_of_turn: str,
         chat_template: str | None = None,
         template_kwargs: dict[str, Any] | None = None,
+        stop_token_ids: Sequence[int] = (),
     ):
         self.tokenizer = tokenizer
         self.chat_template = chat_template
@@ -109,7 +114,7 @@ class ChatTemplateProcessor(ABC):
         stop = tokenizer.convert_tokens_to_ids(end_of_turn)
         if not isinstance(stop, int) or stop == tokenizer.unk_token_id:
             raise ConfigError(f"the tokenizer has no token {end_of_turn!r}, which ends an assistant turn in this template")
-        self.stop_token_ids = [stop]
+        self.stop_token_ids = list(dict.fromkeys([stop, *stop_token_ids]))  # the template's own first
 
     def render(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None,
                add_generation_prompt: bool = False) -> str:
@@ -181,16 +186,17 @@ class HermesProcessor(ChatTemplateProcessor):
     """
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, *, chat_template: str | None = None,
-                 template_kwargs: dict[str, Any] | None = None):
+                 template_kwargs: dict[str, Any] | None = None, stop_token_ids: Sequence[int] = ()):
         super().__init__(tokenizer, end_of_turn="<|im_end|>", chat_template=chat_template,
-                         template_kwargs=template_kwargs)
+                         template_kwargs=template_kwargs, stop_token_ids=stop_token_ids)
 
     @classmethod
-    def for_trainer(cls, tokenizer: PreTrainedTokenizerBase, template_kwargs: dict[str, Any] | None = None
-                    ) -> HermesProcessor:
-        """A processor that renders with the template `GRPOTrainer` renders with for this tokenizer."""
+    def for_trainer(cls, tokenizer: PreTrainedTokenizerBase, template_kwargs: dict[str, Any] | None = None,
+                    stop_token_ids: Sequence[int] = ()) -> HermesProcessor:
+        """A processor that renders with the template `GRPOTrainer` renders with for this tokenizer;
+        `stop_token_ids`: the model's other EOS ids (`trainer.eos_token_ids`)."""
         template = None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
-        return cls(tokenizer, chat_template=template, template_kwargs=template_kwargs)
+        return cls(tokenizer, chat_template=template, template_kwargs=template_kwargs, stop_token_ids=stop_token_ids)
 
     def read(self, text: str) -> Turn:
         calls = [_json_call(body, arguments_key="arguments") for body in _HERMES_CALL.findall(text)]
@@ -204,9 +210,9 @@ class Llama3JsonProcessor(ChatTemplateProcessor):
     (optionally after `<|python_tag|>`); one call per turn, results in the `ipython` role."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, *, chat_template: str | None = None,
-                 template_kwargs: dict[str, Any] | None = None):
+                 template_kwargs: dict[str, Any] | None = None, stop_token_ids: Sequence[int] = ()):
         super().__init__(tokenizer, end_of_turn="<|eot_id|>", chat_template=chat_template,
-                         template_kwargs=template_kwargs)
+                         template_kwargs=template_kwargs, stop_token_ids=stop_token_ids)
 
     def read(self, text: str) -> Turn:
         body = text.strip().removeprefix("<|python_tag|>").strip()

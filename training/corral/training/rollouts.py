@@ -9,8 +9,10 @@ Per rollout: the chat template is applied once, to the prompt and the tools the 
 every sampled id is appended as it was sampled (its logprob kept); what the server answers (tool
 results, the next turn's prompt) is rendered by the `Processor` as a chunk of ids of its own and
 masked out of the loss (`env_mask` 0, logprob 0). The episode's reward is the server's, returned
-under `episode_reward` for the `episode_reward` reward function. Each step's rollouts are counted
-(`accounting.StepAccount`) into the trainer's logs.
+under `episode_reward` for the `episode_reward` reward function. Each step's rollouts, gathered
+from every process, are counted (`accounting.StepAccount`) and logged by that reward function
+through TRL's `log_metric`. With `record_dir`, each rollout's tokens are recorded beside the
+server's record of its episode (`corral.client.record_store`).
 
 TRL hands `rollout_func` the prompts only, not the dataset rows, so a prompt must say which task
 it is: `rollout.dataset` tags each row's last message with its `task_id` (chat templates ignore
@@ -21,20 +23,24 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+import queue
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from trl.models.utils import unwrap_model_for_generation
+from accelerate.utils import gather_object
 
-from corral.client import Bundle, EnvironmentSpec, Episode, Session
-from corral.client.catalog import Toolset, ToolSpec
-from corral.client.protocol import ResetData
+from corral.client import Bundle, EnvironmentSpec, Session
+from corral.client.record_store import RecordWriter
 from corral.errors import ConfigError
-from corral.training.accounting import StepAccount
-from corral.training.generation import Generator, SamplingParams, TransformersGenerator
+from corral.training.accounting import Outcome, StepAccount
+from corral.training.generation import Generator, episode_on, playing
 from corral.training.processors import HermesProcessor, Message, Processor
+from corral.training.rollout_player import Rollout, RolloutLimits, RolloutPlayer, chat_tools
+from corral.training.trainer_sampling import trainer_policy
+
+__all__ = ["TASK_KEY", "CorralRollout", "Rollout", "RolloutLimits", "chat_tools", "episode_reward"]
 
 log = logging.getLogger("corral.training")
 
@@ -42,49 +48,15 @@ TASK_KEY = "task_id"
 """The key of a prompt's last message that names its task (see `CorralRollout.dataset`)."""
 
 
-@dataclass
-class Rollout:
-    """One episode as the trainer sees it, and what it came to.
-
-    `completion_ids[i]` was sampled by the model where `env_mask[i]` is 1 (with `logprobs[i]`),
-    and rendered from the server's answer where it is 0 (logprob 0). `messages` is the
-    conversation and `tools` the tools offered; decoding `prompt_ids + completion_ids` gives the
-    chat template's rendering of them.
-    """
-
-    task_id: str
-    toolset: str
-    prompt_ids: list[int]
-    tools: list[dict[str, Any]] = field(default_factory=list)
-    completion_ids: list[int] = field(default_factory=list)
-    env_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    messages: list[Message] = field(default_factory=list)
-    reward: float | None = None
-    unscored_reason: str | None = None
-    truncated: str | None = None  # the limit that stopped it: "completion_length" or "tool_calls"
-    tool_calls: int = 0
-    tool_errors: int = 0
-
-    def add(self, ids: list[int], *, sampled: bool, logprobs: Sequence[float] | None = None) -> None:
-        self.completion_ids += ids
-        self.env_mask += [int(sampled)] * len(ids)
-        self.logprobs += list(logprobs) if sampled and logprobs is not None else [0.0] * len(ids)
-
-
-@dataclass(frozen=True)
-class RolloutLimits:
-    """Where an episode is cut: total completion ids (sampled and rendered), and tool calls
-    (end_turn included). A cut episode's open turns are ended with empty replies, so the server
-    scores what the model did, and the rollout is counted as truncated."""
-
-    max_completion_length: int
-    max_tool_calls: int
-
-
-def episode_reward(completions: list[Any], episode_reward: list[float | None], **_: Any) -> list[float | None]:
+def episode_reward(completions: list[Any], episode_reward: list[float | None], log_metric: Callable | None = None,
+                   rollout_metrics: list[dict[str, float]] | None = None, **_: Any) -> list[float | None]:
     """The reward function of `CorralRollout`: each episode's reward from the server (None: it
-    ended unscored, and TRL leaves it out of its group)."""
+    ended unscored, and TRL leaves it out of its group). It also logs the step's rollout
+    accounting through TRL's `log_metric`, which averages over processes: every process logs
+    the same totals, counted over the rollouts of all of them."""
+    if log_metric is not None and rollout_metrics:
+        for name, value in rollout_metrics[0].items():
+            log_metric(name, value)
     return list(episode_reward)
 
 
@@ -95,12 +67,17 @@ class CorralRollout:
         bundle: The served bundle (`Bundle(url)` or `Bundle.local(path)`); its server must allow as
             many sessions at once as the trainer generates rollouts at once.
         processor: Renders and parses for the model's chat template; by default a
-            `HermesProcessor` (Qwen) on the trainer's tokenizer and chat template.
-        generator: Samples continuations; by default HF `generate` on the trainer's model with the
-            trainer's temperature, top-p and top-k. Pass a `VLLMGenerator` for a vLLM server.
+            `HermesProcessor` (Qwen) on the trainer's tokenizer and chat template, ending a turn
+            on any of the trainer's EOS ids.
+        generator: Samples continuations; by default the trainer's own model, many episodes in one
+            padded `generate`, with the trainer's temperature, top-p and top-k, or with
+            `use_vllm=True, vllm_mode="server"` the trainer's vLLM server. One that samples a
+            policy the trainer does not train is refused.
         max_tool_calls: Tool calls (end_turn included) an episode may make before it is cut.
         max_completion_length: Completion ids an episode may reach before it is cut; by default
             the trainer's `max_completion_length`.
+        record_dir: Record each rollout's tokens there (`RolloutRecord`), joined by episode id
+            to the server's records (`corral serve --record`); none by default.
     """
 
     def __init__(
@@ -111,6 +88,7 @@ class CorralRollout:
         generator: Generator | None = None,
         max_tool_calls: int = 16,
         max_completion_length: int | None = None,
+        record_dir: str | Path | None = None,
     ):
         self.bundle = bundle
         self.processor = processor
@@ -119,6 +97,7 @@ class CorralRollout:
         self.max_completion_length = max_completion_length
         self.history: list[StepAccount] = []
         self.last_rollouts: list[Rollout] = []
+        self.records = RecordWriter(record_dir, "rollouts", source=bundle.name) if record_dir is not None else None
         self._tasks: dict[str, dict[str, Any]] = {}
         self._by_text: dict[str, dict[str, None]] = {}  # prompt text -> the ids of the tasks with it, in order
         self._datasets: dict[str, Any] = {}
@@ -150,43 +129,42 @@ class CorralRollout:
 
     def __call__(self, prompts: list[list[Message]], trainer: Any) -> dict[str, Any]:
         """Play one episode per prompt, all at once; return what GRPOTrainer trains on."""
-        if self.processor is None:
-            self.processor = HermesProcessor.for_trainer(trainer.processing_class, trainer.args.chat_template_kwargs)
-        length = self.max_completion_length or trainer.args.max_completion_length
-        if self.generator is not None:
-            rollouts = self.play(prompts, max_completion_length=length)
-        elif trainer.args.use_vllm:
-            raise ConfigError(
-                "with use_vllm=True, pass CorralRollout(generator=VLLMGenerator(url, model)) for the vLLM server "
-                "(vllm_mode='server'); CorralRollout does not drive colocated vLLM"
-            )
-        else:
-            # The trainer's own model, unwrapped as TRL unwraps it to generate (gradient
-            # checkpointing off, ZeRO-3 weights gathered).
-            with unwrap_model_for_generation(
-                trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
-                gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
-            ) as model:
-                generator = TransformersGenerator(model, SamplingParams.from_trainer_args(trainer.args))
-                rollouts = self.play(prompts, generator=generator, max_completion_length=length)
+        args = trainer.args
+        if self.processor is None:  # a turn may end on any of the model's EOS ids (vLLM stops on them all)
+            self.processor = HermesProcessor.for_trainer(trainer.processing_class, args.chat_template_kwargs,
+                                                         stop_token_ids=trainer.eos_token_ids)
+        length = self.max_completion_length or args.max_completion_length
+        with trainer_policy(trainer, self.generator) as generator:
+            rollouts = self.play(prompts, generator=generator, max_completion_length=length)
         training = trainer.model.training
-        self._account(rollouts, trainer._metrics["train" if training else "eval"],
-                      trainer.num_generations if training else trainer.num_generations_eval)
+        # Groups may span processes: count the step over every process's rollouts.
+        account = StepAccount.of(gather_object([Outcome.of(r) for r in rollouts]),
+                                 trainer.num_generations if training else trainer.num_generations_eval)
+        self.history.append(account)
+        if account.unscored or account.failed or account.truncated:
+            log.warning("rollouts: %s", account.summary())
+        # TRL reads a completion as truncated when its last id is no EOS, but a rollout corral cut ends
+        # on the model's own end of turn: with mask_truncated_completions its loss mask is emptied here.
+        masked = args.mask_truncated_completions
         return {
             "prompt_ids": [r.prompt_ids for r in rollouts],
             "completion_ids": [r.completion_ids for r in rollouts],
             "logprobs": [r.logprobs for r in rollouts],
-            "env_mask": [r.env_mask for r in rollouts],
+            "env_mask": [[0] * len(r.env_mask) if masked and r.truncated else r.env_mask for r in rollouts],
             "episode_reward": [r.reward for r in rollouts],
+            "rollout_metrics": [account.metrics()] * len(rollouts),
         }
 
     def play(self, prompts: list[list[Message]], *, generator: Generator | None = None,
-             max_completion_length: int | None = None) -> list[Rollout]:
-        """Play one episode per prompt, concurrently, one session each; also usable by hand.
+             max_completion_length: int | None = None, concurrency: int | None = None,
+             on_rollout: Callable[[Rollout], None] | None = None) -> list[Rollout]:
+        """Play one episode per prompt, `concurrency` at once (all by default), one session each;
+        also usable by hand.
 
         Needs a processor (the trainer's default is filled in by the first `__call__`) and a
         generator (this call's, else the one this rollout_func was made with);
-        `max_completion_length` defaults to the one it was made with.
+        `max_completion_length` defaults to the one it was made with. `on_rollout` is called
+        with each rollout as it ends (from its thread).
         """
         generator = generator or self.generator
         if self.processor is None or generator is None:
@@ -196,25 +174,43 @@ class CorralRollout:
             raise ConfigError("play needs max_completion_length (the trainer's, when called as rollout_func)")
         limits = RolloutLimits(length, self.max_tool_calls)
         tasks = [self.task_of(prompt) for prompt in prompts]
-        while len(self._sessions) < len(prompts):
+        workers = max(1, min(concurrency or len(prompts), len(prompts)))
+        while len(self._sessions) < workers:
             spec = next(iter(self._specs.values()))
             self._sessions.append(Session(spec.url, token=spec.token, keepalive_s=spec.keepalive_s))
+        free: queue.SimpleQueue[Session] = queue.SimpleQueue()
+        for session in self._sessions[:workers]:
+            free.put(session)
         processor = self.processor
 
-        def play_one(session: Session, task: dict[str, Any], prompt: list[Message]) -> Rollout:
-            spec = self._specs[task["toolset"]]
-            return _RolloutPlayer(session, spec, task, processor, generator, limits).play(prompt)
+        def play_one(task: dict[str, Any], prompt: list[Message]) -> Rollout:
+            session = free.get()
+            try:
+                with episode_on(generator):
+                    rollout = RolloutPlayer(session, self._specs[task["toolset"]], task, processor, generator,
+                                            limits).play(prompt)
+            finally:
+                free.put(session)
+            if self.records is not None:
+                self.records.write(rollout.record())
+            if on_rollout is not None:
+                on_rollout(rollout)
+            return rollout
 
-        with ThreadPoolExecutor(max_workers=len(prompts), thread_name_prefix="corral-episode") as pool:
-            rollouts = list(pool.map(play_one, self._sessions[: len(prompts)], tasks, prompts))
+        with playing(generator, len(prompts), workers), \
+                ThreadPoolExecutor(max_workers=workers, thread_name_prefix="corral-episode") as pool:
+            rollouts = list(pool.map(play_one, tasks, prompts))
         self.last_rollouts = rollouts
         return rollouts
 
     def close(self) -> None:
-        """End the sessions this rollout_func holds on the server."""
+        """End the sessions this rollout_func holds on the server, and close its records."""
         for session in self._sessions:
             session.close()
         self._sessions = []
+        if self.records is not None:
+            self.records.close()
+            self.records = None
 
     def task_of(self, prompt: list[Message]) -> dict[str, Any]:
         """The task a prompt is: by its tag (see `dataset`), else by its text if one task has it."""
@@ -242,115 +238,6 @@ class CorralRollout:
             f"the prompt {text} is the prompt of {len(matches)} tasks ({', '.join(matches[:5])}, ...), so the "
             f"text cannot say which to play: train on rollout.dataset, whose prompts name their task"
         )
-
-    def _account(self, rollouts: list[Rollout], metrics: dict[str, list[float]], group_size: int) -> None:
-        account = StepAccount.of(rollouts, group_size)
-        self.history.append(account)
-        # Into TRL's own metric buffer (trainer._metrics): logged with its rewards, averaged over
-        # the logging window, to every reporter the trainer has (W&B, trackio, ...).
-        for key, value in account.metrics().items():
-            metrics[key].append(value)
-        if account.unscored or account.truncated:
-            log.warning("rollouts: %s", account.summary())
-
-
-class _RolloutPlayer:
-    """One rollout on one session: the loop of sampling, tool calls and rendered answers."""
-
-    def __init__(self, session: Session, spec: EnvironmentSpec, task: dict[str, Any], processor: Processor,
-                 generator: Generator, limits: RolloutLimits):
-        self.episode = Episode(session, spec.server_limits, reward=spec.reward, capacity_wait_s=spec.capacity_wait_s)
-        self.spec = spec
-        self.task = task
-        self.processor = processor
-        self.generator = generator
-        self.limits = limits
-        self.rollout: Rollout
-
-    def play(self, prompt: list[Message]) -> Rollout:
-        messages = [{"role": m["role"], "content": m["content"]} for m in prompt]
-        opened = self.episode.start(ResetData(
-            split=self.task["split"], index=self.task["index"], task_id=self.task["task_id"],
-            tool_timeout_s=self.spec.tool_timeout_s, reset_timeout_s=self.spec.reset_timeout_s,
-        ))
-        tools = [_function(tool) for tool in opened.offered_tools]
-        self.rollout = rollout = Rollout(self.task["task_id"], self.task["toolset"],
-                                         self.processor.render_prompt(messages, tools), tools, messages=messages)
-        if opened.done:  # the env could not start: nothing to sample; one masked id keeps TRL's shapes
-            rollout.add(self.processor.stop_token_ids[:1], sampled=False)
-            return self._scored(rollout)
-        while self.episode.open:
-            budget = self.limits.max_completion_length - len(rollout.completion_ids)
-            if budget <= 0:
-                rollout.truncated = "completion_length"
-                break
-            sample = self.generator.generate(rollout.prompt_ids + rollout.completion_ids, max_new_tokens=budget,
-                                             stop_token_ids=self.processor.stop_token_ids)
-            rollout.add(sample.token_ids, sampled=True, logprobs=sample.logprobs)
-            if not sample.stopped:  # cut mid-turn: kept as the text it is, its calls not run
-                rollout.messages.append({"role": "assistant", "content": self.processor.parse(sample.token_ids).text})
-                rollout.truncated = "completion_length"
-                break
-            turn = self.processor.parse(sample.token_ids)
-            rollout.messages.append(turn.message())
-            answers = self._answer(turn)
-            if not self.episode.open or rollout.truncated:
-                break
-            chunk = self.processor.render_env_turn(answers)
-            if len(rollout.completion_ids) + len(chunk) >= self.limits.max_completion_length:
-                rollout.truncated = "completion_length"  # no room left to sample after the answer
-                break
-            rollout.add(chunk, sampled=False)
-            rollout.messages += answers
-        self.episode.finish()  # a limit cut it: end its turns, so the server scores what the model did
-        return self._scored(rollout)
-
-    def _answer(self, turn) -> list[Message]:
-        """Run the turn's tool calls; a reply without one ends the turn with its text as the response."""
-        if not turn.tool_calls:
-            if not self._count_call():
-                return []
-            observed = self.episode.end_turn(turn.content)
-            return [] if observed.done else [{"role": "user", "content": observed.answer}]
-        answers = []
-        for call in turn.tool_calls:
-            if not self._count_call():
-                return []
-            if call.error is not None:
-                self.rollout.tool_errors += 1
-                answers.append({"role": "tool", "name": call.name or "unknown", "content": call.error})
-                continue
-            observed = self.episode.call(call.name, call.arguments)
-            if observed.done:
-                return []
-            if observed.error is not None:
-                self.rollout.tool_errors += 1
-            answers.append({"role": "tool", "name": call.name, "content": observed.answer})
-        return answers
-
-    def _count_call(self) -> bool:
-        if self.rollout.tool_calls >= self.limits.max_tool_calls:
-            self.rollout.truncated = "tool_calls"
-            return False
-        self.rollout.tool_calls += 1
-        return True
-
-    def _scored(self, rollout: Rollout) -> Rollout:
-        rollout.reward = self.episode.reward
-        rollout.unscored_reason = self.episode.reason if self.episode.reward is None else None
-        return rollout
-
-
-def chat_tools(toolset: Toolset) -> list[dict[str, Any]]:
-    """A toolset's tools as the rollout renders them in the first prompt (e.g. to SFT on the same
-    context): `{"type": "function", "function": {name, description, parameters}}` each."""
-    return [_function(tool) for tool in toolset.tools]
-
-
-def _function(tool: ToolSpec) -> dict[str, Any]:
-    """A tool as chat templates take it."""
-    schema = tool.input_schema or {"type": "object", "properties": {}}
-    return {"type": "function", "function": {"name": tool.name, "description": tool.description, "parameters": schema}}
 
 
 def _text_key(prompt: list[Message]) -> str:

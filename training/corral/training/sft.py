@@ -121,6 +121,7 @@ def gold_dataset(
     min_reward: float | None = None,
     concurrency: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    tools: Sequence[dict[str, Any]] | None = None,
 ):
     """Play the gold calls of a split's tasks on the server and return them as an SFT dataset.
 
@@ -133,6 +134,9 @@ def gold_dataset(
             call that misses the optimum would teach the model a wrong answer.
         concurrency: Episodes played at once, each in its own environment (server session).
         progress: Called as `progress(done, total)` after each episode.
+        tools: The tools each conversation shows; by default `trainer_tools`, as
+            `GRPOTrainer(environment_factory=...)` renders them. For `CorralRollout`, which renders
+            the server's own schemas, pass `chat_tools(bundle.toolsets[name])`.
 
     Returns:
         A `datasets.Dataset` for `SFTTrainer(args=SFTConfig(assistant_only_loss=True))`: `messages`,
@@ -150,7 +154,7 @@ def gold_dataset(
     environments: queue.SimpleQueue[Any] = queue.SimpleQueue()
     for _ in range(concurrency):
         environments.put(bundle.factory())
-    tools = trainer_tools(bundle.factory())
+    tools = list(tools) if tools is not None else trainer_tools(bundle.factory())
 
     def play(row: Mapping[str, Any]) -> GoldEpisode:
         environment = environments.get()

@@ -14,13 +14,11 @@ Wrap other torch work on the model (e.g. `trainer.train()`) in `one_cpu_thread()
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,17 +26,13 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is local; never reach for the Hub
 
-import jinja2
 import torch
-import trl
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from torch.nn.utils.rnn import pad_sequence
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     GenerationConfig,
     PreTrainedTokenizerBase,
-    PreTrainedTokenizerFast,
     Qwen3Config,
     Qwen3ForCausalLM,
 )
@@ -50,32 +44,12 @@ from trl.chat_template_utils import (
 )
 
 from corral.errors import ConfigError
+from corral.training.tiny_tokenizer import VOCAB_SIZE, build_tokenizer, sample_chats
+
+_COMPLETE = "tiny_model_complete"
 
 Tool = Callable[..., Any] | dict[str, Any]
 """A tool as `apply_chat_template` takes it: a typed function with a Google docstring, or JSON."""
-
-QWEN3_TEMPLATE = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text(
-    encoding="utf-8"
-)
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-# Added but not special in Qwen3, so decoding with skip_special_tokens keeps them.
-TAG_TOKENS = [
-    "<think>",
-    "</think>",
-    "<tool_call>",
-    "</tool_call>",
-    "<tool_response>",
-    "</tool_response>",
-]
-VOCAB_SIZE = 1024
-_COMPLETE = "tiny_model_complete"
-_ENGLISH = """
-The agent reads the task and plans a schedule: it puts each job on one of the machines, in order,
-then calls a tool with the actions as a list of numbers and waits for the result. If the tool
-returns an error, it tries again; when the score is good enough it answers the user that the plan
-is done. Every step takes some time, so the first answer should be right. Return JSON.
-"""
-_WORDS = re.findall(r"\w+", _ENGLISH)
 
 CPU_RUN_SETTINGS: dict[str, Any] = {
     "use_cpu": True,
@@ -103,12 +77,33 @@ def one_cpu_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def make_tiny_model(out_dir: Path, *, seed: int = 0) -> Path:
+def make_tiny_model(
+    out_dir: Path,
+    *,
+    seed: int = 0,
+    chats: Iterable[dict[str, Any]] | None = None,
+    vocab_size: int = VOCAB_SIZE,
+    split_digits: bool = False,
+    common_lines: bool = False,
+    hidden_size: int = 64,
+    layers: int = 2,
+    max_positions: int = 2048,
+) -> Path:
     """Write a tiny Qwen3 causal LM and its tokenizer to `out_dir`, unless a complete one is there.
 
     Args:
         out_dir: Folder to hold the model; created (with its parents) when missing.
         seed: Seed of the generated tokenizer corpus and of the weight initialisation.
+        chats: The conversations to train the tokenizer on, as the chat template's variables
+            (`messages`, `tools`, ...): a bundle's own, so that its conversations take few ids.
+            By default generic tool-calling chats made up here.
+        vocab_size: The tokenizer's vocabulary, special tokens included.
+        split_digits: Keep every digit a token of its own (as Qwen does), so that a number
+            copied from a tool's answer into a call is the same ids in both.
+        common_lines: Make each line that most `chats` share one token (see `tiny_tokenizer`).
+        hidden_size: The model's width (4 attention heads, 2 of them for keys and values).
+        layers: Its decoder layers.
+        max_positions: The longest sequence it takes.
 
     Returns:
         `out_dir`, loadable with `from_pretrained` and usable as `GRPOTrainer(model=str(out_dir))`.
@@ -118,18 +113,20 @@ def make_tiny_model(out_dir: Path, *, seed: int = 0) -> Path:
         return out_dir
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".tiny-model-", dir=out_dir.parent))
-    tokenizer = _build_tokenizer(random.Random(seed))
+    chats = sample_chats(random.Random(seed), 300) if chats is None else chats
+    tokenizer = build_tokenizer(chats, vocab_size=vocab_size, split_digits=split_digits, common_lines=common_lines,
+                                max_positions=max_positions)
     tokenizer.save_pretrained(staging)
     torch.manual_seed(seed)
     config = Qwen3Config(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=2048,
+        head_dim=hidden_size // 4,
+        max_position_embeddings=max_positions,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
@@ -151,79 +148,6 @@ def make_tiny_model(out_dir: Path, *, seed: int = 0) -> Path:
             shutil.rmtree(out_dir, ignore_errors=True)
             staging.rename(out_dir)
     return out_dir
-
-
-def _build_tokenizer(rng: random.Random) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE on generated chats and wrap it as a Qwen3-like HF tokenizer."""
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    added = SPECIAL_TOKENS + TAG_TOKENS
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE - len(added),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    environment = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-    environment.filters["tojson"] = json.dumps
-    render = environment.from_string(QWEN3_TEMPLATE).render
-    splitter = re.compile("|".join(map(re.escape, added)))
-    texts = (render(**_sample_chat(rng)) for _ in range(300))
-    tokenizer.train_from_iterator(
-        (piece for text in texts for piece in splitter.split(text)), trainer
-    )
-    tokenizer.add_special_tokens(
-        [AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS]
-    )
-    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        chat_template=QWEN3_TEMPLATE,
-        model_max_length=2048,
-    )
-
-
-def _sample_chat(rng: random.Random) -> dict[str, Any]:
-    """Template variables of a random tool-calling chat; rendered, the tokenizer's training text."""
-
-    def words(n: int) -> str:
-        return " ".join(rng.choice(_WORDS) for _ in range(n))
-
-    def value() -> Any:
-        return rng.choice(
-            [
-                rng.randrange(-5, 1000),
-                [rng.randrange(10) for _ in range(rng.randrange(1, 12))],
-                words(rng.randrange(1, 4)),
-                rng.random() < 0.5,
-            ]
-        )
-
-    names = ["_".join(rng.sample(_WORDS, 2)) for _ in range(2)]
-    parameters = {
-        "type": "object",
-        "properties": {rng.choice(_WORDS): {"type": "array", "items": {"type": "integer"}}},
-        "required": [],
-    }
-    tools = [
-        {
-            "type": "function",
-            "function": {"name": n, "description": words(8), "parameters": parameters},
-        }
-        for n in names
-    ]
-    call = {"function": {"name": names[0], "arguments": {rng.choice(_WORDS): value()}}}
-    answer = json.dumps({rng.choice(_WORDS): value(), "reward": rng.random()})
-    messages = [
-        {"role": "system", "content": _ENGLISH},
-        {"role": "user", "content": words(20) + " " + json.dumps({rng.choice(_WORDS): value()})},
-        {"role": "assistant", "content": "", "tool_calls": [call]},
-        {"role": "tool", "content": answer},
-        {"role": "assistant", "content": words(5) + "."},
-    ]
-    return {"messages": messages, "tools": tools}
 
 
 @dataclass(frozen=True)

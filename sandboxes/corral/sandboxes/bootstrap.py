@@ -1,10 +1,10 @@
-"""Putting the env SDK into a container over its stdin.
+"""Putting the env SDK into a container (docker, modal) over its stdin.
 
-Why stdin: an env image needs nothing but python3, so `corral.env` must arrive at start. The
-container's root filesystem is read-only, and Docker refuses `put_archive` there; a bind mount
-of this checkout breaks once the server itself runs in a container (the engine sees the host's
-paths, not ours); a named volume would have to be refilled whenever corral changes and shared
-by every container. Instead the container runs `python3 -c BOOTSTRAP ARGS...`, which reads
+Why stdin: an env image needs nothing but python3, so `corral.env` must arrive at start. A
+docker container's root filesystem is read-only, and Docker refuses `put_archive` there; a
+bind mount of this checkout breaks once the server itself runs in a container (the engine sees
+the host's paths, not ours); a named volume would have to be refilled whenever corral changes
+and shared by every container; a Modal image would have to be rebuilt. Instead the container runs `python3 -c BOOTSTRAP ARGS...`, which reads
 `<length>\\n<zip of corral/env and corral/errors.py>` from stdin with exact-length reads (so
 not one byte of the protocol that follows is swallowed), imports the SDK from memory and runs
 `corral.env` as `python3 -m corral.env ARGS...` would. Nothing is written anywhere, and a warm

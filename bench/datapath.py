@@ -1,0 +1,261 @@
+"""The data path side by side: corral local, corral docker and OpenEnv 0.10 in-process.
+
+    .venv/bin/python bench/datapath.py                 # ~3 min on 2 busy cores
+    .venv/bin/python bench/datapath.py --rounds 2      # quicker, noisier
+
+Three servers, each `uvicorn` in a process of its own, one trivial echo tool each:
+- corral local: `corral serve tests/fixtures/dockerbox --sandbox local` (tool `say`, the env a
+  child process reached over pipes);
+- corral docker: the same with `--sandbox docker --warm-pool 4` (each env in a hardened
+  container reached over its Unix socket);
+- OpenEnv 0.10, in the server's own process (no sandbox at all), two ways: `openenv`, the
+  plain echo `Environment` of OpenEnv's own template (a step with `{"message"}` answers it:
+  the least a step can cost there, and the baseline), and `openenv-mcp`, an `MCPEnvironment`
+  with a FastMCP `say` tool played with `call_tool` as corral is.
+
+One driver plays them all over raw WebSocket frames (`reset`, then a `step` per call),
+in alternating rounds so a busy moment of the shared machine hits each alike:
+1. tool-call p50 and p99 at 1 session;
+2. calls per second with 64 sessions at once;
+3. docker warm reset p50: sequential resets, each once the pool is full again.
+Printed as ratios to OpenEnv (and absolute figures beside them, for the record only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+from websockets.asyncio.client import connect
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLE = ROOT / "tests" / "fixtures" / "dockerbox"
+CORRAL_RESET = json.dumps({"type": "reset", "data": {"split": "plain", "index": 0}})
+OPENENV_RESET = json.dumps({"type": "reset", "data": {}})
+SAY = json.dumps({"type": "step", "data": {"type": "call_tool", "tool_name": "say", "arguments": {"text": "plain"}}})
+END_TURN = json.dumps({"type": "step", "data": {"type": "call_tool", "tool_name": "end_turn",
+                                                "arguments": {"response": "done"}}})
+WARM_POOL = 4
+KINDS = ("openenv", "openenv-mcp", "local", "docker")
+
+ECHO = json.dumps({"type": "step", "data": {"message": "plain"}})
+OPENENV_SERVER = textwrap.dedent("""
+    import sys, uvicorn
+    from fastmcp import FastMCP
+    from openenv.core.env_server.http_server import create_app
+    from openenv.core.env_server.interfaces import Environment
+    from openenv.core.env_server.mcp_environment import MCPEnvironment
+    from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
+    from openenv.core.env_server.types import Action, Observation, State
+
+    class EchoAction(Action):
+        message: str
+
+    class EchoObservation(Observation):
+        echoed: str = ""
+
+    class Echo(Environment):
+        SUPPORTS_CONCURRENT_SESSIONS = True
+
+        def __init__(self):
+            super().__init__()
+            self._state = State(step_count=0)
+
+        def reset(self, seed=None, episode_id=None, **kwargs):
+            return EchoObservation(done=False, reward=0.0)
+
+        def step(self, action, timeout_s=None, **kwargs):
+            return EchoObservation(echoed=action.message, done=False, reward=0.0)
+
+        @property
+        def state(self):
+            return self._state
+
+    class McpEcho(MCPEnvironment):
+        SUPPORTS_CONCURRENT_SESSIONS = True
+
+        def __init__(self):
+            mcp = FastMCP("echo")
+
+            @mcp.tool()
+            def say(text: str) -> str:
+                return text
+
+            super().__init__(mcp)
+            self._state = State(step_count=0)
+
+        def reset(self, seed=None, episode_id=None, **kwargs):
+            return Observation(done=False, reward=0.0)
+
+        def _step_impl(self, action, **kwargs):
+            return Observation(done=False, reward=0.0)
+
+        @property
+        def state(self):
+            return self._state
+
+    if sys.argv[3] == "mcp":
+        app = create_app(McpEcho, CallToolAction, CallToolObservation, env_name="echo", max_concurrent_envs=int(sys.argv[2]))
+    else:
+        app = create_app(Echo, EchoAction, EchoObservation, env_name="echo", max_concurrent_envs=int(sys.argv[2]))
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+""")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start(kind: str, sessions: int) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    if kind.startswith("openenv"):
+        command = [sys.executable, "-c", OPENENV_SERVER, str(port), str(sessions), kind.removeprefix("openenv-")]
+    else:
+        corral = Path(sys.executable).parent / "corral"
+        command = [str(corral), "serve", str(BUNDLE), "--port", str(port), "--max-concurrent-envs", str(sessions),
+                   "--sandbox", kind, *(["--warm-pool", str(WARM_POOL)] if kind == "docker" else [])]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600  # docker builds the env images first, if missing
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", trust_env=False, timeout=2).status_code == 200:
+                return server, url
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    server.kill()
+    raise SystemExit(f"the {kind} server did not answer within 600s")
+
+
+async def opened(url: str, reset: str):
+    socket_ = await connect(url.replace("http", "ws") + "/ws", max_size=None, proxy=None, open_timeout=120)
+    await socket_.send(reset)
+    await socket_.recv()
+    return socket_
+
+
+async def latencies(socket_, count: int, call: str) -> list[float]:
+    found = []
+    for _ in range(count):
+        started = time.perf_counter()
+        await socket_.send(call)
+        await socket_.recv()
+        found.append(time.perf_counter() - started)
+    return found
+
+
+async def rate(sockets, seconds: float, call: str) -> float:
+    deadline, done = time.perf_counter() + seconds, 0
+
+    async def play(socket_) -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            await socket_.send(call)
+            await socket_.recv()
+            done += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(play(s) for s in sockets))
+    return done / (time.perf_counter() - started)
+
+
+async def warm_resets(url: str, count: int) -> list[float]:
+    """Sequential docker resets, each once the warm pool is full again (so each one is warm)."""
+    found = []
+    async with httpx.AsyncClient(trust_env=False) as http:
+        socket_ = await opened(url, CORRAL_RESET)
+        await socket_.send(END_TURN)
+        await socket_.recv()
+        for _ in range(count):
+            while (await http.get(f"{url}/health")).json()["sandbox"]["warm"].get("plain", 0) < WARM_POOL:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.2)  # a quiet moment, as a trainer's resets come between generations
+            started = time.perf_counter()
+            await socket_.send(CORRAL_RESET)
+            await socket_.recv()
+            found.append(time.perf_counter() - started)
+            await socket_.send(END_TURN)
+            await socket_.recv()
+        await socket_.close()
+    return found
+
+
+def percentile(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100)[q - 1]
+
+
+async def measure(urls: dict[str, str], args: argparse.Namespace) -> dict:
+    resets = {kind: OPENENV_RESET if kind.startswith("openenv") else CORRAL_RESET for kind in urls}
+    steps = {kind: ECHO if kind == "openenv" else SAY for kind in urls}
+    single = {kind: await opened(url, resets[kind]) for kind, url in urls.items()}
+    many = {kind: await asyncio.gather(*(opened(url, resets[kind]) for _ in range(args.sessions)))
+            for kind, url in urls.items()}
+    calls = {kind: [] for kind in urls}
+    rates = {kind: [] for kind in urls}
+    for kind in urls:  # warm-up: imports, caches, the first calls' connections
+        await latencies(single[kind], 100, steps[kind])
+        await rate(many[kind], 1.0, steps[kind])
+    for _ in range(args.rounds):
+        for kind in urls:
+            calls[kind] += await latencies(single[kind], args.calls, steps[kind])
+            rates[kind].append(await rate(many[kind], args.seconds, steps[kind]))
+    for sockets in (list(single.values()), *many.values()):
+        await asyncio.gather(*(s.close() for s in sockets))
+    warm = await warm_resets(urls["docker"], args.resets)
+    return {
+        "p50_ms": {k: statistics.median(v) * 1e3 for k, v in calls.items()},
+        "p99_ms": {k: percentile(v, 99) * 1e3 for k, v in calls.items()},
+        "calls_per_s": {k: statistics.median(v) for k, v in rates.items()},
+        "warm_reset_p50_ms": statistics.median(warm) * 1e3,
+        "warm_reset_p95_ms": percentile(warm, 95) * 1e3,
+    }
+
+
+def report(figures: dict, sessions: int) -> None:
+    base = "openenv"
+    print(f"{'':14s}{'p50 (1 session)':>22s}{'p99 (1 session)':>22s}{f'calls/s ({sessions} sessions)':>28s}")
+    for kind in KINDS:
+        p50, p99, rate_ = figures["p50_ms"][kind], figures["p99_ms"][kind], figures["calls_per_s"][kind]
+        print(f"{kind:14s}{p50 / figures['p50_ms'][base]:8.2f}x ({p50:6.3f} ms)"
+              f"{p99 / figures['p99_ms'][base]:8.2f}x ({p99:6.3f} ms)"
+              f"{rate_ / figures['calls_per_s'][base]:14.2f}x ({rate_:7.0f}/s)")
+    print(f"docker warm reset p50 {figures['warm_reset_p50_ms']:.2f} ms (p95 {figures['warm_reset_p95_ms']:.2f} ms), "
+          f"{figures['warm_reset_p50_ms'] / figures['p50_ms']['docker']:.1f}x a docker tool call")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=4, help="alternating rounds per measure")
+    parser.add_argument("--calls", type=int, default=500, help="calls per round at 1 session")
+    parser.add_argument("--sessions", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=5.0, help="seconds per round at --sessions")
+    parser.add_argument("--resets", type=int, default=40, help="docker warm resets")
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    args = parser.parse_args()
+    servers = {}
+    try:
+        for kind in KINDS:
+            servers[kind] = start(kind, args.sessions + 2)
+        figures = asyncio.run(measure({kind: url for kind, (_, url) in servers.items()}, args))
+    finally:
+        for server, _ in servers.values():
+            server.terminate()
+            server.wait(120)
+    print(json.dumps(figures) if args.json else "", end="\n" if args.json else "")
+    if not args.json:
+        report(figures, args.sessions)
+
+
+if __name__ == "__main__":
+    main()

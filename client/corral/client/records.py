@@ -1,0 +1,116 @@
+"""Episode records: what happened in each episode, kept to read, filter and train on later.
+
+Two sides, joined by the episode's id (a client sends its own in the reset, `ResetData.episode_id`):
+
+- the server's `EpisodeRecord`: the task, its prompts and tools, every call with its arguments,
+  its result or error and its timing, how the episode ended and why, the scores and reward,
+  the sandbox and the seconds by phase (`corral serve --record DIR`);
+- the client's `RolloutRecord`: what only a trainer knows, the token ids the model saw and
+  sampled, their logprobs and the loss mask (`CorralRollout(record_dir=DIR)`, `corral eval`).
+
+Both are written by `corral.client.record_store` as JSON lines with an SQLite index, and read
+back with its `EpisodeStore`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from corral.client.catalog import ToolSpec
+from corral.client.protocol import CallToolObservation, EpisodeStatus, ToolError
+
+RecordKind = Literal["episodes", "rollouts"]
+
+
+class _Record(BaseModel):
+    # Logprobs a generator did not compute are NaN: written as JSON's NaN, read back as NaN.
+    model_config = ConfigDict(extra="ignore", ser_json_inf_nan="constants")
+
+
+class RecordedCall(_Record):
+    """One call the agent made, as the server answered it.
+
+    `turn` is the turn it was made in; `started_s` the seconds from the episode's reset to the
+    call; `seconds` how long it took (an `end_turn` that scores includes the verifiers)."""
+
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    result: str | None = None
+    error: ToolError | None = None
+    prompt: str | None = None  # end_turn: the next turn's prompt
+    turn: int = 1
+    started_s: float = 0.0
+    seconds: float = 0.0
+
+    @classmethod
+    def of(cls, tool: str, arguments: dict[str, Any], observed: CallToolObservation, *, turn: int,
+           started_s: float, seconds: float) -> RecordedCall:
+        result = None if observed.error is not None else observed.answer
+        return cls(tool=tool, arguments=arguments, result=result, error=observed.error, prompt=observed.prompt,
+                   turn=turn, started_s=round(started_s, 6), seconds=round(seconds, 6))
+
+
+class EpisodeRecord(_Record):
+    """One episode as the server played it, from its reset to its end.
+
+    `status` is scored, failed (by the agent: `reward` is the task's failure score) or unscored
+    (the platform failed: `reward` is None); `cause` says what ended it in a word and `reason`
+    in a sentence. `seconds` is by phase: start (the sandbox), reset (all of it), tools,
+    verify, total."""
+
+    episode_id: str
+    run: str = ""
+    session_id: str = ""
+    bundle: str = ""
+    task_id: str
+    split: str | None = None
+    system_prompt: str = ""
+    prompt: str = ""
+    tools: list[ToolSpec] = Field(default_factory=list)
+    turns: int = 1
+    calls: list[RecordedCall] = Field(default_factory=list)
+    tool_calls: int = 0  # calls the env ran (end_turn and refused calls are not counted)
+    status: EpisodeStatus = "unscored"
+    cause: str
+    reason: str | None = None
+    scores: dict[str, float] = Field(default_factory=dict)
+    reward: float | None = None
+    sandbox: str = ""
+    seconds: dict[str, float] = Field(default_factory=dict)
+    started_at: float = Field(default_factory=time.time)  # wall clock, seconds since the epoch
+    ended_at: float = Field(default_factory=time.time)
+
+
+class RolloutRecord(_Record):
+    """One rollout as a trainer (or `corral eval`) played it: the tokens behind the server's record.
+
+    `completion_ids[i]` was sampled by the model where `env_mask[i]` is 1, with `logprobs[i]`
+    (NaN when not computed), and rendered from the server's answer where it is 0.
+    `prompt_ids + completion_ids` decodes to the chat template's rendering of `messages`."""
+
+    episode_id: str
+    run: str = ""
+    task_id: str
+    split: str | None = None
+    toolset: str = ""
+    prompt_ids: list[int] = Field(default_factory=list)
+    completion_ids: list[int] = Field(default_factory=list)
+    env_mask: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    reward: float | None = None
+    status: EpisodeStatus | None = None
+    reason: str | None = None
+    truncated: str | None = None
+    tool_calls: int = 0
+    tool_errors: int = 0
+    ended_at: float = Field(default_factory=time.time)
+
+    @property
+    def sampled(self) -> int:
+        """How many ids the model sampled."""
+        return sum(self.env_mask)

@@ -1,0 +1,240 @@
+"""Verifying an image run whole (a Harbor task's): its tests in a fresh container made from a
+commit of what the agent left.
+
+A Harbor task's agent may write anywhere in its container, so a copy of a few folders
+(docker_verify) would not hold what it did. `DockerSandbox.verify`, for a spec with a
+`writable_root`, does this instead:
+
+1. The agent's container is paused, and stays paused until it is removed: every process the
+   agent started stops where it is, and none of them ever runs again.
+2. The container is committed: an image of the task's image and everything the agent changed
+   (labelled `corral.purpose=verify`, removed afterwards).
+3. A fresh container of that image is created, hardened as the agent's was, its first process
+   docker's own init (from the engine, not the image) and the command that init's only child:
+   when the command ends, everything else in the container ends with it.
+4. The files (the task's tests) go into an empty volume at `files_dir` (Harbor's /tests), and
+   the folder of each result file (/logs/verifier) is another empty volume that every user may
+   write. The volumes are made without the image's content there (`nocopy`), so nothing the
+   agent left at those paths is seen, and the engine writes the files (its archive API): no
+   program of the image, which the agent may have changed, takes part.
+5. The command runs to its end or its deadline (then the container is killed); its output
+   comes over the attach stream (the container keeps no log), its exit code from the engine,
+   and the result files are read by the engine out of their volume once it has ended.
+6. The container, its volumes and the committed image are removed, whatever happened.
+
+What this cannot do: the command runs the image as the agent left it, so a task whose agent
+runs as root could have changed the programs its tests run (bash, python3). Only a task whose
+agent runs as another user (`[agent] user`) keeps those out of the agent's reach.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import posixpath
+import tarfile
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+
+import docker.errors
+import docker.types
+
+from corral.errors import SandboxError
+from corral.sandboxes.base import CommandResult, SandboxSpec
+from corral.sandboxes.docker_engine import Engine
+from corral.sandboxes.docker_stream import MuxStream
+
+STOPPING_S = 5.0  # how long a container that refused a pause may take to show as stopped
+SETUP_TIMEOUT_S = 120.0  # pausing, committing, creating, copying in: the platform's part
+RESULT_MAX_BYTES = 1024 * 1024  # a result file larger than this is not read back
+FILES_MODE = 0o555  # the files are read-only; executable, so a test.sh may run its helpers
+KILLED = 137
+
+
+async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, source: str, files: Mapping[str, bytes],
+                          command: Callable[[str], Sequence[str]], *, timeout_s: float, keep: int,
+                          files_dir: str = "/verifier", results: Sequence[str] = (), user: str | None = None,
+                          environment: Mapping[str, str] | None = None) -> CommandResult:
+    """The module docstring's steps, for `source` (the agent's container, made with `config`)."""
+    snapshot = f"corral-verify/{_safe(spec.env_name)}:{uuid.uuid4().hex[:12]}"
+    name = f"{config['name']}-verify-{uuid.uuid4().hex[:6]}"
+    made: list[str] = []  # the fresh container's id, once the engine has made it
+    try:
+        async with asyncio.timeout(SETUP_TIMEOUT_S):
+            if (gone := await _pause(engine, source)) is not None:
+                return CommandResult(exit_code=1, output=gone)
+            await engine.call(engine.api.commit, source, repository=snapshot.split(":")[0], tag=snapshot.split(":")[1],
+                              pause=False, changes=["LABEL corral.purpose=verify",
+                                                    f"LABEL corral.instance={engine.instance}"])
+            fresh = fresh_config(config, snapshot, name, files_dir=files_dir, results=results, user=user,
+                                 environment=environment, command=list(command(files_dir)))
+            made.append((await engine.call(engine.api.create_container, **fresh))["Id"])
+            refused = await _copy_in(engine, made[0], files, files_dir, results)
+            if refused is not None:
+                return CommandResult(exit_code=1, output=refused)
+            stream = await MuxStream.open(await engine.call(
+                engine.api.attach_socket, made[0], {"stdout": 1, "stderr": 1, "stream": 1}), merged=True)
+            refused = await _start(engine, made[0], files_dir)
+        if refused is not None:
+            await stream.close()
+            return CommandResult(exit_code=1, output=refused)
+        code, output = await _run(engine, made[0], stream, timeout_s=timeout_s, keep=keep)
+        found = {path: content for path in results if (content := await _read_back(engine, made[0], path)) is not None}
+        return CommandResult(code, output, found)
+    except TimeoutError:
+        raise SandboxError(f"setting up the verification of env {spec.env_name} took more than {SETUP_TIMEOUT_S:g}s; "
+                           "is the Docker engine overloaded?") from None
+    except docker.errors.APIError as error:
+        raise SandboxError(f"verifying env {spec.env_name}: {error.explanation or error}") from None
+    finally:
+        await engine.call(_remove, engine, made[0] if made else name, snapshot)
+
+
+def fresh_config(config: Mapping, image: str, name: str, *, files_dir: str, results: Sequence[str], user: str | None,
+                 environment: Mapping[str, str] | None, command: list[str]) -> dict:
+    """create_container's arguments for the verifier: the agent container's, with the commit
+    as its image, docker's init as its first process, the command as its one child, empty
+    volumes at `files_dir` and at each result file's folder, and no log kept."""
+    folders = [files_dir, *dict.fromkeys(posixpath.dirname(path) for path in results)]
+    host_config = {
+        **config["host_config"], "AutoRemove": False, "Init": True, "LogConfig": {"Type": "none", "Config": {}},
+        "Mounts": [docker.types.Mount(folder, None, type="volume", no_copy=True) for folder in folders],
+    }
+    labels = {key: value for key, value in config["labels"].items() if key != "corral.pool"}
+    return {
+        "image": image, "command": command, "entrypoint": [""], "user": config["user"] if user is None else user,
+        "environment": {**config["environment"], **(environment or {})}, "working_dir": config.get("working_dir"),
+        "name": name, "labels": {**labels, "corral.purpose": "verify"}, "host_config": host_config,
+        "stdin_open": False, "tty": False, "detach": True, "use_config_proxy": False,
+    }
+
+
+async def _pause(engine: Engine, container: str) -> str | None:
+    """Pause the agent's container for good; None when paused, else why it cannot be: it has
+    stopped, which is the agent's doing (it ended the container's first process), so there is
+    nothing to verify and the tests fail, rather than the episode going unscored."""
+    try:
+        await engine.call(engine.api.pause, container)
+    except docker.errors.APIError as error:
+        detail = str(error.explanation or error)
+        if "is already paused" in detail:  # a second verifier of the episode
+            return None
+        # The engine words a stopped container several ways, so its state decides, not the message.
+        if isinstance(error, docker.errors.NotFound) or await _stopped(engine, container):
+            return f"[corral] the task's container had stopped before its tests could run (its first process ended): {detail}"
+        raise
+    return None
+
+
+async def _stopped(engine: Engine, container: str, settle_s: float = STOPPING_S) -> bool:
+    """Whether the container has stopped, or stops within `settle_s`: a container whose first
+    process just died refuses a pause before the engine records it as stopped."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            state = (await engine.call(engine.api.inspect_container, container))["State"]
+        except docker.errors.NotFound:
+            return True
+        if not state.get("Running"):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.1)
+
+
+async def _copy_in(engine: Engine, container: str, files: Mapping[str, bytes], files_dir: str,
+                   results: Sequence[str]) -> str | None:
+    """The files into their volume, and each result folder made writable by all; None when
+    done, else why not. Before the start the volumes are the paths as the agent left them
+    resolve (a link it made is followed within the container): an error there is its doing."""
+    try:
+        await engine.call(engine.api.put_archive, container, files_dir, _archive(files))
+        for folder in dict.fromkeys(posixpath.dirname(path) for path in results):
+            parent, base = posixpath.split(folder.rstrip("/"))
+            await engine.call(engine.api.put_archive, container, parent or "/", _archive({base: None}, dir_mode=0o777))
+    except docker.errors.APIError as error:
+        return (f"[corral] the tests could not be put at {files_dir} in a copy of what the agent left "
+                f"(did it replace a folder there with a file?): {error.explanation or error}")
+    return None
+
+
+async def _start(engine: Engine, container: str, files_dir: str) -> str | None:
+    """Start the verifier's container; None when started, else why not. Its settings are
+    corral's and start every other episode's, so what fails here is the copy of what the agent
+    left: a file where a folder is mounted, a /bin/sh it deleted. Its doing: the tests fail."""
+    try:
+        await engine.call(engine.api.start, container)
+    except docker.errors.APIError as error:
+        return (f"[corral] the tests could not start in a copy of what the agent left (at {files_dir}, or its "
+                f"/bin/sh): {error.explanation or error}")
+    return None
+
+
+async def _run(engine: Engine, container: str, stream: MuxStream, *, timeout_s: float, keep: int) -> tuple[int | None, str]:
+    """Read the command's output until it ends or `timeout_s` passes (then the container is
+    killed: exit code None); its exit code as the engine recorded it, and its output's tail."""
+    output = bytearray()
+    try:
+        async with asyncio.timeout(timeout_s):
+            while chunk := await stream.read():
+                output += chunk
+                del output[:-keep * 4]  # characters are at most 4 bytes
+            code = (await engine.call(engine.api.wait, container, timeout=SETUP_TIMEOUT_S))["StatusCode"]
+    except TimeoutError:
+        with contextlib.suppress(docker.errors.APIError):
+            await engine.call(engine.api.kill, container)
+        code = None
+    finally:
+        await stream.close()
+    return code, output.decode("utf-8", errors="replace")[-keep:]
+
+
+async def _read_back(engine: Engine, container: str, path: str) -> bytes | None:
+    """The file at `path` in the stopped container, read by the engine (its archive API); None
+    when the command did not write it, or wrote something else there (a folder, a link)."""
+    try:
+        chunks, stat = await engine.call(engine.api.get_archive, container, path)
+    except docker.errors.NotFound:
+        return None
+    if stat.get("size", 0) > RESULT_MAX_BYTES or stat.get("mode", 0) & 0o20000000000 or stat.get("linkTarget"):
+        return None  # a folder (Go's ModeDir bit), a link, or a file too large to be a result
+
+    def read() -> bytes | None:
+        data = b"".join(chunks)
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+            member = archive.next()
+            if member is None or not member.isfile():
+                return None
+            extracted = archive.extractfile(member)
+            return extracted.read() if extracted is not None else None
+
+    return await asyncio.to_thread(read)
+
+
+def _archive(entries: Mapping[str, bytes | None], *, dir_mode: int = 0o755) -> bytes:
+    """A tar of `entries` (relative path -> content; None: a folder), owned by root."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for relative, content in entries.items():
+            info = tarfile.TarInfo(relative)
+            if content is None:
+                info.type, info.mode = tarfile.DIRTYPE, dir_mode
+                tar.addfile(info)
+            else:
+                info.size, info.mode = len(content), FILES_MODE
+                tar.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()
+
+
+def _remove(engine: Engine, container: str, image: str) -> None:
+    """Remove the verifier's container with its volumes, then the committed image (blocking)."""
+    with contextlib.suppress(docker.errors.NotFound):
+        engine.api.remove_container(container, force=True, v=True)
+    with contextlib.suppress(docker.errors.NotFound):
+        engine.api.remove_image(image, force=True, noprune=False)
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "_.-" else "-" for c in name.lower())

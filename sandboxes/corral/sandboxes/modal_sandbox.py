@@ -1,0 +1,162 @@
+"""One episode's env in a Modal Sandbox, reached over the sandbox's stdin and stdout.
+
+The sandbox runs the env's command (corral's runtime gets the SDK over stdin first, as in a
+docker container: modal_provider builds the image from the env folder alone). Modal carries
+stdout and stderr as text; they are read by two tasks of this object into a bounded line
+buffer and a bounded tail, so the protocol reads lines exactly as it does from a local pipe.
+Command verifiers run in a fresh sandbox of the same image (modal_verify).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+import modal
+
+from corral.errors import SandboxError
+from corral.sandboxes.base import CommandResult, Sandbox, SandboxSpec
+from corral.sandboxes.bootstrap import bootstrapped, sdk_payload
+from corral.sandboxes.modal_verify import verify_in_fresh_sandbox
+
+log = logging.getLogger("corral.sandboxes.modal")
+
+LINE_LIMIT = 64 * 1024 * 1024  # one protocol line may carry a large tool result
+STDERR_KEEP = 64 * 1024
+STDIN_CHUNK = 1024 * 1024  # Modal buffers at most 2 MB of stdin between drains
+ENVIRONMENT = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+# A sandbox outlives a killed server by at most this long (its reaper, on restart, ends it sooner).
+LIFETIME_S = 24 * 3600
+
+
+def create_options(spec: SandboxSpec, app: modal.App, image: modal.Image) -> dict:
+    """Sandbox.create's keyword arguments for `spec`: its app and image, its resources as hard
+    limits, no network unless it opts in, a lifetime, and the environment."""
+    cpus, memory = spec.resources.cpus, spec.resources.memory_mb
+    return {"app": app, "image": image, "cpu": (cpus, cpus), "memory": (memory, memory),
+            "block_network": spec.network == "none", "timeout": LIFETIME_S, "env": dict(ENVIRONMENT)}
+
+
+class ModalSandbox(Sandbox):
+    """A started Modal Sandbox whose env process talks over its stdin and stdout; `on_close` is
+    told when it closes (the provider's count of live sandboxes and its terminations)."""
+
+    def __init__(self, sandbox: modal.Sandbox, spec: SandboxSpec, options: dict,
+                 on_close: Callable[[ModalSandbox], None]):
+        self.sandbox = sandbox
+        self.spec = spec
+        self.options = options  # Sandbox.create's keyword arguments: a verifier's sandbox is made like it
+        self._on_close = on_close
+        self._stdout = bytearray()
+        self._stdout_added = asyncio.Event()
+        self._stdout_room = asyncio.Event()
+        self._stderr: collections.deque[str] = collections.deque()
+        self._stderr_size = 0
+        self.ended = asyncio.Event()  # stdout reached its end: the env exited
+        self._closed = False
+        self._agent_stopped = False
+        self._readers = [asyncio.create_task(self._read_stdout()), asyncio.create_task(self._read_stderr())]
+
+    @classmethod
+    async def create(cls, app: modal.App, image: modal.Image, spec: SandboxSpec, tags: Mapping[str, str],
+                     on_close: Callable[[ModalSandbox], None]) -> ModalSandbox:
+        """Create a sandbox running `spec`'s command, tag it, hand its env the SDK. Raises SandboxError."""
+        command = bootstrapped(spec.command) or spec.command
+        options = create_options(spec, app, image)
+        try:
+            sandbox = await modal.Sandbox.create.aio(*command, **options)
+        except modal.exception.Error as error:
+            raise SandboxError(f"could not create a Modal sandbox for env {spec.env_name}: {error}") from None
+        started = cls(sandbox, spec, options, on_close)
+        try:
+            # Tags, not names: the reaper finds a killed server's sandboxes by them.
+            await sandbox.set_tags.aio(dict(tags))
+            if bootstrapped(spec.command):
+                await started.write(sdk_payload())
+        except BaseException as error:
+            await started.close()
+            if isinstance(error, (modal.exception.Error, EOFError)):
+                raise SandboxError(f"could not start the Modal sandbox of env {spec.env_name}: {error}") from None
+            raise
+        return started
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and not self.ended.is_set()
+
+    async def write(self, data: bytes) -> None:
+        """Write to the env's stdin, in chunks Modal's buffer takes; EOFError once it is closed."""
+        stdin = self.sandbox.stdin
+        try:
+            for start in range(0, len(data), STDIN_CHUNK):
+                stdin.write(data[start:start + STDIN_CHUNK])
+                await stdin.drain.aio()
+        except (ValueError, modal.exception.Error) as error:  # Modal's "Stdin is closed", a finished sandbox
+            raise EOFError(f"the sandbox's stdin is closed ({error})") from None
+
+    async def send_line(self, line: bytes) -> None:
+        await self.write(line + b"\n")
+
+    async def read_line(self) -> bytes:
+        scanned = 0
+        while (end := self._stdout.find(b"\n", scanned)) < 0:
+            scanned = len(self._stdout)
+            if len(self._stdout) >= LINE_LIMIT:
+                raise EOFError(f"the env wrote more than {LINE_LIMIT >> 20} MB on stdout without a newline")
+            if self.ended.is_set():
+                raise EOFError("the sandbox's stdout closed")
+            self._stdout_added.clear()
+            await self._stdout_added.wait()
+        line = bytes(self._stdout[:end])
+        del self._stdout[: end + 1]
+        self._stdout_room.set()
+        return line
+
+    def stderr_tail(self, max_chars: int = 4000) -> str:
+        return "".join(self._stderr)[-max_chars:]
+
+    async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
+                     timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
+        """In a fresh sandbox of the same image, once the agent's processes are gone: see modal_verify."""
+        first = not self._agent_stopped
+        self._agent_stopped = True
+        return await verify_in_fresh_sandbox(self.sandbox, self.spec, self.options, files, command,
+                                             timeout_s=timeout_s, keep=max_output_chars, stop_agent=first)
+
+    async def close(self) -> None:
+        """Terminate the sandbox; safe to call twice. The termination is the provider's to finish
+        (`on_close` hands it over), so a cancelled caller cannot stop it."""
+        if self._closed:
+            return
+        self._closed = True
+        for reader in self._readers:
+            reader.cancel()
+        self._on_close(self)
+
+    async def _read_stdout(self) -> None:
+        try:
+            async for chunk in self.sandbox.stdout:
+                self._stdout += chunk.encode() if isinstance(chunk, str) else chunk
+                self._stdout_added.set()
+                while len(self._stdout) >= LINE_LIMIT:
+                    self._stdout_room.clear()
+                    await self._stdout_room.wait()
+        except modal.exception.Error as error:
+            self._keep_stderr(f"\n[corral] reading the sandbox's stdout failed: {error}\n")
+        finally:
+            self.ended.set()
+            self._stdout_added.set()
+
+    async def _read_stderr(self) -> None:
+        with contextlib.suppress(modal.exception.Error):
+            async for chunk in self.sandbox.stderr:
+                self._keep_stderr(chunk.decode("utf-8", "replace") if isinstance(chunk, bytes) else chunk)
+
+    def _keep_stderr(self, text: str) -> None:
+        self._stderr.append(text)
+        self._stderr_size += len(text)
+        while self._stderr_size - len(self._stderr[0]) >= STDERR_KEEP:
+            self._stderr_size -= len(self._stderr.popleft())

@@ -1,0 +1,154 @@
+"""`corral eval` and `corral.training.evaluate`: a model over a split of a served bundle.
+
+Against a served bundle with the tiny model (the command line, as a user runs it), and against the
+vLLM stand-in serving a scripted model that solves exactly the even tasks, so that every number
+the report gives is known in advance; one task's data is broken, and its episodes are reported
+unscored with the reason. The rollouts' tokens join the server's records by episode id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if os.environ.get("CI") != "true":
+    pytest.importorskip("trl")
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from transformers import AutoTokenizer
+
+from corral.client import Bundle
+from corral.client.record_store import EpisodeStore
+from corral.training.evaluation import evaluate, pass_at_k
+from corral.training.generation import Sample
+from corral.training.processors import HermesProcessor
+from corral.training.rollouts import CorralRollout
+from corral.training.tiny import make_tiny_model
+from tests.conftest import BUNDLES, FIXTURES
+from tests.e2e.vllm_standin import serve_standin
+
+pytestmark = [pytest.mark.trl, pytest.mark.usefixtures("no_leftover_env_processes")]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("eval") / "model")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_dir: Path):
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+def call(name: str, **arguments: Any) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def solves_the_even_tasks(context: str) -> str:
+    """Says the task's own number on the even tasks, the next one on the odd; then ends its turn."""
+    if "<tool_response>" in context:
+        return ""
+    number = int(re.findall(r"Task (\d+): say", context)[-1])
+    return call("say", number=number if number % 2 == 0 else number + 1)
+
+
+def test_pass_at_k_is_the_unbiased_estimate() -> None:
+    assert pass_at_k(4, 1, 1) == 0.25
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)  # 1 - C(3,2)/C(4,2)
+    assert pass_at_k(10, 3, 4) == pytest.approx(1 - 35 / 210)  # 1 - C(7,4)/C(10,4)
+    assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 2, 3) == 1.0
+    with pytest.raises(ValueError, match="pass@4 needs at least 4 samples"):
+        pass_at_k(3, 1, 4)
+
+
+def test_evaluate_through_the_vllm_standin_reports_known_outcomes_and_unscored_reasons(
+        model_dir: Path, tokenizer, tmp_path: Path) -> None:
+    with serve_standin(None, tokenizer, served_name="scripted", policy=solves_the_even_tasks) as url:
+        report = evaluate(url, FIXTURES / "evalbox", split="eval", k=4, tokenizer=str(model_dir), concurrency=6,
+                          sandbox="local", max_completion_length=256, record_dir=tmp_path / "records", progress=False)
+
+    tasks = {task.task_id: task for task in report.tasks}
+    for k in (1, 2, 4):
+        assert [tasks[f"task-{i}"].pass_at(k) for i in range(6)] == [1.0, 0.0] * 3
+        assert report.pass_at[k] == 0.5
+    assert report.mean_reward == 0.5 and report.scored == 24 and report.episodes == 28
+    broken = tasks["task-broken"]
+    assert broken.unscored == 4 and broken.rewards == [] and broken.pass_at(1) is None
+    ((reason, count),) = report.unscored_reasons.items()
+    assert count == 4 and "this task has no target: its data is broken" in reason
+    assert not report.failed_reasons
+    table = report.table()
+    assert "scripted at http://127.0.0.1" in table and "pass@4" in table
+    assert "unscored (left out of the numbers): 4" in table and "4x the env could not start" in table
+    with EpisodeStore(tmp_path / "records") as store:  # the server's side and the client's, both recorded
+        assert store.tally().records == 28 and store.tally(kind="rollouts").records == 28
+        assert store.tally(status="unscored").records == 4
+
+
+@pytest.fixture
+def codeword_server(serve) -> Iterator[str]:
+    yield serve(BUNDLES / "codeword", max_concurrent_envs=8).url
+
+
+def test_corral_eval_plays_the_tiny_model_on_a_served_bundle(model_dir: Path, codeword_server: str,
+                                                               tmp_path: Path) -> None:
+    numbers = tmp_path / "eval.json"
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "corral"), "eval", str(model_dir), codeword_server, "--split", "eval",
+         "-k", "2", "--limit", "3", "--max-tokens", "64", "--record", str(tmp_path / "records"),
+         "--json", str(numbers)],
+        # Within pytest's 300 s a test (pyproject.toml), so that this limit is the one that fires.
+        check=False, capture_output=True, text=True, timeout=240, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "3 tasks x 2 samples = 6 episodes" in done.stdout and "overall" in done.stdout
+    result = json.loads(numbers.read_text())
+    assert result["episodes"] == 6 and [t["task_id"] for t in result["tasks"]] == [
+        "codeword-0600", "codeword-0601", "codeword-0602"]
+    assert 0.0 <= result["mean_reward"] <= 1.0 and set(result["pass_at"]) == {"1", "2"}
+    with EpisodeStore(tmp_path / "records") as store:  # a remote server: only the client's side is here
+        assert store.tally(kind="rollouts").records == 6
+
+
+def test_a_rollouts_tokens_join_the_servers_record_by_episode_id(tokenizer, tmp_path: Path) -> None:
+    records = tmp_path / "records"
+
+    def gold(prompt_ids: list[int], *, max_new_tokens: int, stop_token_ids: list[int]) -> Sample:
+        context = tokenizer.decode(prompt_ids)
+        answered = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", context)
+        if not answered:
+            text = call("lookup", word=re.findall(r'Code word: "(\w+)"', context)[-1])
+        elif "number" in answered[-1]:
+            text = call("submit", number=json.loads(answered[-1])["number"])
+        else:
+            text = "Done."
+        ids = tokenizer.encode(text, add_special_tokens=False) + stop_token_ids[:1]
+        return Sample(ids, [-0.1] * len(ids), True)
+
+    generator = type("Gold", (), {"generate": staticmethod(gold)})()
+    with Bundle.local(BUNDLES / "codeword", split="eval", sandbox="local", record_dir=records) as env:
+        rollout_func = CorralRollout(env, processor=HermesProcessor.for_trainer(tokenizer, {"enable_thinking": False}),
+                                     generator=generator, max_completion_length=512, record_dir=records)
+        played = rollout_func.play([row["prompt"] for row in rollout_func.dataset.select(range(2))])
+        rollout_func.close()
+
+    with EpisodeStore(records) as store:
+        for rollout in played:
+            served, tokens = store.episode(rollout.episode_id), store.rollout(rollout.episode_id)
+            assert served.reward == rollout.reward == 1.0 and served.task_id == tokens.task_id == rollout.task_id
+            assert [c.tool for c in served.calls] == ["lookup", "submit", "end_turn"]
+            assert served.calls[2].arguments == {"response": "Done."}
+            assert (tokens.prompt_ids, tokens.completion_ids, tokens.env_mask) == (
+                rollout.prompt_ids, rollout.completion_ids, rollout.env_mask)
+            text = tokenizer.decode(tokens.completion_ids)
+            assert json.dumps(served.calls[0].arguments)[1:-1] in text and served.calls[0].result in text

@@ -1,0 +1,118 @@
+"""Unscored is no refuge (local sandbox; tests/docker has the same on containers): what the
+agent causes scores the task's failure score, never null; the verifier still runs where a
+verdict is possible; only the platform's own failures are left unscored."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from corral.client import Bundle, Episode, Session
+from corral.client.protocol import Limits, ResetData
+from tests.conftest import BUNDLES, serving
+from tests.probe_bundle import write_probe_bundle
+
+pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    yield from serving(write_probe_bundle(tmp_path_factory.mktemp("endings")), max_concurrent_envs=4, tool_timeout_s=2,
+                       reset_timeout_s=3)
+
+
+def episode_on(server, task_id: str = "plain") -> Episode:
+    limits = Limits.model_validate({key: value for key, value in httpx.get(f"{server.url}/metadata", trust_env=False)
+                                    .json().items() if key in Limits.model_fields})
+    episode = Episode(Session(server.url), limits)
+    episode.start(ResetData(task_id=task_id))
+    return episode
+
+
+def ended(episode: Episode) -> tuple[str | None, float | None, str | None]:
+    episode.finish()
+    episode.session.close()
+    return episode.status, episode.reward, episode.reason
+
+
+def test_a_tool_past_its_deadline_on_the_agents_input_scores_the_failure_score(probe):
+    episode = episode_on(probe)
+    assert episode.call("spin", {"seconds": 30}).error.error_type == "timeout"
+    status, reward, reason = ended(episode)
+    assert (status, reward) == ("failed", 0.0) and "spin didn't answer within 2s" in reason
+    budget = episode_on(probe, "budget")  # a task's own failure score
+    budget.call("spin", {"seconds": 30})
+    assert ended(budget)[:2] == ("failed", -1.0)
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_an_env_the_agent_made_die_scores_the_failure_score(probe, how):
+    episode = episode_on(probe)
+    episode.call("die", {"how": how})
+    status, reward, reason = ended(episode)
+    assert (status, reward) == ("failed", 0.0) and "the env died during die" in reason
+
+
+def test_processes_left_running_and_a_full_folder_do_not_stop_the_verifier(probe):
+    episode = episode_on(probe)
+    episode.call("leave_running", {"count": 40})
+    episode.call("fill", {"megabytes": 50})
+    episode.call("say", {"word": "apple"})
+    assert ended(episode) == ("scored", 1.0, None)
+
+
+def test_the_agents_time_budget_ends_its_turn_and_what_it_left_is_scored(probe):
+    idle = episode_on(probe, "budget")
+    idle.call("say", {"word": "apple"})
+    time.sleep(2)  # past its 1.5 s: the next call finds the budget spent, and the episode scored
+    late = idle.call("say", {"word": "pear"})
+    assert late.done and "the agent's time budget of 1.5s ran out" in late.answer
+    assert ended(idle) == ("scored", 1.0, "the agent's time budget of 1.5s ran out")
+    busy = episode_on(probe, "budget")  # cut in a tool call: the env is busy, nothing to report
+    busy.call("say", {"word": "apple"})
+    cut = busy.call("spin", {"seconds": 30})
+    assert cut.done
+    status, reward, reason = ended(busy)
+    assert (status, reward) == ("failed", -1.0) and "could not report" in reason
+
+
+def test_platform_failures_stay_unscored_with_their_reason(probe):
+    stuck = episode_on(probe, "slow-reset")  # the env's own reset hangs: the bundle's bug
+    assert ended(stuck)[:2] == ("unscored", None)
+    episode = episode_on(probe)
+    episode.call("say", {"word": "raise"})  # the verifier raises on its own
+    status, reward, reason = ended(episode)
+    assert (status, reward) == ("unscored", None) and "verifier judge raised RuntimeError" in reason
+
+
+@pytest.fixture(scope="module")
+def shellfix():
+    yield from serving(BUNDLES / "shellfix", max_concurrent_envs=2)
+
+
+def solution(task_id: str) -> dict[str, str]:
+    return json.loads((BUNDLES / "shellfix" / "solutions" / f"{task_id}.json").read_text())
+
+
+@pytest.mark.parametrize("fixed", [True, False], ids=["fixed", "left"])
+def test_shellfix_a_filled_folder_and_leftover_processes_still_get_the_verdict(shellfix, fixed):
+    with Bundle(shellfix.url, split="all") as env:
+        environment = env.factory()
+        environment.reset(task_id="shellfix-median")
+        if fixed:
+            environment.replace_in_file(**solution("shellfix-median"))
+        environment.bash(command="for i in $(seq 20); do setsid sleep 3600 & done; "
+                                 "head -c 40000000 /dev/zero > filler.bin; echo filled")
+        assert environment.get_reward() == (1.0 if fixed else 0.0)
+
+
+def test_the_docs_list_every_ending():
+    from corral.server.endings import ENDINGS
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "bundle-format.md").read_text()
+    missing = [cause for cause in ENDINGS if f"`{cause}`" not in doc]
+    assert missing == [], f"docs/bundle-format.md does not describe: {missing}"

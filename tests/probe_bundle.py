@@ -1,0 +1,119 @@
+"""A small bundle for the tests of how episodes end: an env whose tools misbehave on request
+(hang, die, fill its folder, leave processes behind) and a verifier that can hang or raise."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+PROBE_ENV = '''\
+import os
+import signal
+import time
+
+from corral.env import Env, tool
+
+
+class Probe(Env):
+    def reset(self, task: dict) -> None:
+        time.sleep(task.get("reset_sleep", 0))
+        self.word = ""
+
+    @tool
+    def say(self, word: str) -> str:
+        """Say a word.
+
+        Args:
+            word: the word; the verifier hangs on "hang" and raises on "raise".
+        """
+        self.word = word
+        return "ok"
+
+    @tool
+    def echo(self, size: int) -> str:
+        """Answer with `size` letters.
+
+        Args:
+            size: how many.
+        """
+        return "a" * (size // 2) + "b" * (size - size // 2)
+
+    @tool
+    def spin(self, seconds: float) -> str:
+        """Work for `seconds` (a call the agent asked too much of).
+
+        Args:
+            seconds: how long.
+        """
+        time.sleep(seconds)
+        return "done"
+
+    @tool
+    def fill(self, megabytes: int) -> str:
+        """Write `megabytes` into the env's folder.
+
+        Args:
+            megabytes: how much.
+        """
+        with open("fill", "wb") as filling:
+            for _ in range(megabytes):
+                filling.write(b"\\0" * (1024 * 1024))
+        return "filled"
+
+    @tool
+    def leave_running(self, count: int) -> str:
+        """Start `count` background processes and leave them running.
+
+        Args:
+            count: how many.
+        """
+        import subprocess
+
+        for _ in range(count):
+            subprocess.Popen(["sleep", "3600"], start_new_session=True)
+        return "left running"
+
+    @tool
+    def die(self, how: str) -> str:
+        """End this env's process.
+
+        Args:
+            how: "exit" (os._exit) or "kill" (SIGKILL to itself).
+        """
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(3)
+
+    def report(self) -> dict:
+        return {"word": self.word}
+'''
+
+JUDGE = '''\
+import time
+
+
+def verify(task, report):
+    if report["word"] == "hang":
+        time.sleep(3600)
+    if report["word"] == "raise":
+        raise RuntimeError("the judge broke on purpose")
+    return float(report["word"] == "apple")
+'''
+
+
+def write_probe_bundle(root: Path) -> Path:
+    bundle = root / "probe"
+    tasks = [{"id": "plain", "args": {}, "prompt": "Say apple."},
+             {"id": "slow-reset", "args": {"reset_sleep": 60}, "prompt": "Say apple."},
+             {"id": "budget", "args": {}, "prompt": "Say apple, quickly.", "time_budget_s": 1.5, "failure_score": -1}]
+    files = {
+        "bundle.toml": 'name = "probe"\n[defaults]\nenv = "probe"\nverifiers = { judge = "judge" }\n',
+        "envs/probe/env.toml": 'entry = "env:Probe"\n',
+        "envs/probe/env.py": PROBE_ENV,
+        "verifiers/judge.py": JUDGE,
+        "tasks.jsonl": "".join(json.dumps(task) + "\n" for task in tasks),
+    }
+    for relative, text in files.items():
+        (bundle / relative).parent.mkdir(parents=True, exist_ok=True)
+        (bundle / relative).write_text(text)
+    return bundle

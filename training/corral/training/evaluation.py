@@ -1,0 +1,289 @@
+"""`evaluate`: a model over a split of a served bundle, `k` samples per task: pass@k and mean
+reward per task and overall, and why episodes failed or went unscored. `corral eval` is this,
+from the command line.
+
+    report = evaluate("out/sft", "bundles/codeword", split="eval", k=4, concurrency=16)
+    print(report.table())
+    report.pass_at[4], report.mean_reward, report.unscored_reasons
+
+The model is a local HF model (a folder, or a model already in memory with its tokenizer), or
+any server that answers vLLM's token-in `/v1/completions` (a URL). Episodes are played
+token-exact, as `CorralRollout` plays them for a trainer: the same rendering, tool calls and
+server rewards. An episode the agent made fail counts as a miss with its failure score; one the
+platform left unscored is left out of the numbers and listed with its reason.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from corral.client import Bundle
+from corral.training.batching import BatchedGenerator
+from corral.training.generation import Generator, SamplingParams, VLLMGenerator
+from corral.training.processors import HermesProcessor, Processor
+from corral.training.rollout_player import Rollout
+from corral.training.rollouts import CorralRollout
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass@k from `n` samples of which `c` passed (Chen et al. 2021):
+    the chance that k of the n, drawn without replacement, include one that passed."""
+    if n < k:
+        raise ValueError(f"pass@{k} needs at least {k} samples; got {n}")
+    return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@dataclass
+class TaskScore:
+    """One task's samples: `rewards` of those scored (failed ones at their failure score)."""
+
+    task_id: str
+    rewards: list[float] = field(default_factory=list)
+    passed: int = 0
+    failed: int = 0  # by the agent: scored their failure score, counted as misses
+    unscored: int = 0  # by the platform: left out
+
+    @property
+    def mean_reward(self) -> float | None:
+        return statistics.fmean(self.rewards) if self.rewards else None
+
+    def pass_at(self, k: int) -> float | None:
+        return pass_at_k(len(self.rewards), self.passed, k) if len(self.rewards) >= k else None
+
+
+@dataclass
+class EvalReport:
+    """What `evaluate` measured. A task's pass@k counts when it has at least k scored samples."""
+
+    model: str
+    bundle: str
+    split: str
+    k: int
+    success: float
+    tasks: list[TaskScore]
+    episodes: int
+    seconds: float
+    failed_reasons: Counter[str] = field(default_factory=Counter)
+    unscored_reasons: Counter[str] = field(default_factory=Counter)
+    run: str | None = None  # the run its rollouts were recorded under, if they were
+
+    @property
+    def ks(self) -> list[int]:
+        """The k reported: 1, powers of two below k, and k."""
+        return sorted({1, self.k, *(2**i for i in range(1, 8) if 2**i < self.k)})
+
+    @property
+    def mean_reward(self) -> float | None:
+        rewards = [r for task in self.tasks for r in task.rewards]
+        return statistics.fmean(rewards) if rewards else None
+
+    @property
+    def pass_at(self) -> dict[int, float | None]:
+        """pass@k over the tasks, for each reported k: the mean of the tasks' estimates."""
+        found = {}
+        for k in self.ks:
+            values = [v for task in self.tasks if (v := task.pass_at(k)) is not None]
+            found[k] = statistics.fmean(values) if values else None
+        return found
+
+    @property
+    def scored(self) -> int:
+        return sum(len(task.rewards) for task in self.tasks)
+
+    def table(self, *, tasks_shown: int | None = None) -> str:
+        """The summary: a row per task (the first `tasks_shown`), overall, and the reasons."""
+        head = ["task", "scored", "mean reward", *(f"pass@{k}" for k in self.ks)]
+        rows = [[t.task_id, f"{len(t.rewards)}/{len(t.rewards) + t.unscored}", _number(t.mean_reward),
+                 *(_number(t.pass_at(k)) for k in self.ks)] for t in self.tasks[:tasks_shown]]
+        if tasks_shown is not None and len(self.tasks) > tasks_shown:
+            rows.append([f"... {len(self.tasks) - tasks_shown} more tasks", "", "", *("" for _ in self.ks)])
+        rows.append(["overall", f"{self.scored}/{self.episodes}", _number(self.mean_reward),
+                     *(_number(self.pass_at[k]) for k in self.ks)])
+        widths = [max(len(str(row[i])) for row in [head, *rows]) for i in range(len(head))]
+        lines = [(f"{self.model} on {self.bundle} ({self.split}): {len(self.tasks)} tasks x {self.k} samples = "
+                  f"{self.episodes} episodes in {self.seconds:.1f}s; passed: reward >= {self.success:g}")]
+        lines += ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+                  for row in [head, *rows]]
+        for title, reasons in (("failed by the agent (scored their failure score)", self.failed_reasons),
+                               ("unscored (left out of the numbers)", self.unscored_reasons)):
+            if reasons:
+                lines.append(f"{title}: {sum(reasons.values())}")
+                lines += [f"  {count}x {reason}" for reason, count in reasons.most_common()]
+        if self.run is not None:
+            lines.append(f"rollouts recorded as run {self.run}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The numbers as plain data (for JSON)."""
+        return {
+            "model": self.model, "bundle": self.bundle, "split": self.split, "k": self.k, "success": self.success,
+            "episodes": self.episodes, "scored": self.scored, "seconds": round(self.seconds, 3),
+            "mean_reward": self.mean_reward, "pass_at": {str(k): v for k, v in self.pass_at.items()},
+            "tasks": [{"task_id": t.task_id, "rewards": t.rewards, "passed": t.passed, "failed": t.failed,
+                       "unscored": t.unscored, "mean_reward": t.mean_reward,
+                       "pass_at": {str(k): t.pass_at(k) for k in self.ks}} for t in self.tasks],
+            "failed_reasons": dict(self.failed_reasons), "unscored_reasons": dict(self.unscored_reasons),
+            "run": self.run,
+        }
+
+
+def evaluate(
+    model: Any,
+    bundle: Bundle | str | Path,
+    *,
+    split: str = "eval",
+    k: int = 1,
+    concurrency: int = 8,
+    tokenizer: Any = None,
+    processor: Processor | None = None,
+    sampling: SamplingParams | None = None,
+    max_completion_length: int = 1024,
+    max_tool_calls: int = 8,
+    success: float = 1.0,
+    limit: int | None = None,
+    record_dir: str | Path | None = None,
+    progress: bool = True,
+    sandbox: str = "auto",
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> EvalReport:
+    """Play `k` episodes of every task of `split` with `model`, and score them.
+
+    Args:
+        model: A local HF model's folder; a model in memory (pass its `tokenizer`); or the URL of
+            a server answering vLLM's token-in `/v1/completions` (its tokenizer: `tokenizer`, or
+            the name it serves, loaded with `AutoTokenizer`).
+        bundle: A `Bundle`, a corral server's URL, or a bundle folder (served in this process).
+        split: The split whose tasks to play.
+        k: Samples per task; pass@k is reported for 1, powers of two and k.
+        concurrency: Episodes played at once (the server needs as many sessions).
+        tokenizer: The model's tokenizer (a folder, a name, or the object).
+        processor: The chat template's processor; by default Qwen's (Hermes tool calls).
+        sampling: Temperature, top-p, top-k (temperature 0: greedy); by default 1, 1, none.
+        max_completion_length: Ids an episode may reach (sampled and rendered) before it is cut.
+        max_tool_calls: Calls (end_turn included) an episode may make before it is cut.
+        success: The reward at which an episode passes.
+        limit: Play only the split's first `limit` tasks.
+        record_dir: Record the rollouts there (and, for a bundle folder, the server's episodes).
+        progress: Show a progress bar on stderr.
+        sandbox: A bundle folder's sandbox (auto, docker, local).
+        chat_template_kwargs: The chat template's variables; by default thinking off.
+    """
+    from datasets.utils.logging import disable_progress_bar
+
+    disable_progress_bar()  # the dataset's map bars would cut through the episodes' bar
+    opened = _open_bundle(bundle, split, sandbox, concurrency, record_dir)
+    try:
+        policy = _policy(model, tokenizer, sampling or SamplingParams())
+        processor = processor or HermesProcessor.for_trainer(
+            policy.tokenizer, chat_template_kwargs or {"enable_thinking": False}, stop_token_ids=policy.eos_ids)
+        rollout = CorralRollout(opened, processor=processor, generator=policy.generator, max_tool_calls=max_tool_calls,
+                                max_completion_length=max_completion_length, record_dir=record_dir)
+        rows = rollout.dataset_for(split)
+        if limit is not None:
+            rows = rows.select(range(min(limit, len(rows))))
+        prompts = [row["prompt"] for row in rows for _ in range(k)]
+        bar = _bar(len(prompts), f"eval {split}") if progress else None
+        started = time.monotonic()
+        try:
+            played = rollout.play(prompts, concurrency=concurrency,
+                                  on_rollout=(lambda _: bar.update(1)) if bar is not None else None)
+        finally:
+            policy.restore()
+            if bar is not None:
+                bar.close()
+            run = rollout.records.run if rollout.records is not None else None
+            rollout.close()
+        return _report(played, [row["task_id"] for row in rows], name=policy.name, bundle=opened.name, split=split, k=k,
+                       success=success, seconds=time.monotonic() - started, run=run)
+    finally:
+        if opened is not bundle:
+            opened.close()
+
+
+def _report(played: Sequence[Rollout], task_ids: list[str], *, name: str, bundle: str, split: str, k: int,
+            success: float, seconds: float, run: str | None) -> EvalReport:
+    tasks = {task_id: TaskScore(task_id) for task_id in task_ids}
+    report = EvalReport(name, bundle, split, k, success, list(tasks.values()), len(played), seconds, run=run)
+    for rollout in played:
+        task = tasks[rollout.task_id]
+        if rollout.reward is None:
+            task.unscored += 1
+            report.unscored_reasons[rollout.unscored_reason or "no reason given"] += 1
+            continue
+        task.rewards.append(rollout.reward)
+        task.passed += rollout.reward >= success
+        if rollout.status == "failed":
+            task.failed += 1
+            report.failed_reasons[rollout.unscored_reason or "no reason given"] += 1
+    return report
+
+
+def _open_bundle(bundle: Bundle | str | Path, split: str, sandbox: str, concurrency: int,
+                 record_dir: str | Path | None) -> Bundle:
+    if isinstance(bundle, Bundle):
+        return bundle
+    if isinstance(bundle, str) and "://" in bundle:
+        return Bundle(bundle, split=split)
+    return Bundle.local(bundle, split=split, sandbox=sandbox, max_concurrent_envs=concurrency,
+                        record_dir=record_dir)
+
+
+@dataclass
+class _Policy:
+    """What samples: the generator, the model's tokenizer, name and EOS ids, and what to undo after."""
+
+    generator: Generator
+    tokenizer: Any
+    name: str
+    eos_ids: list[int]
+    restore: Any
+
+
+def _policy(model: Any, tokenizer: Any, sampling: SamplingParams) -> _Policy:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    def loaded(source: Any) -> Any:
+        return AutoTokenizer.from_pretrained(str(source)) if isinstance(source, str | Path) else source
+
+    if isinstance(model, str) and "://" in model:
+        server = VLLMGenerator(model, sampling=sampling)
+        server.tokenizer = tokenizer = loaded(tokenizer or server.model)  # also reads a server that answers text
+        return _Policy(server, tokenizer, f"{server.model} at {server.base_url}", [tokenizer.eos_token_id],
+                       server.close)
+    if isinstance(model, str | Path):
+        name, tokenizer = str(model), loaded(tokenizer or model)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype="auto").to("cuda" if _cuda() else "cpu")
+    elif tokenizer is None:
+        raise ValueError("evaluate(model=...) with a model in memory needs its tokenizer: pass tokenizer=")
+    else:
+        name, tokenizer = getattr(model, "name_or_path", type(model).__name__), loaded(tokenizer)
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    eos_ids = [i for i in [*(eos if isinstance(eos, list) else [eos]), tokenizer.eos_token_id] if i is not None]
+    was_training = model.training
+    model.eval()
+    generator = BatchedGenerator(model, sampling, logprobs=False, pad_token_id=tokenizer.pad_token_id,
+                                 max_batch=256, lockstep=False)
+    return _Policy(generator, tokenizer, name, eos_ids, lambda: model.train(was_training))
+
+
+def _bar(total: int, label: str) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=label, unit="episode", dynamic_ncols=True)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
