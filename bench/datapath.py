@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,8 @@ from pathlib import Path
 
 import httpx
 from websockets.asyncio.client import connect
+
+from common import free_port, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "tests" / "fixtures" / "dockerbox"
@@ -111,12 +112,6 @@ OPENENV_SERVER = textwrap.dedent("""
 """)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def start(kind: str, sessions: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
     if kind.startswith("openenv"):
@@ -125,17 +120,7 @@ def start(kind: str, sessions: int) -> tuple[subprocess.Popen, str]:
         corral = Path(sys.executable).parent / "corral"
         command = [str(corral), "serve", str(BUNDLE), "--port", str(port), "--max-concurrent-envs", str(sessions),
                    "--sandbox", kind, *(["--warm-pool", str(WARM_POOL)] if kind == "docker" else [])]
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600  # docker builds the env images first, if missing
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", trust_env=False, timeout=2).status_code == 200:
-                return server, url
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    server.kill()
-    raise SystemExit(f"the {kind} server did not answer within 600s")
+    return start_server(command, port, f"the {kind} server")
 
 
 async def opened(url: str, reset: str):

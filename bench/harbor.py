@@ -30,15 +30,11 @@ from pathlib import Path
 
 import docker
 import docker.errors
-from pydantic import BaseModel
 from websockets.asyncio.client import connect
 
 from corral.client import urls
 from corral.client.protocol import (
-    SERVER_FRAMES,
     CallTool,
-    ErrorReply,
-    ObservationData,
     ResetData,
     ResetRequest,
     StepRequest,
@@ -52,17 +48,11 @@ from corral.server.harbor.images import BaseBuild
 from corral.server.harbor.oracle import check_tasks
 from corral.server.served import ServedBundle, ServeOptions
 
+from common import exchange
+
 ROOT = Path(__file__).resolve().parent.parent
 SESSIONS = 8
 END_TURN = StepRequest(data=CallTool(tool_name="end_turn", arguments={"response": ""}))
-
-
-async def exchange(socket, frame: BaseModel) -> ObservationData:
-    await socket.send(frame.model_dump_json())
-    reply = SERVER_FRAMES.validate_json(await socket.recv())
-    if isinstance(reply, ErrorReply):
-        raise RuntimeError(reply.data.message)  # noqa: TRY004 - the server refused, not a type
-    return reply.data
 
 
 def reset(task_id: str) -> ResetRequest:

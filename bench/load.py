@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,19 +30,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 from websockets.asyncio.client import ClientConnection, connect
 
 from corral.client.protocol import (
-    SERVER_FRAMES,
     CallTool,
     CallToolObservation,
-    ErrorReply,
     ResetData,
     ResetRequest,
     StepRequest,
 )
 from corral.client.urls import ws_url
+
+from common import exchange, free_port, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "tests" / "fixtures" / "toybox"
@@ -62,14 +60,6 @@ class Tally:
     tool_s: list[float] = field(default_factory=list)
 
 
-async def exchange(socket_: ClientConnection, frame) -> CallToolObservation | None:
-    await socket_.send(frame.model_dump_json())
-    reply = SERVER_FRAMES.validate_json(await socket_.recv())
-    if isinstance(reply, ErrorReply):
-        raise RuntimeError(f"{reply.data.code}: {reply.data.message}")  # noqa: TRY004 - a refusal, not a type
-    return reply.data.parse(CallToolObservation) if isinstance(frame, StepRequest) else None
-
-
 async def reset(socket_: ClientConnection, tally: Tally) -> None:
     started = time.perf_counter()
     await exchange(socket_, RESET)
@@ -81,9 +71,10 @@ async def finish(socket_: ClientConnection, word: str, tally: Tally) -> None:
     started = time.perf_counter()
     await exchange(socket_, StepRequest(data=CallTool(tool_name="say", arguments={"text": word})))
     tally.tool_s.append(time.perf_counter() - started)
-    ended = await exchange(socket_, StepRequest(data=CallTool(tool_name="end_turn", arguments={"response": ""})))
+    ended = (await exchange(socket_, StepRequest(data=CallTool(tool_name="end_turn", arguments={"response": ""})))
+             ).parse(CallToolObservation)
     tally.episodes += 1
-    if ended is None or ended.reward != WORDS[word]:
+    if ended.reward != WORDS[word]:
         tally.wrong_rewards += 1
 
 
@@ -144,23 +135,10 @@ def usage_of(pid: int) -> dict[str, float]:
 
 
 def serve(sandbox: str, max_sessions: int) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     corral = Path(sys.executable).parent / "corral"
-    server = subprocess.Popen([str(corral), "serve", str(BUNDLE), "--sandbox", sandbox, "--port", str(port),
-                               "--max-concurrent-envs", str(max_sessions)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600  # docker builds the envs' images first
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", trust_env=False, timeout=2).status_code == 200:
-                return server, url
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    server.kill()
-    raise SystemExit(f"corral serve did not answer within 600s at {url}")
+    return start_server([str(corral), "serve", str(BUNDLE), "--sandbox", sandbox, "--port", str(port),
+                         "--max-concurrent-envs", str(max_sessions)], port, "corral serve")
 
 
 def percentile(values: list[float], q: float) -> float:

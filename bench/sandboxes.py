@@ -25,15 +25,11 @@ import statistics
 import time
 from pathlib import Path
 
-from pydantic import BaseModel
 from websockets.asyncio.client import connect
 
 from corral.client import urls
 from corral.client.protocol import (
-    SERVER_FRAMES,
     CallTool,
-    ErrorReply,
-    ObservationData,
     ResetData,
     ResetRequest,
     StepRequest,
@@ -41,18 +37,12 @@ from corral.client.protocol import (
 from corral.server.embedded import EmbeddedServer
 from corral.server.served import ServeOptions
 
+from common import exchange
+
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "tests" / "fixtures" / "dockerbox"
 RESET = ResetRequest(data=ResetData(split="plain", index=0))
 SESSIONS = 8
-
-
-async def exchange(socket, frame: BaseModel) -> ObservationData:
-    await socket.send(frame.model_dump_json())
-    reply = SERVER_FRAMES.validate_json(await socket.recv())
-    if isinstance(reply, ErrorReply):
-        raise RuntimeError(reply.data.message)  # noqa: TRY004 - the server refused, not a type
-    return reply.data
 
 
 def call(name: str, **arguments) -> StepRequest:

@@ -24,7 +24,6 @@ if os.environ.get("CI") != "true":
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from transformers import AutoTokenizer
 
 from corral.client import Bundle
 from corral.client.record_store import EpisodeStore
@@ -32,21 +31,10 @@ from corral.training.evaluation import evaluate, pass_at_k
 from corral.training.generation import Sample
 from corral.training.processors import HermesProcessor
 from corral.training.rollouts import CorralRollout
-from corral.training.tiny import make_tiny_model
 from tests.conftest import BUNDLES, FIXTURES
 from tests.e2e.vllm_standin import serve_standin
 
 pytestmark = [pytest.mark.trl, pytest.mark.usefixtures("no_leftover_env_processes")]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("eval") / "model")
-
-
-@pytest.fixture(scope="module")
-def tokenizer(model_dir: Path):
-    return AutoTokenizer.from_pretrained(model_dir)
 
 
 def call(name: str, **arguments: Any) -> str:

@@ -25,28 +25,18 @@ if os.environ.get("CI") != "true":
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 
 from corral.client import Bundle
 from corral.training.accounting import StepAccount
 from corral.training.generation import Sample, SamplingParams, TransformersGenerator, VLLMGenerator
 from corral.training.processors import HermesProcessor
 from corral.training.rollouts import CorralRollout, Rollout, chat_tools
-from corral.training.tiny import Lesson, make_tiny_model, one_cpu_thread, teach_tool_call
+from corral.training.tiny import Lesson, one_cpu_thread, teach_tool_call
 from tests.conftest import BUNDLES, FIXTURES
 from tests.e2e.vllm_standin import serve_standin
 
 pytestmark = [pytest.mark.trl, pytest.mark.usefixtures("no_leftover_env_processes")]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("rollouts") / "model")
-
-
-@pytest.fixture(scope="module")
-def tokenizer(model_dir: Path):
-    return AutoTokenizer.from_pretrained(model_dir)
 
 
 @pytest.fixture(scope="module")

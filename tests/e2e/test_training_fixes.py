@@ -24,29 +24,19 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import httpx
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 
 from corral.client import Bundle
 from corral.errors import ConfigError
 from corral.training import rollouts as rollouts_module
 from corral.training.generation import Sample, SamplingParams, VLLMGenerator
 from corral.training.rollouts import CorralRollout, episode_reward
-from corral.training.tiny import make_tiny_model, one_cpu_thread
+from corral.training.tiny import one_cpu_thread
 from tests.conftest import FIXTURES
 from tests.e2e.support import CPU_RUN
 from tests.e2e.vllm_standin import serve_standin
 
 pytestmark = [pytest.mark.trl, pytest.mark.usefixtures("no_leftover_env_processes")]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("fixes") / "model")
-
-
-@pytest.fixture(scope="module")
-def tokenizer(model_dir: Path):
-    return AutoTokenizer.from_pretrained(model_dir)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,45 @@
+"""What the benches share: a frame exchanged over a raw socket, and a server started in a
+process of its own and waited for. (A bench runs as a script, so its folder is on the path.)"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+
+import httpx
+from pydantic import BaseModel
+
+from corral.client.protocol import SERVER_FRAMES, ErrorReply, ObservationData
+
+SERVER_START_S = 600  # a docker server builds its envs' images first, when missing
+
+
+async def exchange(socket_, frame: BaseModel) -> ObservationData:
+    """Send `frame`, and the reply's data; a refusal raises RuntimeError."""
+    await socket_.send(frame.model_dump_json())
+    reply = SERVER_FRAMES.validate_json(await socket_.recv())
+    if isinstance(reply, ErrorReply):
+        raise RuntimeError(f"{reply.data.code}: {reply.data.message}")  # noqa: TRY004 - a refusal, not a type
+    return reply.data
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_server(command: list[str], port: int, what: str) -> tuple[subprocess.Popen, str]:
+    """Start `command`, a server listening on `port`; (its process, its URL) once /health answers."""
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", trust_env=False, timeout=2).status_code == 200:
+                return server, url
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    server.kill()
+    raise SystemExit(f"{what} did not answer within {SERVER_START_S}s at {url}")
