@@ -42,6 +42,7 @@ import docker.errors
 import docker.types
 
 from corral.errors import SandboxError
+from corral.sandboxes.archives import tar_of
 from corral.sandboxes.base import CommandResult, SandboxSpec
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_stream import MuxStream
@@ -150,10 +151,11 @@ async def _copy_in(engine: Engine, container: str, files: Mapping[str, bytes], f
     done, else why not. Before the start the volumes are the paths as the agent left them
     resolve (a link it made is followed within the container): an error there is its doing."""
     try:
-        await engine.call(engine.api.put_archive, container, files_dir, _archive(files))
+        await engine.call(engine.api.put_archive, container, files_dir, tar_of(files, file_mode=FILES_MODE))
         for folder in dict.fromkeys(posixpath.dirname(path) for path in results):
             parent, base = posixpath.split(folder.rstrip("/"))
-            await engine.call(engine.api.put_archive, container, parent or "/", _archive({base: None}, dir_mode=0o777))
+            writable_by_all = tar_of({base: None}, file_mode=FILES_MODE, dir_mode=0o777)
+            await engine.call(engine.api.put_archive, container, parent or "/", writable_by_all)
     except docker.errors.APIError as error:
         return (f"[corral] the tests could not be put at {files_dir} in a copy of what the agent left "
                 f"(did it replace a folder there with a file?): {error.explanation or error}")
@@ -211,21 +213,6 @@ async def _read_back(engine: Engine, container: str, path: str) -> bytes | None:
             return extracted.read() if extracted is not None else None
 
     return await asyncio.to_thread(read)
-
-
-def _archive(entries: Mapping[str, bytes | None], *, dir_mode: int = 0o755) -> bytes:
-    """A tar of `entries` (relative path -> content; None: a folder), owned by root."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for relative, content in entries.items():
-            info = tarfile.TarInfo(relative)
-            if content is None:
-                info.type, info.mode = tarfile.DIRTYPE, dir_mode
-                tar.addfile(info)
-            else:
-                info.size, info.mode = len(content), FILES_MODE
-                tar.addfile(info, io.BytesIO(content))
-    return buffer.getvalue()
 
 
 def _remove(engine: Engine, container: str, image: str) -> None:

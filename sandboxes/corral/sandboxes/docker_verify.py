@@ -26,15 +26,14 @@ its working folder or on its import path.
 from __future__ import annotations
 
 import asyncio
-import io
 import math
-import tarfile
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import docker.errors
 
 from corral.errors import ImageError, SandboxError
+from corral.sandboxes.archives import tar_of
 from corral.sandboxes.base import CommandResult, SandboxSpec
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_exec import Exec
@@ -120,15 +119,10 @@ def fresh_container_config(config: dict, spec: SandboxSpec, files: Mapping[str, 
 
 async def put_files(engine: Engine, container: str, files: Mapping[str, bytes]) -> None:
     """Unpack `files` into VERIFIER_DIR as root: files 0444, folders made by tar (root's, 0755)."""
-    archive = io.BytesIO()
-    with tarfile.open(fileobj=archive, mode="w") as tar:
-        for relative, content in files.items():
-            info = tarfile.TarInfo(relative)
-            info.size, info.mode = len(content), 0o444
-            tar.addfile(info, io.BytesIO(content))
+    archive = tar_of(files, file_mode=0o444)
     unpack = await Exec.start(engine, container, [TAR, "-x", "-f", "-", "-C", VERIFIER_DIR, "--no-same-owner"],
                               user="0:0", stdin=True, workdir="/")
-    await unpack.stream.write(archive.getvalue())
+    await unpack.stream.write(archive)
     await unpack.stream.close_stdin()
     code, _ = await unpack.output(timeout_s=SETUP_TIMEOUT_S, keep=1000)
     if code != 0:

@@ -18,14 +18,13 @@ and so whether the env's user could change the verifier's files, is Modal's choi
 from __future__ import annotations
 
 import asyncio
-import io
 import math
-import tarfile
 from collections.abc import Callable, Mapping, Sequence
 
 import modal
 
 from corral.errors import SandboxError
+from corral.sandboxes.archives import tar_of
 from corral.sandboxes.base import CommandResult, SandboxSpec
 
 VERIFIER_DIR = "/verifier"
@@ -76,14 +75,9 @@ async def _run(sandbox: modal.Sandbox, argv: list[str], *, what: str, stdin: byt
 
 
 async def _put_files(sandbox: modal.Sandbox, files: Mapping[str, bytes]) -> None:
-    archive = io.BytesIO()
-    with tarfile.open(fileobj=archive, mode="w") as tar:
-        for relative, content in files.items():
-            info = tarfile.TarInfo(relative)
-            info.size, info.mode = len(content), 0o444
-            tar.addfile(info, io.BytesIO(content))
+    archive = tar_of(files, file_mode=0o444)
     unpack = f"mkdir -p {VERIFIER_DIR} && {TAR} -x -f - -C {VERIFIER_DIR} --no-same-owner"
-    await _run(sandbox, [SH, "-c", unpack], what="unpacking the verifier's files", stdin=archive.getvalue())
+    await _run(sandbox, [SH, "-c", unpack], what="unpacking the verifier's files", stdin=archive)
 
 
 async def _copy_writable(source: modal.Sandbox, target: modal.Sandbox, writable: Sequence[str],
