@@ -16,7 +16,8 @@ Three servers, each `uvicorn` in a process of its own, one trivial echo tool eac
 One driver plays them all over raw WebSocket frames (`reset`, then a `step` per call),
 in alternating rounds so a busy moment of the shared machine hits each alike:
 1. tool-call p50 and p99 at 1 session;
-2. calls per second with 64 sessions at once;
+2. calls per second with 64 sessions at once, and the CPU each call costs the machine outside
+   the driver (server, env processes, Docker's engine: what bounds calls/s on a busy host);
 3. docker warm reset p50: sequential resets, each once the pool is full again.
 Printed as ratios to OpenEnv (and absolute figures beside them, for the record only).
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -140,7 +142,9 @@ async def latencies(socket_, count: int, call: str) -> list[float]:
     return found
 
 
-async def rate(sockets, seconds: float, call: str) -> float:
+async def rate(sockets, seconds: float, call: str) -> tuple[float, float]:
+    """Calls per second with every socket calling at once, and the CPU seconds each call cost
+    the machine outside this driver (server, envs, engine), from /proc/stat."""
     deadline, done = time.perf_counter() + seconds, 0
 
     async def play(socket_) -> None:
@@ -150,9 +154,19 @@ async def rate(sockets, seconds: float, call: str) -> float:
             await socket_.recv()
             done += 1
 
-    started = time.perf_counter()
+    busy, mine, started = machine_busy_s(), time.process_time(), time.perf_counter()
     await asyncio.gather(*(play(s) for s in sockets))
-    return done / (time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    serving_cpu = (machine_busy_s() - busy) - (time.process_time() - mine)
+    return done / elapsed, serving_cpu / done
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every core has spent on anything but idling, since boot."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:]]
+    idle, iowait = fields[3], fields[4]
+    return (sum(fields[:8]) - idle - iowait) / os.sysconf("SC_CLK_TCK")
 
 
 async def warm_resets(url: str, count: int) -> list[float]:
@@ -188,13 +202,16 @@ async def measure(urls: dict[str, str], args: argparse.Namespace) -> dict:
             for kind, url in urls.items()}
     calls = {kind: [] for kind in urls}
     rates = {kind: [] for kind in urls}
+    cpu = {kind: [] for kind in urls}
     for kind in urls:  # warm-up: imports, caches, the first calls' connections
         await latencies(single[kind], 100, steps[kind])
         await rate(many[kind], 1.0, steps[kind])
     for _ in range(args.rounds):
         for kind in urls:
             calls[kind] += await latencies(single[kind], args.calls, steps[kind])
-            rates[kind].append(await rate(many[kind], args.seconds, steps[kind]))
+            calls_per_s, cpu_per_call = await rate(many[kind], args.seconds, steps[kind])
+            rates[kind].append(calls_per_s)
+            cpu[kind].append(cpu_per_call)
     for sockets in (list(single.values()), *many.values()):
         await asyncio.gather(*(s.close() for s in sockets))
     warm = await warm_resets(urls["docker"], args.resets)
@@ -202,6 +219,7 @@ async def measure(urls: dict[str, str], args: argparse.Namespace) -> dict:
         "p50_ms": {k: statistics.median(v) * 1e3 for k, v in calls.items()},
         "p99_ms": {k: percentile(v, 99) * 1e3 for k, v in calls.items()},
         "calls_per_s": {k: statistics.median(v) for k, v in rates.items()},
+        "cpu_us_per_call": {k: statistics.median(v) * 1e6 for k, v in cpu.items()},
         "warm_reset_p50_ms": statistics.median(warm) * 1e3,
         "warm_reset_p95_ms": percentile(warm, 95) * 1e3,
     }
@@ -209,12 +227,15 @@ async def measure(urls: dict[str, str], args: argparse.Namespace) -> dict:
 
 def report(figures: dict, sessions: int) -> None:
     base = "openenv"
-    print(f"{'':14s}{'p50 (1 session)':>22s}{'p99 (1 session)':>22s}{f'calls/s ({sessions} sessions)':>28s}")
+    print(f"{'':14s}{'p50 (1 session)':>22s}{'p99 (1 session)':>22s}{f'calls/s ({sessions} sessions)':>28s}"
+          f"{'CPU per call':>24s}")
     for kind in KINDS:
         p50, p99, rate_ = figures["p50_ms"][kind], figures["p99_ms"][kind], figures["calls_per_s"][kind]
+        cpu = figures["cpu_us_per_call"][kind]
         print(f"{kind:14s}{p50 / figures['p50_ms'][base]:8.2f}x ({p50:6.3f} ms)"
               f"{p99 / figures['p99_ms'][base]:8.2f}x ({p99:6.3f} ms)"
-              f"{rate_ / figures['calls_per_s'][base]:14.2f}x ({rate_:7.0f}/s)")
+              f"{rate_ / figures['calls_per_s'][base]:14.2f}x ({rate_:7.0f}/s)"
+              f"{cpu / figures['cpu_us_per_call'][base]:12.2f}x ({cpu:5.0f} us)")
     print(f"docker warm reset p50 {figures['warm_reset_p50_ms']:.2f} ms (p95 {figures['warm_reset_p95_ms']:.2f} ms), "
           f"{figures['warm_reset_p50_ms'] / figures['p50_ms']['docker']:.1f}x a docker tool call")
 

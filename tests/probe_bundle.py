@@ -1,5 +1,6 @@
-"""A small bundle for the tests of how episodes end: an env whose tools misbehave on request
-(hang, die, fill its folder, leave processes behind) and a verifier that can hang or raise."""
+"""A small bundle for the tests of how episodes end: an env whose tools and hooks misbehave on
+request (hang, die, fill its folder, leave processes behind, raise) and a verifier that can hang
+or raise."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from corral.env import Env, tool
 class Probe(Env):
     def reset(self, task: dict) -> None:
         time.sleep(task.get("reset_sleep", 0))
+        if task.get("reset_raises"):
+            raise RuntimeError("the reset broke on purpose")
         self.word = ""
 
     @tool
@@ -24,7 +27,8 @@ class Probe(Env):
         """Say a word.
 
         Args:
-            word: the word; the verifier hangs on "hang" and raises on "raise".
+            word: the word; the verifier hangs on "hang" and raises on "raise", the env's
+                end_turn hangs on "stall" and its report raises on "unreportable".
         """
         self.word = word
         return "ok"
@@ -84,7 +88,13 @@ class Probe(Env):
             os.kill(os.getpid(), signal.SIGKILL)
         os._exit(3)
 
+    def end_turn(self, response: str) -> None:
+        if self.word == "stall":
+            time.sleep(60)
+
     def report(self) -> dict:
+        if self.word == "unreportable":
+            raise RuntimeError("the report broke on purpose")
         return {"word": self.word}
 '''
 
@@ -105,7 +115,8 @@ def write_probe_bundle(root: Path) -> Path:
     bundle = root / "probe"
     tasks = [{"id": "plain", "args": {}, "prompt": "Say apple."},
              {"id": "slow-reset", "args": {"reset_sleep": 60}, "prompt": "Say apple."},
-             {"id": "budget", "args": {}, "prompt": "Say apple, quickly.", "time_budget_s": 1.5, "failure_score": -1}]
+             {"id": "budget", "args": {}, "prompt": "Say apple, quickly.", "time_budget_s": 1.5, "failure_score": -1},
+             {"id": "broken-reset", "args": {"reset_raises": True}, "prompt": "Say apple."}]
     files = {
         "bundle.toml": 'name = "probe"\n[defaults]\nenv = "probe"\nverifiers = { judge = "judge" }\n',
         "envs/probe/env.toml": 'entry = "env:Probe"\n',

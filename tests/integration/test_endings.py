@@ -5,7 +5,9 @@ verdict is possible; only the platform's own failures are left unscored."""
 from __future__ import annotations
 
 import json
+import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -13,6 +15,7 @@ import pytest
 
 from corral.client import Bundle, Episode, Session
 from corral.client.protocol import Limits, ResetData
+from corral.client.record_store import EpisodeStore
 from tests.conftest import BUNDLES, serving
 from tests.probe_bundle import write_probe_bundle
 
@@ -87,6 +90,77 @@ def test_platform_failures_stay_unscored_with_their_reason(probe):
     episode.call("say", {"word": "raise"})  # the verifier raises on its own
     status, reward, reason = ended(episode)
     assert (status, reward) == ("unscored", None) and "verifier judge raised RuntimeError" in reason
+
+
+# Each ending, brought about on the probe bundle: the task, the agent's calls, and the outcome
+# docs/bundle-format.md promises (status, reward). The agent's doing scores the task's failure
+# score; the platform's (the bundle's own code included) is left unscored.
+PROVOKED = {
+    "scored": ("plain", [("say", {"word": "apple"})], ("scored", 1.0)),
+    "tool_timeout": ("plain", [("spin", {"seconds": 30})], ("failed", 0.0)),
+    "env_died": ("plain", [("die", {"how": "exit"})], ("failed", 0.0)),
+    "turn_timeout": ("plain", [("say", {"word": "stall"})], ("failed", 0.0)),
+    "time_budget": ("budget", [("say", {"word": "apple"}), ("spin", {"seconds": 30})], ("failed", -1.0)),
+    "reset_timeout": ("slow-reset", [], ("unscored", None)),
+    "env_start_failed": ("broken-reset", [], ("unscored", None)),
+    "env_hook_failed": ("plain", [("say", {"word": "unreportable"})], ("unscored", None)),
+    "verify_timeout": ("plain", [("say", {"word": "hang"})], ("unscored", None)),
+    "scoring_failed": ("plain", [("say", {"word": "raise"})], ("unscored", None)),
+    "reward_failed": ("plain", [("say", {"word": "pear"})], ("unscored", None)),  # 1 / 0.0, below
+    "abandoned": ("plain", [("say", {"word": "apple"})], ("unscored", None)),  # its session closes first
+}
+
+
+def test_each_ending_is_recorded_with_its_cause_status_and_reward(serve, tmp_path, caplog):
+    """sandbox_failed is not here: the local sandbox has no engine to lose (tests/docker stops one)."""
+    caplog.set_level(logging.WARNING, logger="corral.server")
+    records = tmp_path / "records"
+    server = serve(write_probe_bundle(tmp_path), max_concurrent_envs=len(PROVOKED), tool_timeout_s=2,
+                   reset_timeout_s=3, record_dir=records, reward=lambda scores: 1 / scores["judge"])
+
+    def play(cause: str) -> tuple[str, tuple]:
+        task_id, calls, _ = PROVOKED[cause]
+        episode = episode_on(server, task_id)
+        for name, arguments in calls:
+            episode.call(name, arguments)
+        if cause != "abandoned":
+            episode.finish()
+        episode.session.close()
+        return episode.opened.episode_id, (episode.status, episode.reward)
+
+    with ThreadPoolExecutor(len(PROVOKED)) as pool:
+        played = dict(zip(PROVOKED, pool.map(play, PROVOKED), strict=True))
+    server.stop()  # writes what is queued
+
+    with EpisodeStore(records) as store:
+        found = {cause: store.episode(episode_id) for cause, (episode_id, _) in played.items()}
+    assert {cause: (record.cause, record.status, record.reward) for cause, record in found.items()} == {
+        cause: (cause, *outcome) for cause, (_, _, outcome) in PROVOKED.items()}
+    seen_by_client = {cause: outcome for cause, (_, outcome) in played.items() if cause != "abandoned"}
+    assert seen_by_client == {cause: outcome for cause, (_, _, outcome) in PROVOKED.items() if cause != "abandoned"}
+    # The operator is warned of each episode the platform failed while a client was there to see it.
+    warned = {record.args[0] for record in caplog.records if record.getMessage().startswith("episode ")
+              and "ended unscored" in record.getMessage()}
+    assert warned == {episode_id for cause, (episode_id, (status, _)) in played.items()
+                      if status == "unscored" and cause != "abandoned"}
+
+
+def test_get_reward_tells_the_trainers_log_why_a_rollout_has_no_reward_or_a_failure_score(probe, caplog):
+    caplog.set_level(logging.INFO, logger="corral.client")
+    with Bundle(probe.url, split="all") as env:
+        environment = env.factory()
+        environment.reset(task_id="slow-reset")
+        assert environment.get_reward() is None
+        environment.reset(task_id="plain")
+        environment.die(how="exit")
+        assert environment.get_reward() == 0.0
+        environment.reset(task_id="plain")
+        environment.say(word="apple")
+        assert environment.get_reward() == 1.0
+    told = [(record.levelname, record.getMessage()) for record in caplog.records if "rollout" in record.getMessage()]
+    assert [(level, message.split(":")[0]) for level, message in told] == [
+        ("WARNING", "rollout left unscored"), ("INFO", "rollout failed by the agent, scored 0.0")]
+    assert "the reset didn't finish within 3s" in told[0][1] and "the env died during die" in told[1][1]
 
 
 @pytest.fixture(scope="module")

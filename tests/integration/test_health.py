@@ -31,7 +31,8 @@ def test_health_counts_the_sandboxes_running_episodes(serve, no_leftover_env_pro
         assert (health["sessions"], health["sandbox"]["live"]) == (1, 1)
         environment.say(text="apple")
         assert environment.get_reward() == 1.0
-    deadline = time.monotonic() + 10  # the server closes the session's sandbox as the socket goes
-    while get(server, "/health")["sandbox"]["live"] and time.monotonic() < deadline:
+    deadline = time.monotonic() + 10  # leaving the Bundle closes its sessions, and each its sandbox
+    while (health := get(server, "/health"))["sessions"] + health["sandbox"]["live"] and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert get(server, "/health")["sandbox"] == {"kind": "local", "isolated": False, "live": 0, "warm": {}}
+    assert health["sessions"] == 0
+    assert health["sandbox"] == {"kind": "local", "isolated": False, "live": 0, "warm": {}}

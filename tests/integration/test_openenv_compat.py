@@ -7,6 +7,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,9 +28,11 @@ from openenv.validation.runtime.contracts import RuntimePlan
 from openenv.validation.runtime.scheduler import execute_graders
 from openenv.validation.types import CheckStatus
 
+from corral.client.protocol import StateReply
+from corral.server import sessions
 from corral.server.embedded import EmbeddedServer
 from tests.conftest import BUNDLES, serving, wait_for_no_env_processes
-from tests.wire import error_of, receive, ws
+from tests.wire import error_of, receive, send, ws
 
 IDLE_DAY = [0] * 24
 
@@ -144,3 +147,31 @@ def test_post_mcp_answers_json_rpc_errors_where_they_belong(gridsim):
     closed = post(json.dumps({"jsonrpc": "2.0", "id": 9, "method": "openenv/session/close",
                               "params": {"session_id": created}}))
     assert closed["result"] == {"session_id": created, "closed": True}
+
+
+def test_a_session_created_over_http_and_left_without_a_socket_is_closed_after_its_ttl(serve, monkeypatch):
+    monkeypatch.setattr(sessions, "DETACHED_TTL_S", 1.0)
+    monkeypatch.setattr(sessions, "REAP_EVERY_S", 0.1)
+    server = serve(BUNDLES / "gridsim", max_concurrent_envs=4)
+
+    def create() -> str:
+        body = '{"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create"}'
+        reply = httpx.post(f"{server.url}/mcp", content=body, headers={"content-type": "application/json"},
+                           trust_env=False)
+        return reply.json()["result"]["session_id"]
+
+    left, held = create(), create()
+    with ws(server, f"?session_id={held}") as holding:
+        time.sleep(1.6)
+        recent = create()
+        time.sleep(0.4)  # `left` has waited twice the TTL and is closed; `held` has its socket
+        with ws(server, f"?session_id={left}") as late:
+            refused = error_of(receive(late, timeout_s=10))
+        assert refused.code == "SESSION_ERROR" and f"Unknown session_id: {left}" in refused.message
+        assert isinstance(send(holding, '{"type": "state"}', timeout_s=10), StateReply)
+        with ws(server, f"?session_id={held}") as second:
+            refused = error_of(receive(second, timeout_s=10))
+        assert refused.code == "SESSION_ERROR" and "already has an attached WebSocket" in refused.message
+    for waiting in (recent, held):  # within its TTL, or just left by its socket: still there
+        with ws(server, f"?session_id={waiting}") as socket:
+            assert isinstance(send(socket, '{"type": "state"}', timeout_s=10), StateReply)

@@ -5,18 +5,26 @@ first reset). The tools here are described by the env SDK's own schema function 
 typed functions, as a served env's tools are.
 """
 
+import dataclasses
 import inspect
 import multiprocessing
 import pickle
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 import pytest
 from transformers.utils import get_json_schema
 
 from corral.client.catalog import END_TURN_TOOL, Toolset, ToolSpec
-from corral.client.factory import CorralEnvironment, EnvironmentSpec, environment_class
+from corral.client.factory import (
+    CorralEnvironment,
+    EnvironmentSpec,
+    close_environments,
+    environment_class,
+    python_type,
+)
 from corral.client.protocol import Limits
 from corral.client.rewards import pick_reward
+from corral.client.session import Session
 from corral.env.schema import tool_schema
 from corral.errors import NoEpisode, RewardError, ToolSchemaError
 
@@ -226,3 +234,31 @@ def test_pick_reward_asks_for_a_rule_when_there_are_several_scores():
     assert "records 2 scores (format, grade) and no reward was chosen" in str(refused.value)
     assert "pick one with reward='format' (corral serve --reward format)" in str(refused.value)
     assert "reward=lambda s: sum(s.values()) / len(s)" in str(refused.value)
+
+
+def test_closing_the_environments_of_one_server_leaves_the_others_open(monkeypatch):
+    closed: list[str] = []
+    monkeypatch.setattr(Session, "close", lambda session: closed.append(session.url))
+    Elsewhere = environment_class(dataclasses.replace(SPEC, url="http://127.0.0.1:10"))
+    here, there = Studio(), Elsewhere()
+    close_environments("http://127.0.0.1:9")
+    assert closed.count("http://127.0.0.1:9") >= 1 and "http://127.0.0.1:10" not in closed
+    close_environments()
+    assert "http://127.0.0.1:10" in closed
+    del here, there
+
+
+@pytest.mark.parametrize(("schema", "hint"), [
+    ({"type": "array"}, list),
+    ({"type": "array", "items": {"type": "integer"}}, list[int]),
+    ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}]}, tuple[int, str]),
+    ({"type": "object"}, dict),
+    ({"type": "object", "additionalProperties": {"type": "number"}}, dict[str, float]),
+    ({"type": "object", "additionalProperties": True}, dict),
+    ({"type": ["integer", "null"]}, Optional[int]),  # noqa: UP045
+    ({"type": "string", "nullable": True}, Optional[str]),  # noqa: UP045
+    ({"enum": ["s", "m"]}, Literal["s", "m"]),
+    ({}, Any),
+])
+def test_each_json_schema_type_becomes_the_hint_transformers_reads_back(schema, hint):
+    assert python_type(schema) == hint

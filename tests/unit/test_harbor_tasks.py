@@ -168,6 +168,7 @@ def test_a_reward_file_gives_the_scores_harbor_reads_from_it(results, scores):
     (0, {"txt": b"nan"}, "its reward.txt is not a finite number"),
     (0, {"json": b'{"reward": "1"}'}, "values that are not finite numbers (reward)"),
     (0, {"json": b"{}"}, "an empty object"),
+    (0, {"json": b"reward: 1"}, "its reward.json is not JSON"),
     (None, {"txt": b"1"}, "it timed out after 60s"),
 ])
 def test_a_missing_or_garbled_reward_file_scores_0_saying_why(exit_code, results, why):

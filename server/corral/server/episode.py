@@ -248,7 +248,8 @@ class ServedEpisode:
         """Tear the sandbox down; the episode keeps its outcome (one left before it ended, by a
         new reset or its session closing, ends unscored as `abandoned`). Safe to call twice."""
         if not self.done:
-            self.status, self.reason = "unscored", "the episode was left before it ended (a new reset, or its session closed)"
+            self.status = ENDINGS["abandoned"].status
+            self.reason = "the episode was left before it ended (a new reset, or its session closed)"
             self._ended("abandoned")
         self._publish()
         await self._close_sandbox()

@@ -31,6 +31,10 @@ log = logging.getLogger("corral.server")
 
 def parse_frame(text: str) -> ClientFrame:
     """The typed frame `text` holds; raise FrameError saying what is wrong with it."""
+    try:  # one pass for a good frame; a bad one is read again below, to say what is wrong
+        return CLIENT_FRAMES.validate_json(text)
+    except ValidationError:
+        pass
     try:
         raw = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as error:

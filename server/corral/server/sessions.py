@@ -48,7 +48,7 @@ class FrameError(CorralError):
 class ServedSession:
     """One client's session: the episode it plays now, if any."""
 
-    def __init__(self, served: ServedBundle, *, over_http: bool = False):
+    def __init__(self, served: ServedBundle, *, over_http: bool):
         self.served = served
         self.session_id = uuid.uuid4().hex
         self.over_http = over_http  # created by openenv/session/create; outlives its socket

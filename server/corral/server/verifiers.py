@@ -85,16 +85,15 @@ OUTPUT_TAIL_CHARS = 2000  # what the final observation keeps of a command's outp
 
 @dataclass(frozen=True)
 class CommandScore:
-    """A command verifier's verdict and the end of its output (for whoever debugs a 0); a
-    reward file's scores, named as the file names them, in `rewards`."""
+    """A command verifier's verdict: the score of its exit status, or a reward file's scores,
+    named as the file names them; and the end of its output (for whoever debugs a 0)."""
 
-    score: float
+    scores: float | dict[str, float]
     output_tail: str
-    rewards: dict[str, float] | None = None
 
     def scores_for(self, score_id: str) -> dict[str, float]:
         """The episode's scores from this verifier, which the task names `score_id`."""
-        return dict(self.rewards) if self.rewards is not None else {score_id: self.score}
+        return dict(self.scores) if isinstance(self.scores, dict) else {score_id: self.scores}
 
 
 def command_files(root: Path, config: CommandVerifier, task_id: str) -> dict[str, bytes]:
@@ -130,8 +129,7 @@ async def run_command_verifier(
         verdict = f"[verifier {name}: timed out after {config.timeout_s:g}s; scored 0]"
     else:
         verdict = f"[verifier {name}: exit status {result.exit_code}; scored {1 if result.exit_code == 0 else 0}]"
-    tail = result.output.rstrip("\n")[-(OUTPUT_TAIL_CHARS - len(verdict) - 1):]
-    return CommandScore(1.0 if result.exit_code == 0 else 0.0, f"{tail}\n{verdict}" if tail else verdict)
+    return CommandScore(1.0 if result.exit_code == 0 else 0.0, _with_verdict(result.output, verdict))
 
 
 def reward_file_score(name: str, config: RewardFileVerifier, result: CommandResult) -> CommandScore:
@@ -152,8 +150,13 @@ def reward_file_score(name: str, config: RewardFileVerifier, result: CommandResu
     else:
         shown = ", ".join(f"{key}={value:g}" for key, value in rewards.items())
         verdict = f"[verifier {name}: exit status {result.exit_code}; {why}: {shown}]"
-    tail = result.output.rstrip("\n")[-(OUTPUT_TAIL_CHARS - len(verdict) - 1):]
-    return CommandScore(rewards.get("reward", 0.0), f"{tail}\n{verdict}" if tail else verdict, rewards)
+    return CommandScore(rewards, _with_verdict(result.output, verdict))
+
+
+def _with_verdict(output: str, verdict: str) -> str:
+    """The end of a command's output with the verdict on a last line: OUTPUT_TAIL_CHARS in all."""
+    tail = output.rstrip("\n")[-(OUTPUT_TAIL_CHARS - len(verdict) - 1):]
+    return f"{tail}\n{verdict}" if tail else verdict
 
 
 def _parse_reward_json(data: bytes) -> tuple[dict[str, float] | None, str]:

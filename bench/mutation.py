@@ -1,0 +1,364 @@
+"""Mutation testing of corral's core modules: which planted bugs the fast tests catch.
+
+    .venv/bin/python bench/mutation.py                     # every module below (about an hour)
+    .venv/bin/python bench/mutation.py episode sessions    # some of them
+    .venv/bin/python bench/mutation.py --again sessions    # its survivors only, after mending tests
+
+Run it in a clone you are not editing: each mutant is written into its source file in
+place (by cosmic-ray, which puts the file back after the mutant's run).
+
+1. One coverage run of the fast tests (unit and integration) records which test reaches
+   each line of the modules, and how long each test takes.
+2. cosmic-ray lists the mutants of each module, with a selective set of its operators: one
+   replacement per operator site (`-` becomes `+`, `<` becomes `<=`, not all ten of
+   each), none inside type annotations (`str | None` is not behaviour).
+3. Each mutant runs the tests that reach its line (those of the module's own test file
+   first, then those that run the rare lines of its function, then the fastest), up to
+   TEST_SECONDS of their time, stopping at the first failure; a mutant whose tests time out
+   counts as killed (it hung them). A line run while the tests were imported is reached by
+   every test that reaches the module; lines coverage did not see (code that runs in a child
+   process) run the module's `child_tests`.
+4. Per module: the score (killed / all, and again less the survivors of a kind that cannot
+   change behaviour: asserts, frozen flags, tuning constants) and every survivor with its
+   diff, printed and kept in bench/results/mutation/NAME.md; results are cached per mutant in
+   NAME.json, so a run stopped halfway goes on where it stopped (a changed module starts over).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import functools
+import hashlib
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from xml.etree import ElementTree
+
+from cosmic_ray.commands.init import init as list_mutants
+from cosmic_ray.mutating import mutate_and_test
+from cosmic_ray.work_db import WorkDB, use_db
+from cosmic_ray.work_item import MutationSpec, TestOutcome, WorkerOutcome
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results" / "mutation"
+REACH_CACHE = REPO / ".mutation-reach.json"  # the coverage run's findings, while no code or test changes
+
+# The fast tests: unit and integration, less the few that drive a kernel, a terminal or a load.
+FAST_TESTS = ["tests/unit", "tests/integration"]
+# A mutant runs the fastest tests that reach it up to this much of their own time: a survivor
+# is one that the quickest checks of its line let through (slower ones might still catch it).
+TEST_SECONDS = 10.0
+SLOW_TESTS = ["tests/integration/test_load.py", "tests/integration/test_notebook.py",
+              "tests/integration/test_play_terminal.py"]
+
+
+@dataclass(frozen=True)
+class Target:
+    path: str
+    child_tests: tuple[str, ...] = ()  # for code that runs in a child process coverage does not follow
+
+
+MODULES = {
+    "episode": Target("server/corral/server/episode.py"),
+    "endings": Target("server/corral/server/endings.py"),
+    "sessions": Target("server/corral/server/sessions.py"),
+    "verifiers": Target("server/corral/server/verifiers.py"),
+    "envproc": Target("server/corral/server/envproc.py"),
+    "local": Target("sandboxes/corral/sandboxes/local.py"),
+    "local_procs": Target("sandboxes/corral/sandboxes/local_procs.py"),
+    "warm_pool": Target("sandboxes/corral/sandboxes/warm_pool.py"),
+    "factory": Target("client/corral/client/factory.py"),
+    "session": Target("client/corral/client/session.py"),
+    "client_episode": Target("client/corral/client/episode.py"),
+    "runtime": Target("sandboxes/corral/env/runtime.py", child_tests=("tests/unit/test_env_runtime.py",)),
+}
+
+# One replacement per operator site: enough to show a test notices the operator at all
+# (selective mutation), at a tenth of the runs of every replacement.
+KEPT_OPERATORS = {
+    "NumberReplacer", "AddNot", "ReplaceUnaryOperator_Delete_Not", "ReplaceTrueWithFalse",
+    "ReplaceFalseWithTrue", "ReplaceAndWithOr", "ReplaceOrWithAnd", "ExceptionReplacer",
+    "ZeroIterationForLoop", "ReplaceContinueWithBreak", "ReplaceBreakWithContinue",
+    "RemoveDecorator", "ReplaceUnaryOperator_USub_UAdd",
+    "ReplaceBinaryOperator_Add_Sub", "ReplaceBinaryOperator_Sub_Add",
+    "ReplaceBinaryOperator_Mul_Div", "ReplaceBinaryOperator_Div_Mul",
+    "ReplaceBinaryOperator_FloorDiv_Mul", "ReplaceBinaryOperator_Mod_FloorDiv",
+    "ReplaceBinaryOperator_Pow_Mul", "ReplaceBinaryOperator_BitOr_BitAnd",
+    "ReplaceBinaryOperator_BitAnd_BitOr", "ReplaceBinaryOperator_BitXor_BitOr",
+    "ReplaceBinaryOperator_LShift_RShift", "ReplaceBinaryOperator_RShift_LShift",
+    "ReplaceComparisonOperator_Eq_NotEq", "ReplaceComparisonOperator_NotEq_Eq",
+    "ReplaceComparisonOperator_Lt_LtE", "ReplaceComparisonOperator_LtE_Lt",
+    "ReplaceComparisonOperator_Gt_GtE", "ReplaceComparisonOperator_GtE_Gt",
+    "ReplaceComparisonOperator_Is_IsNot", "ReplaceComparisonOperator_IsNot_Is",
+    "ReplaceComparisonOperator_In_NotIn", "ReplaceComparisonOperator_NotIn_In",
+}
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What the coverage run found: the tests reaching each line, and each test's seconds."""
+
+    tests_by_line: dict[str, dict[int, set[str]]]  # module path -> line -> test node ids
+    seconds: dict[str, float]
+
+
+def measure_reach(workdir: Path) -> Reach:
+    """Run the fast tests once under coverage, one context per test (or reuse the last run's
+    findings, when no source file or test has changed since)."""
+    digest = code_digest()
+    if REACH_CACHE.exists() and (cached := json.loads(REACH_CACHE.read_text()))["digest"] == digest:
+        print("reusing the last coverage run (no code or test changed)", flush=True)
+        by_line = {path: {int(line): set(tests) for line, tests in lines.items()}
+                   for path, lines in cached["tests_by_line"].items()}
+        return Reach(tests_by_line=by_line, seconds=cached["seconds"])
+    paths = [target.path for target in MODULES.values()]
+    junit = workdir / "junit.xml"
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FAST_TESTS,
+               *(f"--ignore={slow}" for slow in SLOW_TESTS), "--cov-context=test", "--cov-report=",
+               f"--junitxml={junit}", *(f"--cov={REPO / folder}" for folder in {str(Path(p).parent) for p in paths})]
+    print(f"coverage run of the fast tests ({' '.join(FAST_TESTS)}) ...", flush=True)
+    environ = {**os.environ, "COVERAGE_FILE": str(workdir / "coverage")}
+    if subprocess.run(command, cwd=REPO, env=environ, check=False).returncode != 0:
+        sys.exit("the fast tests fail without any mutant: mend them first")
+    reach = Reach(tests_by_line=lines_reached(workdir / "coverage", paths), seconds=test_seconds(junit))
+    REACH_CACHE.write_text(json.dumps({
+        "digest": digest, "seconds": reach.seconds,
+        "tests_by_line": {path: {line: sorted(tests) for line, tests in lines.items()}
+                          for path, lines in reach.tests_by_line.items()}}))
+    return reach
+
+
+def code_digest() -> str:
+    """A digest of every Python file of the source roots and the tests."""
+    files = sorted(file for root in ("client", "server", "sandboxes", "training", "tests")
+                   for file in (REPO / root).rglob("*.py"))
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(str(file.relative_to(REPO)).encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()
+
+
+def lines_reached(coverage_file: Path, paths: list[str]) -> dict[str, dict[int, set[str]]]:
+    """Per module, the tests that ran each line. A line run while the tests were imported (a
+    table, a class body, a class a test module builds at its top) is reached by every test that
+    reaches the module at all: coverage cannot tell whose import ran it."""
+    from coverage import CoverageData
+
+    data = CoverageData(basename=str(coverage_file))
+    data.read()
+    reached: dict[str, dict[int, set[str]]] = {}
+    for path in paths:
+        # pytest-cov names a context "NODEID|setup", "NODEID|run" or "NODEID|teardown"; "" is no test.
+        contexts_by_line = data.contexts_by_lineno(str(REPO / path))
+        by_line = {line: {context.rsplit("|", 1)[0] for context in contexts if context}
+                   for line, contexts in contexts_by_line.items()}
+        every_test = set().union(*by_line.values())
+        reached[path] = {line: tests | every_test if "" in contexts_by_line[line] else tests
+                         for line, tests in by_line.items()}
+    return reached
+
+
+def test_seconds(junit: Path) -> dict[str, float]:
+    """Each test's node id and seconds, from JUnit XML (whose class names drop the path)."""
+    seconds = {}
+    for case in ElementTree.parse(junit).iter("testcase"):
+        dotted, name = case.get("classname", ""), case.get("name", "")
+        parts = dotted.split(".")
+        # The longest dotted prefix that is a file is the module; the rest is a class.
+        for cut in range(len(parts), 0, -1):
+            if (REPO / Path(*parts[:cut])).with_suffix(".py").is_file():
+                nodeid = "::".join(["/".join(parts[:cut]) + ".py", *parts[cut:], name])
+                seconds[nodeid] = float(case.get("time", 0))
+                break
+    return seconds
+
+
+def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        annotations = []
+        if isinstance(node, ast.arg | ast.AnnAssign):
+            annotations.append(node.annotation)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            annotations.append(node.returns)
+        spans += [((a.lineno, a.col_offset), (a.end_lineno, a.end_col_offset)) for a in annotations if a]
+    return spans
+
+
+def mutants_of(path: str, workdir: Path) -> list[MutationSpec]:
+    """cosmic-ray's mutants of `path`, less the operators not kept and those in annotations."""
+    with use_db(str(workdir / f"{Path(path).stem}.sqlite"), WorkDB.Mode.create) as db:
+        list_mutants([REPO / path], db, {})
+        specs = [item.mutations[0] for item in db.work_items]
+    source = (REPO / path).read_text()
+    spans, lines = annotation_spans(source), source.splitlines()
+    return [spec for spec in specs
+            if spec.operator_name.split("/")[-1] in KEPT_OPERATORS
+            and not any(start <= tuple(spec.start_pos) < end for start, end in spans)
+            and not is_bare_star(lines, spec)]
+
+
+def is_bare_star(lines: list[str], spec: MutationSpec) -> bool:
+    """The `*` that ends a signature's positional parameters, which cosmic-ray takes for a
+    multiplication (and its `/` for another marker: the same calls still work)."""
+    line, column = spec.start_pos
+    text = lines[line - 1]
+    return text[column:column + 1] == "*" and text[column + 1:].lstrip()[:1] in (",", ")")
+
+
+def tests_for(spec: MutationSpec, target: Target, reach: Reach) -> list[str]:
+    """The tests that reach the mutant's lines, up to TEST_SECONDS of their time: those of the
+    module's own test file first, then those that run the rarely run lines of its function (a
+    line run by every test, a session opened, is checked best by the few tests that take its
+    unusual branches, not by the fastest), then the fastest."""
+    by_line = reach.tests_by_line[target.path]
+    tests = set().union(*(by_line.get(line, set()) for line in range(spec.start_pos[0], spec.end_pos[0] + 1)))
+    if not tests:
+        return list(target.child_tests)
+    first, last = enclosing_function(REPO / target.path, spec.start_pos[0])
+    rarity: dict[str, float] = dict.fromkeys(tests, 0.0)
+    for line in range(first, last + 1):
+        for test in tests & by_line.get(line, set()):
+            rarity[test] += 1 / len(by_line[line])
+    own = Path(target.path).stem  # the module's own test file (test_endings.py for endings.py) first
+    chosen, seconds = [], 0.0
+    for test in sorted(tests, key=lambda test: (own not in test.split("::")[0], -rarity[test],
+                                                 reach.seconds.get(test, TEST_SECONDS))):
+        if reach.seconds.get(test, TEST_SECONDS) > TEST_SECONDS:
+            continue  # a fuzz run that reaches the line by lasting long
+        seconds += reach.seconds.get(test, TEST_SECONDS)
+        if seconds > TEST_SECONDS:
+            break
+        chosen.append(test)
+    return chosen
+
+
+@functools.cache
+def function_spans(path: Path) -> list[tuple[int, int]]:
+    return sorted((node.lineno, node.end_lineno or node.lineno) for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef))
+
+
+def enclosing_function(path: Path, line: int) -> tuple[int, int]:
+    """The lines of the innermost function holding `line`; the whole module outside any."""
+    spans = [(first, last) for first, last in function_spans(path) if first <= line <= last]
+    return max(spans) if spans else (1, len(path.read_text().splitlines()))
+
+
+def run_mutant(spec: MutationSpec, tests: list[str], reach: Reach) -> dict:
+    if not tests:
+        return {"outcome": "survived", "why": f"no test of {TEST_SECONDS:g} s or less reaches this line"}
+    timeout = 60 + 3 * sum(reach.seconds.get(test, TEST_SECONDS) for test in tests)
+    command = shlex.join([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests])
+    started = time.monotonic()
+    result = mutate_and_test([spec], command, timeout)
+    seconds = round(time.monotonic() - started, 1)
+    if result.worker_outcome != WorkerOutcome.NORMAL:
+        return {"outcome": "error", "why": f"{result.worker_outcome}: {result.output[-2000:]}"}
+    outcome = "killed" if result.test_outcome == TestOutcome.KILLED else "survived"
+    why = "timeout" if result.output == "timeout" else f"{len(tests)} tests"
+    return {"outcome": outcome, "why": why, "seconds": seconds, "diff": result.diff}
+
+
+def mutant_key(spec: MutationSpec) -> str:
+    return f"{spec.operator_name}#{spec.occurrence}"
+
+
+def load_cache(name: str, digest: str) -> dict[str, dict]:
+    cache = RESULTS / f"{name}.json"
+    if cache.exists():
+        saved = json.loads(cache.read_text())
+        if saved["digest"] == digest:
+            return saved["results"]
+    return {}
+
+
+def test_module(name: str, target: Target, reach_of: Callable[[], Reach], workdir: Path, *,
+                again: bool) -> dict[str, dict]:
+    source = (REPO / target.path).read_bytes()
+    digest = hashlib.sha256(source).hexdigest()
+    specs = mutants_of(target.path, workdir)
+    keys = {mutant_key(spec) for spec in specs}
+    results = {key: result for key, result in load_cache(name, digest).items() if key in keys}
+    if again:  # the tests changed since: try the survivors on them
+        results = {key: result for key, result in results.items() if result["outcome"] == "killed"}
+    print(f"\n{name} ({target.path}): {len(specs)} mutants, {len(results)} already run", flush=True)
+    for number, spec in enumerate(specs, 1):
+        key = mutant_key(spec)
+        if key in results:
+            continue
+        reach = reach_of()  # measured once, when a mutant first needs it
+        result = run_mutant(spec, tests_for(spec, target, reach), reach)
+        results[key] = {"line": spec.start_pos[0], "operator": spec.operator_name.split("/")[-1], **result}
+        print(f"  {number}/{len(specs)} line {spec.start_pos[0]} {results[key]['operator']}: "
+              f"{result['outcome']} ({result['why']}, {result.get('seconds', 0)} s)", flush=True)
+        (RESULTS / f"{name}.json").write_text(json.dumps({"digest": digest, "results": results}, indent=1))
+        if (REPO / target.path).read_bytes() != source:
+            sys.exit(f"{target.path} was not restored after a mutant: stop and check it")
+    return results
+
+
+def report(name: str, target: Target, results: dict[str, dict]) -> str:
+    """The module's score and its survivors, those of a kind that cannot change behaviour
+    set apart with the reason (and left out of the second score)."""
+    source = (REPO / target.path).read_text().splitlines()
+    survivors = sorted((result for result in results.values() if result["outcome"] != "killed"),
+                       key=lambda result: result["line"])
+    unexplained = [result for result in survivors if not equivalence(result, source[result["line"] - 1])]
+    killed, counted = len(results) - len(survivors), len(results) - len(survivors) + len(unexplained)
+    title = (f"# {name}: {killed}/{len(results)} mutants killed ({killed / max(len(results), 1):.0%}); "
+             f"{killed}/{counted} ({killed / max(counted, 1):.0%}) less {len(survivors) - len(unexplained)} "
+             "that cannot change behaviour")
+    lines = [title, "", f"`{target.path}`; survivors below, each with its diff.", ""]
+    for result in survivors:
+        why = equivalence(result, source[result["line"] - 1])
+        lines += [f"## line {result['line']}: {result['operator']} ({result['outcome']}: {result['why']})",
+                  *([f"Cannot change behaviour: {why}."] if why else []),
+                  "", "```diff", result.get("diff", "").strip(), "```", ""]
+    (RESULTS / f"{name}.md").write_text("\n".join(lines))
+    return title[2:]
+
+
+def equivalence(result: dict, line: str) -> str | None:
+    """Why a surviving mutant cannot change what the code does, for the kinds that never can."""
+    code = line.strip()
+    if code.startswith("assert "):
+        return "an assert that only narrows a type for the type checker"
+    if code.startswith("@dataclass(frozen=True)") and result["operator"] == "ReplaceTrueWithFalse":
+        return "nothing assigns to the dataclass's fields, frozen or not"
+    if result["operator"] == "NumberReplacer" and re.match(r"[A-Z][A-Z0-9_]* = ", code):
+        return "a tuning constant: a value one off is as good"
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("modules", nargs="*", metavar="MODULE", help=f"some of: {', '.join(MODULES)} (default: all)")
+    parser.add_argument("--again", action="store_true", help="run the survivors of the last run again (after mending tests)")
+    args = parser.parse_args()
+    names = args.modules or list(MODULES)
+    if unknown := sorted(set(names) - set(MODULES)):
+        parser.error(f"no module named {', '.join(unknown)}; pick from {', '.join(MODULES)}")
+    os.environ["CI"] = "true"  # a test that would skip fails instead, as in CI
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped, it still puts back the mutated file
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="corral-mutation-") as scratch:
+        workdir = Path(scratch)
+        reach_of = functools.cache(lambda: measure_reach(workdir))
+        summaries = [report(name, MODULES[name], test_module(name, MODULES[name], reach_of, workdir, again=args.again))
+                     for name in names]
+    print("\n" + "\n".join(summaries))
+
+
+if __name__ == "__main__":
+    main()
