@@ -89,6 +89,12 @@ def wire() -> Iterator[Callable[..., WireServer]]:
         server.stop()
 
 
+def next_request_opens_a_new_socket(session: Session, server: WireServer) -> None:
+    assert isinstance(session.request(StateRequest(), timeout_s=5), StateReply)
+    assert server.connections == 2
+    session.close()
+
+
 def first_then_replies(first: str) -> Callable[[int], str]:
     return lambda n: first if n == 1 else "reply"
 
@@ -118,9 +124,7 @@ def test_a_socket_the_server_closes_mid_request_is_a_lost_session(wire):
     with pytest.raises(SessionLost, match=rf"the server at {server.url} closed the session") as lost:
         session.request(StateRequest(), timeout_s=5)
     assert not isinstance(lost.value, ReplyTimeout)
-    assert isinstance(session.request(StateRequest(), timeout_s=5), StateReply)
-    assert server.connections == 2
-    session.close()
+    next_request_opens_a_new_socket(session, server)
 
 
 def test_a_frame_the_client_cannot_read_is_an_invalid_reply_and_the_socket_is_dropped(wire):
@@ -129,9 +133,7 @@ def test_a_frame_the_client_cannot_read_is_an_invalid_reply_and_the_socket_is_dr
     with pytest.raises(ServerError, match="sent a frame corral cannot read") as refused:
         session.request(StateRequest(), timeout_s=5)
     assert refused.value.code == "INVALID_REPLY"
-    assert isinstance(session.request(StateRequest(), timeout_s=5), StateReply)
-    assert server.connections == 2
-    session.close()
+    next_request_opens_a_new_socket(session, server)
 
 
 def test_a_full_server_is_a_capacity_error_saying_how_to_make_room_and_the_socket_is_dropped(wire):
@@ -140,9 +142,7 @@ def test_a_full_server_is_a_capacity_error_saying_how_to_make_room_and_the_socke
     with pytest.raises(CapacityError, match="at its limit of 2 sessions at once") as full:
         session.request(StateRequest(), timeout_s=5)
     assert full.value.code == ErrorCode.CAPACITY_REACHED and full.value.data["max_sessions"] == 2
-    assert isinstance(session.request(StateRequest(), timeout_s=5), StateReply)
-    assert server.connections == 2
-    session.close()
+    next_request_opens_a_new_socket(session, server)
 
 
 def test_closing_a_session_tells_the_server_and_a_closed_session_opens_a_new_socket_when_used(wire):
@@ -151,6 +151,4 @@ def test_closing_a_session_tells_the_server_and_a_closed_session_opens_a_new_soc
     assert isinstance(session.request(StateRequest(), timeout_s=5), StateReply)
     session.close()
     assert server.frames == 2  # the state request, then the close frame
-    assert isinstance(session.request(StateRequest(), timeout_s=5), StateReply)
-    assert server.connections == 2
-    session.close()
+    next_request_opens_a_new_socket(session, server)
