@@ -12,12 +12,13 @@ place (by cosmic-ray, which puts the file back after the mutant's run).
 2. cosmic-ray lists the mutants of each module, with a selective set of its operators: one
    replacement per operator site (`-` becomes `+`, `<` becomes `<=`, not all ten of
    each), none inside type annotations (`str | None` is not behaviour).
-3. Each mutant runs the tests that reach its line (those of the module's own test file
-   first, then those that run the rare lines of its function, then the fastest), up to
-   TEST_SECONDS of their time, stopping at the first failure; a mutant whose tests time out
-   counts as killed (it hung them). A line run while the tests were imported is reached by
-   every test that reaches the module; lines coverage did not see (code that runs in a child
-   process) run the module's `child_tests`.
+3. Each mutant runs the tests that reach its line (those of the module's own test files
+   first, up to OWN_TEST_SECONDS of their time, then the others up to TEST_SECONDS; in each
+   group those that run the rare lines of its function first, then the fastest), stopping
+   at the first failure; a mutant whose tests time out counts as killed (it hung them). A
+   line run while the tests were imported is reached by every test that reaches the module;
+   lines coverage did not see (code that runs in a child process) run the module's
+   `child_tests`.
 4. Per module: the score (killed / all, and again less the survivors of a kind that cannot
    change behaviour: asserts, frozen flags, tuning constants) and every survivor with its
    diff, printed and kept in bench/results/mutation/NAME.md; results are cached per mutant in
@@ -58,6 +59,7 @@ FAST_TESTS = ["tests/unit", "tests/integration"]
 # A mutant runs the fastest tests that reach it up to this much of their own time: a survivor
 # is one that the quickest checks of its line let through (slower ones might still catch it).
 TEST_SECONDS = 10.0
+OWN_TEST_SECONDS = 30.0  # and the module's own test file, which is written to check it, up to this
 SLOW_TESTS = ["tests/integration/test_load.py", "tests/integration/test_notebook.py",
               "tests/integration/test_play_terminal.py"]
 
@@ -65,22 +67,27 @@ SLOW_TESTS = ["tests/integration/test_load.py", "tests/integration/test_notebook
 @dataclass(frozen=True)
 class Target:
     path: str
+    own_tests: tuple[str, ...] = ()  # the test files written to check it: run first, with a budget of their own
     child_tests: tuple[str, ...] = ()  # for code that runs in a child process coverage does not follow
 
 
+UNIT, INTEGRATION = "tests/unit/", "tests/integration/"
+LOCAL_TESTS = (INTEGRATION + "test_local_isolation.py", INTEGRATION + "test_local_anywhere.py")
 MODULES = {
-    "episode": Target("server/corral/server/episode.py"),
-    "endings": Target("server/corral/server/endings.py"),
-    "sessions": Target("server/corral/server/sessions.py"),
-    "verifiers": Target("server/corral/server/verifiers.py"),
-    "envproc": Target("server/corral/server/envproc.py"),
-    "local": Target("sandboxes/corral/sandboxes/local.py"),
-    "local_procs": Target("sandboxes/corral/sandboxes/local_procs.py"),
+    "episode": Target("server/corral/server/episode.py", (INTEGRATION + "test_episodes.py",)),
+    "endings": Target("server/corral/server/endings.py", (INTEGRATION + "test_endings.py",)),
+    "sessions": Target("server/corral/server/sessions.py", (INTEGRATION + "test_openenv_compat.py",)),
+    "verifiers": Target("server/corral/server/verifiers.py",
+                        (UNIT + "test_verifiers.py", INTEGRATION + "test_command_verifiers.py")),
+    "envproc": Target("server/corral/server/envproc.py", (UNIT + "test_envproc.py",)),
+    "local": Target("sandboxes/corral/sandboxes/local.py", LOCAL_TESTS),
+    "local_procs": Target("sandboxes/corral/sandboxes/local_procs.py", LOCAL_TESTS),
     "warm_pool": Target("sandboxes/corral/sandboxes/warm_pool.py"),
-    "factory": Target("client/corral/client/factory.py"),
-    "session": Target("client/corral/client/session.py"),
+    "factory": Target("client/corral/client/factory.py", (UNIT + "test_client_factory.py",)),
+    "session": Target("client/corral/client/session.py", (INTEGRATION + "test_client_session.py",)),
     "client_episode": Target("client/corral/client/episode.py"),
-    "runtime": Target("sandboxes/corral/env/runtime.py", child_tests=("tests/unit/test_env_runtime.py",)),
+    "runtime": Target("sandboxes/corral/env/runtime.py", (UNIT + "test_env_runtime.py",),
+                      child_tests=(UNIT + "test_env_runtime.py",)),
 }
 
 # One replacement per operator site: enough to show a test notices the operator at all
@@ -217,10 +224,11 @@ def is_bare_star(lines: list[str], spec: MutationSpec) -> bool:
 
 
 def tests_for(spec: MutationSpec, target: Target, reach: Reach) -> list[str]:
-    """The tests that reach the mutant's lines, up to TEST_SECONDS of their time: those of the
-    module's own test file first, then those that run the rarely run lines of its function (a
-    line run by every test, a session opened, is checked best by the few tests that take its
-    unusual branches, not by the fastest), then the fastest."""
+    """The tests that reach the mutant's lines: those of the module's own test file up to
+    OWN_TEST_SECONDS of their time, then the others up to TEST_SECONDS. Each group runs first
+    the tests that run the rarely run lines of its function (a line run by every test, a
+    session opened, is checked best by the few tests that take its unusual branches, not by
+    the fastest), then the fastest."""
     by_line = reach.tests_by_line[target.path]
     tests = set().union(*(by_line.get(line, set()) for line in range(spec.start_pos[0], spec.end_pos[0] + 1)))
     if not tests:
@@ -230,14 +238,21 @@ def tests_for(spec: MutationSpec, target: Target, reach: Reach) -> list[str]:
     for line in range(first, last + 1):
         for test in tests & by_line.get(line, set()):
             rarity[test] += 1 / len(by_line[line])
-    own = Path(target.path).stem  # the module's own test file (test_endings.py for endings.py) first
+    ranked = sorted(tests, key=lambda test: (-rarity[test], reach.seconds.get(test, TEST_SECONDS)))
+    own_tests = [test for test in ranked if test.split("::")[0] in target.own_tests]
+    others = [test for test in ranked if test not in own_tests]
+    return within(own_tests, OWN_TEST_SECONDS, reach) + within(others, TEST_SECONDS, reach)
+
+
+def within(tests: list[str], budget: float, reach: Reach) -> list[str]:
+    """The first of `tests` whose seconds add up to at most `budget`, less any single test
+    longer than the budget (a fuzz run that reaches the line by lasting long)."""
     chosen, seconds = [], 0.0
-    for test in sorted(tests, key=lambda test: (own not in test.split("::")[0], -rarity[test],
-                                                 reach.seconds.get(test, TEST_SECONDS))):
-        if reach.seconds.get(test, TEST_SECONDS) > TEST_SECONDS:
-            continue  # a fuzz run that reaches the line by lasting long
-        seconds += reach.seconds.get(test, TEST_SECONDS)
-        if seconds > TEST_SECONDS:
+    for test in tests:
+        if reach.seconds.get(test, budget) > budget:
+            continue
+        seconds += reach.seconds.get(test, budget)
+        if seconds > budget:
             break
         chosen.append(test)
     return chosen
