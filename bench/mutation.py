@@ -72,11 +72,12 @@ class Target:
 
 
 UNIT, INTEGRATION = "tests/unit/", "tests/integration/"
+ENDINGS_TESTS = INTEGRATION + "test_endings.py"  # how episodes end, and the warning of one left unscored
 LOCAL_TESTS = (INTEGRATION + "test_local_isolation.py", INTEGRATION + "test_local_anywhere.py")
 MODULES = {
-    "episode": Target("server/corral/server/episode.py", (INTEGRATION + "test_episodes.py",)),
-    "endings": Target("server/corral/server/endings.py", (INTEGRATION + "test_endings.py",)),
-    "sessions": Target("server/corral/server/sessions.py", (INTEGRATION + "test_openenv_compat.py",)),
+    "episode": Target("server/corral/server/episode.py", (INTEGRATION + "test_episodes.py", ENDINGS_TESTS)),
+    "endings": Target("server/corral/server/endings.py", (ENDINGS_TESTS,)),
+    "sessions": Target("server/corral/server/sessions.py", (INTEGRATION + "test_openenv_compat.py", ENDINGS_TESTS)),
     "verifiers": Target("server/corral/server/verifiers.py",
                         (UNIT + "test_verifiers.py", INTEGRATION + "test_command_verifiers.py")),
     "envproc": Target("server/corral/server/envproc.py", (UNIT + "test_envproc.py",)),
