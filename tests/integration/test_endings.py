@@ -16,6 +16,8 @@ import pytest
 from corral.client import Bundle, Episode, Session
 from corral.client.protocol import Limits, ResetData
 from corral.client.record_store import EpisodeStore
+from corral.errors import SandboxError
+from corral.sandboxes.local import LocalProvider
 from tests.conftest import BUNDLES, serving
 from tests.probe_bundle import write_probe_bundle
 
@@ -112,7 +114,8 @@ PROVOKED = {
 
 
 def test_each_ending_is_recorded_with_its_cause_status_and_reward(serve, tmp_path, caplog):
-    """sandbox_failed is not here: the local sandbox has no engine to lose (tests/docker stops one)."""
+    """sandbox_failed is not here: the local sandbox has no engine to lose (the next test
+    fakes one; tests/docker stops a real one)."""
     caplog.set_level(logging.WARNING, logger="corral.server")
     records = tmp_path / "records"
     server = serve(write_probe_bundle(tmp_path), max_concurrent_envs=len(PROVOKED), tool_timeout_s=2,
@@ -143,6 +146,26 @@ def test_each_ending_is_recorded_with_its_cause_status_and_reward(serve, tmp_pat
               and "ended unscored" in record.getMessage()}
     assert warned == {episode_id for cause, (episode_id, (status, _)) in played.items()
                       if status == "unscored" and cause != "abandoned"}
+
+
+def test_an_agents_ending_while_the_provider_fails_is_the_platforms_and_unscored(serve, tmp_path, monkeypatch):
+    """The env died, but the provider itself has stopped answering (as a stopped engine does):
+    the platform failed, so the episode is unscored (sandbox_failed) with both reasons."""
+
+    async def engine_gone(provider) -> None:
+        raise SandboxError("the sandbox engine stopped answering")
+
+    monkeypatch.setattr(LocalProvider, "check", engine_gone)
+    records = tmp_path / "records"
+    server = serve(write_probe_bundle(tmp_path), max_concurrent_envs=1, record_dir=records)
+    episode = episode_on(server)
+    episode.call("die", {"how": "exit"})
+    status, reward, reason = ended(episode)
+    server.stop()  # writes what is queued
+    assert (status, reward) == ("unscored", None)
+    assert "the env died during die" in reason and "the sandbox engine stopped answering" in reason
+    with EpisodeStore(records) as store:
+        assert store.episode(episode.opened.episode_id).cause == "sandbox_failed"
 
 
 def test_get_reward_tells_the_trainers_log_why_a_rollout_has_no_reward_or_a_failure_score(probe, caplog):

@@ -30,6 +30,7 @@ from corral.client.record_store import EpisodeStore, RecordWriter
 from corral.client.records import EpisodeRecord, RecordedCall, RolloutRecord
 from corral.server.cli import app
 from tests.conftest import BUNDLES
+from tests.wire import called, opened, ws
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
 CODEWORD = BUNDLES / "codeword"
@@ -71,6 +72,20 @@ def test_an_episodes_record_holds_every_call_in_order_with_answers_errors_and_ti
         "codeword", "eval", "local", 1, 3)
     assert {"start", "reset", "tools", "verify", "total"} <= set(record.seconds)
     assert [t.name for t in record.tools] == ["lookup", "submit", "end_turn"]
+
+
+def test_a_reset_naming_a_task_alone_records_the_split_the_task_belongs_to(serve, tmp_path: Path) -> None:
+    server = serve(CODEWORD, record_dir=tmp_path / "records")
+    played = {}
+    for task_id in ("codeword-0600", "codeword-0001"):  # an eval task, then a train task, by id alone
+        with ws(server) as socket:
+            played[task_id] = opened(socket, task_id=task_id).episode_id
+            called(socket, "end_turn", response="")
+    server.stop()  # writes what is queued
+
+    with EpisodeStore(tmp_path / "records") as store:
+        splits = {task_id: store.episode(episode_id).split for task_id, episode_id in played.items()}
+    assert splits == {"codeword-0600": "eval", "codeword-0001": "train"}
 
 
 def free_port() -> int:
