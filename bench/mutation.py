@@ -68,7 +68,7 @@ SLOW_TESTS = ["tests/integration/test_load.py", "tests/integration/test_notebook
 @dataclass(frozen=True)
 class Target:
     path: str
-    own_tests: tuple[str, ...] = ()  # the test files written to check it: run first, with a budget of their own
+    own_tests: tuple[str, ...] = ()  # the test files (or tests) written to check it: run first, on a budget of their own
     child_tests: tuple[str, ...] = ()  # for code that runs in a child process coverage does not follow
 
 
@@ -78,7 +78,9 @@ LOCAL_TESTS = (INTEGRATION + "test_local_isolation.py", INTEGRATION + "test_loca
 MODULES = {
     "episode": Target("server/corral/server/episode.py", (INTEGRATION + "test_episodes.py", ENDINGS_TESTS)),
     "endings": Target("server/corral/server/endings.py", (ENDINGS_TESTS,)),
-    "sessions": Target("server/corral/server/sessions.py", (INTEGRATION + "test_openenv_compat.py", ENDINGS_TESTS)),
+    "sessions": Target("server/corral/server/sessions.py", (
+        INTEGRATION + "test_openenv_compat.py", ENDINGS_TESTS,
+        INTEGRATION + "test_records.py::test_a_reset_naming_a_task_alone_records_the_split_the_task_belongs_to")),
     "verifiers": Target("server/corral/server/verifiers.py",
                         (UNIT + "test_verifiers.py", INTEGRATION + "test_command_verifiers.py")),
     "envproc": Target("server/corral/server/envproc.py", (UNIT + "test_envproc.py",)),
@@ -242,7 +244,7 @@ def tests_for(spec: MutationSpec, target: Target, reach: Reach) -> list[str]:
         for test in tests & by_line.get(line, set()):
             rarity[test] += 1 / len(by_line[line])
     ranked = sorted(tests, key=lambda test: (-rarity[test], reach.seconds.get(test, TEST_SECONDS)))
-    own_tests = [test for test in ranked if test.split("::")[0] in target.own_tests]
+    own_tests = [test for test in ranked if test.split("::")[0] in target.own_tests or test in target.own_tests]
     others = [test for test in ranked if test not in own_tests]
     return within(own_tests, OWN_TEST_SECONDS, reach) + within(others, TEST_SECONDS, reach)
 

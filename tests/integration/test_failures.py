@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import select
-import threading
 import time
-from collections.abc import Iterator
-from socket import SHUT_RDWR, create_connection, create_server
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -18,6 +12,7 @@ import pytest
 from corral.client import Bundle, CapacityError
 from corral.errors import ToolsetMismatch
 from tests.conftest import FIXTURES, env_processes, wait_for_no_env_processes
+from tests.proxies import loopback_proxy
 from tests.wire import call, called, error_of, opened, send, ws
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
@@ -97,41 +92,12 @@ def test_malformed_frames_get_error_frames_and_the_session_survives(toybox_serve
         assert called(socket, "end_turn", response="ok").reward == 1.0
 
 
-@contextlib.contextmanager
-def idle_closing_proxy(upstream: str, idle_s: float) -> Iterator[str]:
-    """A TCP proxy to `upstream` that drops a connection once no byte has crossed it either way
-    for `idle_s`, as load balancers and NAT gateways do; yields the URL that reaches it."""
-    target = urlsplit(upstream)
-    listener = create_server(("127.0.0.1", 0))
-
-    def relay(client) -> None:
-        with client, create_connection((target.hostname, target.port)) as server:
-            other = {client: server, server: client}
-            while ready := select.select(list(other), [], [], idle_s)[0]:  # nothing ready: idle, drop both
-                for end in ready:
-                    if not (data := end.recv(65536)):
-                        return
-                    other[end].sendall(data)
-
-    def accept() -> None:
-        with contextlib.suppress(OSError):  # the listener was shut down
-            while True:
-                threading.Thread(target=relay, args=(listener.accept()[0],), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        listener.shutdown(SHUT_RDWR)  # wakes the accept
-        listener.close()
-
-
 def test_an_idle_environment_keeps_its_session_and_episode_through_keepalives(serve):
     keepalive = 0.2
     server = serve(TOYBOX, keepalive=keepalive)
     # Between the client and the server, a proxy that drops a socket idle for 1 s: only the
     # keepalive pings (every 0.2 s, from both ends) carry the session through a 2 s wait.
-    with idle_closing_proxy(server.url, idle_s=5 * keepalive) as url, \
+    with loopback_proxy(server.url, idle_s=5 * keepalive) as url, \
             Bundle(url, split="toy", keepalive=keepalive) as env:
         environment = env.factory()
         environment.reset(**env.dataset[0])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +18,7 @@ from corral.client import Bundle
 from corral.client.hosts import RETRY_S
 from corral.errors import BundleMismatch
 from tests.conftest import FIXTURES
+from tests.proxies import loopback_proxy
 from tests.servers import corral_serve, free_port, kill, stop, wait_until_serving
 
 TOYBOX = FIXTURES / "toybox"
@@ -102,6 +104,21 @@ def test_a_host_that_comes_back_is_used_again():
                     assert environment.get_reward() == 1.0
             finally:
                 stop(back)
+
+
+def test_a_reset_on_a_host_whose_sockets_fail_moves_to_another_host(serve):
+    """The host with the most room answers /health, but its WebSockets fail (its server going
+    away as the reset is sent): each reset plays on the other host instead."""
+    roomy, small = serve(TOYBOX, max_concurrent_envs=8), serve(TOYBOX, max_concurrent_envs=2)
+    sockets_fail = threading.Event()
+    with loopback_proxy(roomy.url, refuse=lambda request: sockets_fail.is_set() and request.startswith(b"GET /ws")) \
+            as failing, Bundle([failing, small.url], split="toy") as env:
+        sockets_fail.set()
+        for _ in range(2):
+            environment = env.factory()
+            environment.reset(**env.dataset[0])
+            assert environment._session.url == small.url
+            assert environment.say(text="apple") and environment.get_reward() == 1.0
 
 
 def test_hosts_that_serve_different_bundles_are_refused_naming_what_differs(serve):

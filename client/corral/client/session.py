@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.protocol import State
 
 from corral.client.hosts import Hosts
@@ -169,7 +169,7 @@ class Session:
                 )
             except InvalidStatus as error:
                 raise refusal(self.url, error.response.status_code) from None
-            except OSError as error:
+            except (OSError, InvalidHandshake) as error:  # InvalidHandshake: the connection died before the server's answer
                 raise ServerUnreachable(f"could not reach a corral server at {self.url}: {error}") from None
         return self._socket
 
