@@ -23,7 +23,8 @@ place (by cosmic-ray, which puts the file back after the mutant's run).
 4. Per module: the score (killed / all, and again less the survivors of a kind that cannot
    change behaviour: asserts, frozen flags, tuning constants) and every survivor with its
    diff, printed and kept in bench/results/mutation/NAME.md; results are cached per mutant in
-   NAME.json, so a run stopped halfway goes on where it stopped (a changed module starts over).
+   NAME.json, so a run stopped halfway goes on where it stopped (an edited function's mutants
+   run again).
 """
 
 from __future__ import annotations
@@ -290,17 +291,24 @@ def run_mutant(spec: MutationSpec, tests: list[str], reach: Reach) -> dict:
     return {"outcome": outcome, "why": why, "seconds": seconds, "diff": result.diff}
 
 
-def mutant_key(spec: MutationSpec) -> str:
-    return f"{spec.operator_name}#{spec.occurrence}"
-
-
-def load_cache(name: str, digest: str) -> dict[str, dict]:
-    cache = RESULTS / f"{name}.json"
-    if cache.exists():
-        saved = json.loads(cache.read_text())
-        if saved["digest"] == digest:
-            return saved["results"]
-    return {}
+def keyed(path: str, specs: list[MutationSpec]) -> dict[str, MutationSpec]:
+    """The mutants by a key that holds while the code around them does: the operator, a digest
+    of the innermost function holding the mutant (of its own line, outside any function), and
+    its place among that function's mutants of the operator. A module edited in one function
+    keeps the results of the others (as results are kept when tests change: `--again` redoes
+    the survivors)."""
+    lines = (REPO / path).read_text().splitlines()
+    keys: dict[str, MutationSpec] = {}
+    for spec in specs:
+        line = spec.start_pos[0]
+        spans = [(first, last) for first, last in function_spans(REPO / path) if first <= line <= last]
+        first, last = max(spans) if spans else (line, line)
+        scope = hashlib.sha256("\n".join(lines[first - 1:last]).encode()).hexdigest()[:16]
+        operator, place = spec.operator_name.split("/")[-1], 1
+        while f"{operator}|{scope}|{place}" in keys:
+            place += 1
+        keys[f"{operator}|{scope}|{place}"] = spec
+    return keys
 
 
 def test_module(name: str, target: Target, reach_of: Callable[[], Reach], workdir: Path, *,
@@ -309,25 +317,25 @@ def test_module(name: str, target: Target, reach_of: Callable[[], Reach], workdi
     for all: a run stopped early has run a uniform sample. The results so far, and the count
     of its mutants."""
     source = (REPO / target.path).read_bytes()
-    digest = hashlib.sha256(source).hexdigest()
-    specs = sorted(mutants_of(target.path, workdir), key=lambda spec: hashlib.sha256(mutant_key(spec).encode()).digest())
-    keys = {mutant_key(spec) for spec in specs}
-    results = {key: result for key, result in load_cache(name, digest).items() if key in keys}
+    mutants = keyed(target.path, mutants_of(target.path, workdir))
+    cache = RESULTS / f"{name}.json"
+    saved = json.loads(cache.read_text())["results"] if cache.exists() else {}
+    results = {key: {**saved[key], "line": spec.start_pos[0]} for key, spec in mutants.items() if key in saved}
     if again:  # the tests changed since: try the survivors on them
         results = {key: result for key, result in results.items() if result["outcome"] == "killed"}
-    print(f"\n{name} ({target.path}): {len(specs)} mutants, {len(results)} already run", flush=True)
-    to_run = [spec for spec in specs if mutant_key(spec) not in results][:most]
-    for number, spec in enumerate(to_run, 1):
+    print(f"\n{name} ({target.path}): {len(mutants)} mutants, {len(results)} already run", flush=True)
+    to_run = sorted((key for key in mutants if key not in results), key=lambda key: hashlib.sha256(key.encode()).digest())
+    for number, key in enumerate(to_run[:most], 1):
+        spec = mutants[key]
         reach = reach_of()  # measured once, when a mutant first needs it
         result = run_mutant(spec, tests_for(spec, target, reach), reach)
-        key = mutant_key(spec)
-        results[key] = {"line": spec.start_pos[0], "operator": spec.operator_name.split("/")[-1], **result}
-        print(f"  {number}/{len(to_run)} line {spec.start_pos[0]} {results[key]['operator']}: "
+        results[key] = {"line": spec.start_pos[0], "operator": key.split("|")[0], **result}
+        print(f"  {number}/{len(to_run[:most])} line {spec.start_pos[0]} {results[key]['operator']}: "
               f"{result['outcome']} ({result['why']}, {result.get('seconds', 0)} s)", flush=True)
-        (RESULTS / f"{name}.json").write_text(json.dumps({"digest": digest, "results": results}, indent=1))
+        cache.write_text(json.dumps({"results": results}, indent=1))
         if (REPO / target.path).read_bytes() != source:
             sys.exit(f"{target.path} was not restored after a mutant: stop and check it")
-    return results, len(specs)
+    return results, len(mutants)
 
 
 def report(name: str, target: Target, results: dict[str, dict], total: int) -> str:

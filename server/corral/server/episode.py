@@ -65,7 +65,7 @@ class ServedEpisode:
         self.tools = served.offered_tools(task)
         self.tool_calls = 0
         self.calls: list[RecordedCall] = []  # every call, answered: the episode's record keeps them
-        self.seconds = {"start": 0.0, "reset": 0.0, "tools": 0.0, "verify": 0.0}  # by phase, for the log line
+        self.seconds = dict.fromkeys(("start", "reset", "tools", "verify"), 0.0)  # by phase, for the log line
         self._began = time.monotonic()
         self._started_at = time.time()
         self._published = False  # the ended episode was counted, logged and recorded
