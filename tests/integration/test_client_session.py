@@ -5,6 +5,7 @@ starts over on a new socket rather than read a late reply meant for the last one
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections.abc import Callable, Iterator
 
@@ -13,7 +14,7 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from corral.client.protocol import EpisodeState, ErrorCode, ErrorReply, StateReply, StateRequest
 from corral.client.session import Session
-from corral.errors import CapacityError, ReplyTimeout, ServerError, SessionLost
+from corral.errors import CapacityError, ReplyTimeout, ServerError, ServerUnreachable, SessionLost
 
 REPLY = StateReply(data=EpisodeState()).model_dump_json()
 
@@ -152,3 +153,20 @@ def test_closing_a_session_tells_the_server_and_a_closed_session_opens_a_new_soc
     session.close()
     assert server.frames == 2  # the state request, then the close frame
     next_request_opens_a_new_socket(session, server)
+
+
+def test_a_server_not_there_or_gone_before_its_handshake_answer_is_unreachable():
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+        def hang_up() -> None:  # takes the connection, and closes it before any answer
+            connection, _ = listener.accept()
+            connection.close()
+
+        threading.Thread(target=hang_up, daemon=True).start()
+        session = Session(url)
+        with pytest.raises(ServerUnreachable, match=rf"could not reach a corral server at {url}"):
+            session.request(StateRequest(), timeout_s=5)
+    with pytest.raises(ServerUnreachable, match=rf"could not reach a corral server at {url}"):  # nothing listens now
+        session.request(StateRequest(), timeout_s=5)
+    session.close()
