@@ -77,7 +77,8 @@ UNIT, INTEGRATION = "tests/unit/", "tests/integration/"
 ENDINGS_TESTS = INTEGRATION + "test_endings.py"  # how episodes end, and the warning of one left unscored
 LOCAL_TESTS = (INTEGRATION + "test_local_isolation.py", INTEGRATION + "test_local_anywhere.py")
 MODULES = {
-    "episode": Target("server/corral/server/episode.py", (INTEGRATION + "test_episodes.py", ENDINGS_TESTS)),
+    "episode": Target("server/corral/server/episode.py", (
+        INTEGRATION + "test_episodes.py", ENDINGS_TESTS, INTEGRATION + "test_mcp_env.py", UNIT + "test_tool_answers.py")),
     "endings": Target("server/corral/server/endings.py", (ENDINGS_TESTS,)),
     "sessions": Target("server/corral/server/sessions.py", (
         INTEGRATION + "test_openenv_compat.py", ENDINGS_TESTS,
