@@ -17,9 +17,11 @@ One driver plays them all over raw WebSocket frames (`reset`, then a `step` per 
 in alternating rounds so a busy moment of the shared machine hits each alike:
 1. tool-call p50 and p99 at 1 session;
 2. calls per second with 64 sessions at once, and the CPU each call costs the machine outside
-   the driver (server, env processes, Docker's engine: what bounds calls/s on a busy host);
+   the driver (server, env processes, Docker's engine: what bounds calls/s on a busy host),
+   and of that, the server's own process (OpenEnv's is all of it: its env runs inside);
 3. docker warm reset p50: sequential resets, each once the pool is full again.
-Printed as ratios to OpenEnv (and absolute figures beside them, for the record only).
+Printed as ratios to OpenEnv (and absolute figures beside them, for the record only); both
+CPU columns are ratios to OpenEnv's whole CPU per call.
 """
 
 from __future__ import annotations
@@ -142,9 +144,10 @@ async def latencies(socket_, count: int, call: str) -> list[float]:
     return found
 
 
-async def rate(sockets, seconds: float, call: str) -> tuple[float, float]:
+async def rate(sockets, seconds: float, call: str, server_pid: int) -> tuple[float, float, float]:
     """Calls per second with every socket calling at once, and the CPU seconds each call cost
-    the machine outside this driver (server, envs, engine), from /proc/stat."""
+    the machine outside this driver (server, envs, engine), from /proc/stat, and the server's
+    own process alone."""
     deadline, done = time.perf_counter() + seconds, 0
 
     async def play(socket_) -> None:
@@ -154,11 +157,18 @@ async def rate(sockets, seconds: float, call: str) -> tuple[float, float]:
             await socket_.recv()
             done += 1
 
-    busy, mine, started = machine_busy_s(), time.process_time(), time.perf_counter()
+    busy, mine, server, started = machine_busy_s(), time.process_time(), process_cpu_s(server_pid), time.perf_counter()
     await asyncio.gather(*(play(s) for s in sockets))
     elapsed = time.perf_counter() - started
     serving_cpu = (machine_busy_s() - busy) - (time.process_time() - mine)
-    return done / elapsed, serving_cpu / done
+    return done / elapsed, serving_cpu / done, (process_cpu_s(server_pid) - server) / done
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) process `pid` has spent, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def machine_busy_s() -> float:
@@ -194,7 +204,7 @@ def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1]
 
 
-async def measure(urls: dict[str, str], args: argparse.Namespace) -> dict:
+async def measure(urls: dict[str, str], pids: dict[str, int], args: argparse.Namespace) -> dict:
     resets = {kind: OPENENV_RESET if kind.startswith("openenv") else CORRAL_RESET for kind in urls}
     steps = {kind: ECHO if kind == "openenv" else SAY for kind in urls}
     single = {kind: await opened(url, resets[kind]) for kind, url in urls.items()}
@@ -203,15 +213,17 @@ async def measure(urls: dict[str, str], args: argparse.Namespace) -> dict:
     calls = {kind: [] for kind in urls}
     rates = {kind: [] for kind in urls}
     cpu = {kind: [] for kind in urls}
+    server_cpu = {kind: [] for kind in urls}
     for kind in urls:  # warm-up: imports, caches, the first calls' connections
         await latencies(single[kind], 100, steps[kind])
-        await rate(many[kind], 1.0, steps[kind])
+        await rate(many[kind], 1.0, steps[kind], pids[kind])
     for _ in range(args.rounds):
         for kind in urls:
             calls[kind] += await latencies(single[kind], args.calls, steps[kind])
-            calls_per_s, cpu_per_call = await rate(many[kind], args.seconds, steps[kind])
+            calls_per_s, cpu_per_call, server_cpu_per_call = await rate(many[kind], args.seconds, steps[kind], pids[kind])
             rates[kind].append(calls_per_s)
             cpu[kind].append(cpu_per_call)
+            server_cpu[kind].append(server_cpu_per_call)
     for sockets in (list(single.values()), *many.values()):
         await asyncio.gather(*(s.close() for s in sockets))
     warm = await warm_resets(urls["docker"], args.resets)
@@ -220,6 +232,7 @@ async def measure(urls: dict[str, str], args: argparse.Namespace) -> dict:
         "p99_ms": {k: percentile(v, 99) * 1e3 for k, v in calls.items()},
         "calls_per_s": {k: statistics.median(v) for k, v in rates.items()},
         "cpu_us_per_call": {k: statistics.median(v) * 1e6 for k, v in cpu.items()},
+        "server_cpu_us_per_call": {k: statistics.median(v) * 1e6 for k, v in server_cpu.items()},
         "warm_reset_p50_ms": statistics.median(warm) * 1e3,
         "warm_reset_p95_ms": percentile(warm, 95) * 1e3,
     }
@@ -228,14 +241,15 @@ async def measure(urls: dict[str, str], args: argparse.Namespace) -> dict:
 def report(figures: dict, sessions: int) -> None:
     base = "openenv"
     print(f"{'':14s}{'p50 (1 session)':>22s}{'p99 (1 session)':>22s}{f'calls/s ({sessions} sessions)':>28s}"
-          f"{'CPU per call':>24s}")
+          f"{'CPU per call':>24s}{'its server process':>22s}")
     for kind in KINDS:
         p50, p99, rate_ = figures["p50_ms"][kind], figures["p99_ms"][kind], figures["calls_per_s"][kind]
-        cpu = figures["cpu_us_per_call"][kind]
+        cpu, server = figures["cpu_us_per_call"][kind], figures["server_cpu_us_per_call"][kind]
         print(f"{kind:14s}{p50 / figures['p50_ms'][base]:8.2f}x ({p50:6.3f} ms)"
               f"{p99 / figures['p99_ms'][base]:8.2f}x ({p99:6.3f} ms)"
               f"{rate_ / figures['calls_per_s'][base]:14.2f}x ({rate_:7.0f}/s)"
-              f"{cpu / figures['cpu_us_per_call'][base]:12.2f}x ({cpu:5.0f} us)")
+              f"{cpu / figures['cpu_us_per_call'][base]:12.2f}x ({cpu:5.0f} us)"
+              f"{server / figures['cpu_us_per_call'][base]:12.2f}x ({server:5.0f} us)")
     print(f"docker warm reset p50 {figures['warm_reset_p50_ms']:.2f} ms (p95 {figures['warm_reset_p95_ms']:.2f} ms), "
           f"{figures['warm_reset_p50_ms'] / figures['p50_ms']['docker']:.1f}x a docker tool call")
 
@@ -253,7 +267,8 @@ def main() -> None:
     try:
         for kind in KINDS:
             servers[kind] = start(kind, args.sessions + 2)
-        figures = asyncio.run(measure({kind: url for kind, (_, url) in servers.items()}, args))
+        figures = asyncio.run(measure({kind: url for kind, (_, url) in servers.items()},
+                                      {kind: server.pid for kind, (server, _) in servers.items()}, args))
     finally:
         for server, _ in servers.values():
             server.terminate()
