@@ -8,8 +8,9 @@
 Run it in a clone you are not editing: each mutant is written into its source file in
 place (by cosmic-ray, which puts the file back after the mutant's run).
 
-1. One coverage run of the fast tests (unit and integration) records which test reaches
-   each line of the modules, and how long each test takes.
+1. One coverage run of the fast tests (unit and integration, and the provider contract
+   suite on the local sandbox) records which test reaches each line of the modules, and how
+   long each test takes.
 2. cosmic-ray lists the mutants of each module, with a selective set of its operators: one
    replacement per operator site (`-` becomes `+`, `<` becomes `<=`, not all ten of
    each), none inside type annotations (`str | None` is not behaviour).
@@ -56,8 +57,10 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results" / "mutation"
 REACH_CACHE = REPO / ".mutation-reach.json"  # the coverage run's findings, while no code or test changes
 
-# The fast tests: unit and integration, less the few that drive a kernel, a terminal or a load.
+# The fast tests: unit and integration, less the few that drive a kernel, a terminal or a load,
+# and the provider contract suite's runs on the local sandbox.
 FAST_TESTS = ["tests/unit", "tests/integration"]
+CONTRACT_TESTS, CONTRACT_ON = "tests/contract/test_provider_contract.py", "[local]"
 # A mutant runs the fastest tests that reach it up to this much of their own time: a survivor
 # is one that the quickest checks of its line let through (slower ones might still catch it).
 TEST_SECONDS = 10.0
@@ -75,7 +78,7 @@ class Target:
 
 UNIT, INTEGRATION = "tests/unit/", "tests/integration/"
 ENDINGS_TESTS = INTEGRATION + "test_endings.py"  # how episodes end, and the warning of one left unscored
-LOCAL_TESTS = (INTEGRATION + "test_local_isolation.py", INTEGRATION + "test_local_anywhere.py")
+LOCAL_TESTS = (INTEGRATION + "test_local_isolation.py", INTEGRATION + "test_local_anywhere.py", CONTRACT_TESTS)
 MODULES = {
     "episode": Target("server/corral/server/episode.py", (
         INTEGRATION + "test_episodes.py", ENDINGS_TESTS, INTEGRATION + "test_mcp_env.py", UNIT + "test_tool_answers.py")),
@@ -137,7 +140,7 @@ def measure_reach(workdir: Path) -> Reach:
         return Reach(tests_by_line=by_line, seconds=cached["seconds"])
     paths = [target.path for target in MODULES.values()]
     junit = workdir / "junit.xml"
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FAST_TESTS,
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FAST_TESTS, *contract_tests(),
                *(f"--ignore={slow}" for slow in SLOW_TESTS), "--cov-context=test", "--cov-report=",
                f"--junitxml={junit}", *(f"--cov={REPO / folder}" for folder in {str(Path(p).parent) for p in paths})]
     print(f"coverage run of the fast tests ({' '.join(FAST_TESTS)}) ...", flush=True)
@@ -150,6 +153,13 @@ def measure_reach(workdir: Path) -> Reach:
         "tests_by_line": {path: {line: sorted(tests) for line, tests in lines.items()}
                           for path, lines in reach.tests_by_line.items()}}))
     return reach
+
+
+def contract_tests() -> list[str]:
+    """The node ids of the provider contract suite's runs on the local sandbox."""
+    listed = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
+                             CONTRACT_TESTS], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    return [line for line in listed.splitlines() if line.endswith(CONTRACT_ON)]
 
 
 def code_digest() -> str:

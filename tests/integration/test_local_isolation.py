@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -115,6 +116,9 @@ def test_a_restarted_server_removes_what_a_killed_one_of_its_instance_left(uid, 
             opened(socket, task_id="shellfix-median")
             pid = detached(socket, "sleep 600")
             folder = Path(bash(socket, "pwd")).parent
+            # The instance's folder: as root, each env's uid may pass through it to its own and
+            # list nothing; a server of another user keeps it to itself.
+            assert stat.S_IMODE(folder.parent.stat().st_mode) == (0o711 if uid is None else 0o700)
             kill(first)
         assert folder.is_dir() and not gone(pid, timeout_s=0.5)  # SIGKILL: nothing removed them
 

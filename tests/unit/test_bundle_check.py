@@ -6,6 +6,7 @@ with `load_bundle` for the problems that need no env running.
 """
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,14 @@ def test_a_clean_bundle_passes_with_a_one_line_summary(tmp_path):
         "tiny: 2 tasks; splits all (2), train (1); 1 env(s) (counter); tools add, end_turn\n"
     )
     assert load_bundle(bundle).problems == []
+
+
+def test_a_check_leaves_no_sandbox_folder_behind(tmp_path):
+    """A one-off check serves no instance of its own: its local sandbox's folder goes with it."""
+    folders = lambda: set(Path(tempfile.gettempdir()).glob("corral-once-*"))  # noqa: E731
+    before = folders()
+    assert corral_check(write_bundle(tmp_path)).exit_code == 0
+    assert folders() - before == set()
 
 
 @pytest.mark.parametrize("name", ["gridsim", "tictactoe"])
