@@ -335,7 +335,8 @@ def test_module(name: str, target: Target, reach_of: Callable[[], Reach], workdi
     if again:  # the tests changed since: try the survivors on them
         results = {key: result for key, result in results.items() if result["outcome"] == "killed"}
     print(f"\n{name} ({target.path}): {len(mutants)} mutants, {len(results)} already run", flush=True)
-    to_run = sorted((key for key in mutants if key not in results), key=lambda key: hashlib.sha256(key.encode()).digest())
+    to_run = sorted((key for key in mutants if key not in results),  # survivors to retry first, then new ones
+                    key=lambda key: (key not in saved, hashlib.sha256(key.encode()).digest()))
     for number, key in enumerate(to_run[:most], 1):
         spec = mutants[key]
         reach = reach_of()  # measured once, when a mutant first needs it
