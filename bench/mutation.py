@@ -78,7 +78,8 @@ class Target:
 
 UNIT, INTEGRATION = "tests/unit/", "tests/integration/"
 ENDINGS_TESTS = INTEGRATION + "test_endings.py"  # how episodes end, and the warning of one left unscored
-LOCAL_TESTS = (INTEGRATION + "test_local_isolation.py", INTEGRATION + "test_local_anywhere.py", CONTRACT_TESTS)
+LOCAL_TESTS = (INTEGRATION + "test_local_isolation.py", INTEGRATION + "test_local_anywhere.py", CONTRACT_TESTS,
+               UNIT + "test_sandbox_providers.py")
 MODULES = {
     "episode": Target("server/corral/server/episode.py", (
         INTEGRATION + "test_episodes.py", ENDINGS_TESTS, INTEGRATION + "test_mcp_env.py", UNIT + "test_tool_answers.py")),
