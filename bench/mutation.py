@@ -82,7 +82,8 @@ LOCAL_TESTS = (INTEGRATION + "test_local_isolation.py", INTEGRATION + "test_loca
                UNIT + "test_sandbox_providers.py")
 MODULES = {
     "episode": Target("server/corral/server/episode.py", (
-        INTEGRATION + "test_episodes.py", ENDINGS_TESTS, INTEGRATION + "test_mcp_env.py", UNIT + "test_tool_answers.py")),
+        INTEGRATION + "test_episodes.py", ENDINGS_TESTS, INTEGRATION + "test_mcp_env.py", UNIT + "test_tool_answers.py",
+        INTEGRATION + "test_records.py::test_an_episodes_record_holds_every_call_in_order_with_answers_errors_and_timing")),
     "endings": Target("server/corral/server/endings.py", (ENDINGS_TESTS,)),
     "sessions": Target("server/corral/server/sessions.py", (
         INTEGRATION + "test_openenv_compat.py", ENDINGS_TESTS,
@@ -379,6 +380,10 @@ EXPLAINED = {
     ("server/corral/server/sessions.py", "if self._reaper is not None:"):
         "the serving loop ends under asyncio.run, which cancels a reaper left running; close_all "
         "cancels it first only so that it releases no session while close_all does",
+    ("sandboxes/corral/sandboxes/local.py", "self.verifications = 0"):
+        "the count only names each verification's folder (verify-1, verify-2, ...); any start names them apart",
+    ("sandboxes/corral/sandboxes/local.py", "self._agent_stopped = True"):
+        "it only spares a second verifier the kill of the episode's processes, which the first one's left gone",
 }
 
 

@@ -108,6 +108,16 @@ def test_a_turn_left_open_is_ended_before_scoring(gridsim_server):
         assert environment.get_reward() == 0.0  # nothing submitted: nothing useful
 
 
+def test_an_end_turn_with_a_response_not_a_string_or_another_argument_is_refused_and_the_turn_goes_on(gridsim_server):
+    with ws(gridsim_server) as socket:
+        opened(socket, split="train", index=0)
+        for arguments in ({"response": 7}, {"response": "done", "mood": "sure"}):
+            refused = called(socket, "end_turn", **arguments)
+            assert refused.error.error_type == "invalid_args" and refused.done is False
+            assert refused.error.message == "end_turn takes one argument, response: a string"
+        assert called(socket, "end_turn", response="done").done is True
+
+
 # X takes the first free square each turn; the eval split's first three seeded opponents then
 # beat X (a tactical O, on the bottom row), lose to it (a random O) and draw.
 @pytest.mark.parametrize(("index", "outcome"), [(0, "loss"), (1, "win"), (2, "draw")])
