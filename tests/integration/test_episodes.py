@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import shutil
 
 import pytest
 
@@ -144,6 +145,25 @@ def test_a_tictactoe_game_over_several_turns(serve, index: int, outcome: str):
         played = "win" if _winner(board) == "X" else "draw" if "." not in "".join(board) else "loss"
         assert played == outcome
         assert environment.get_reward() == {"win": 1.0, "draw": 0.5, "loss": 0.0}[outcome]
+
+
+def test_a_game_cut_at_the_tasks_max_turns_ends_there_and_is_scored(serve, tmp_path):
+    """Two turns allowed, a game that needs more: the second end_turn ends the episode (no third
+    prompt), and the verifier scores the unfinished game 0."""
+    bundle = shutil.copytree(BUNDLES / "tictactoe", tmp_path / "tictactoe")
+    toml = bundle / "bundle.toml"
+    toml.write_text(toml.read_text().replace("max_turns = 5", "max_turns = 2"))
+    with ws(serve(bundle)) as socket:
+        opened(socket, split="eval", index=2)  # the drawn game above: five turns, if allowed
+        board = ["...", "...", "..."]
+        for turn in (1, 2):
+            row, col = next((r, c) for r in range(3) for c in range(3) if board[r][c] == ".")
+            assert json.loads(called(socket, "place", row=row + 1, col=col + 1).result)["legal"] is True
+            reply = called(socket, "end_turn", response="my move")
+            assert reply.done is (turn == 2)
+            if turn == 1:
+                board = _board_from_prompt(reply.result)
+        assert (reply.result, reply.status, reply.reward) == ("The episode has ended.", "scored", 0.0)
 
 
 def _winner(board: list[str]) -> str | None:
