@@ -162,6 +162,7 @@ def test_a_game_cut_at_the_tasks_max_turns_ends_there_and_is_scored(serve, tmp_p
             reply = called(socket, "end_turn", response="my move")
             assert reply.done is (turn == 2)
             if turn == 1:
+                assert reply.turn == 2
                 board = _board_from_prompt(reply.result)
         assert (reply.result, reply.status, reply.reward) == ("The episode has ended.", "scored", 0.0)
 

@@ -67,7 +67,8 @@ def test_an_episodes_record_holds_every_call_in_order_with_answers_errors_and_ti
     assert refused.error is not None and refused.error.error_type == "invalid_args"
     assert submitted.result == json.dumps({"submitted": json.loads(lookup.result)["number"]}, separators=(",", ":"))
     assert ended.arguments == {"response": ""} and ended.result == "The episode has ended."
-    assert all(0 <= c.seconds <= record.seconds["total"] for c in record.calls)
+    assert all(0 <= c.started_s <= record.seconds["total"] and 0 <= c.seconds <= record.seconds["total"]
+               for c in record.calls)
     assert [c.started_s for c in record.calls] == sorted(c.started_s for c in record.calls)
     assert (record.status, record.cause, record.reward, record.scores) == ("scored", "scored", 1.0, {"grade": 1.0})
     assert (record.bundle, record.split, record.sandbox, record.turns, record.tool_calls) == (
