@@ -380,6 +380,11 @@ EXPLAINED = {
     ("server/corral/server/sessions.py", "if self._reaper is not None:"):
         "the serving loop ends under asyncio.run, which cancels a reaper left running; close_all "
         "cancels it first only so that it releases no session while close_all does",
+    ("client/corral/client/session.py",
+     "def __init__(self, url: str, *, token: str | None = None, keepalive_s: float = 20.0):"):
+        "a default keepalive period: a second more or less keeps a socket alive as well",
+    ("sandboxes/corral/sandboxes/local.py", "def stderr_tail(self, max_chars: int = 4000) -> str:"):
+        "how much of an env's stderr an error quotes by default: a character more or less is as good",
     ("sandboxes/corral/sandboxes/local.py", "self.verifications = 0"):
         "the count only names each verification's folder (verify-1, verify-2, ...); any start names them apart",
     ("sandboxes/corral/sandboxes/local.py", "self._agent_stopped = True"):
