@@ -119,6 +119,7 @@ def test_a_restarted_server_removes_what_a_killed_one_of_its_instance_left(uid, 
             # The instance's folder: as root, each env's uid may pass through it to its own and
             # list nothing; a server of another user keeps it to itself.
             assert stat.S_IMODE(folder.parent.stat().st_mode) == (0o711 if uid is None else 0o700)
+            assert stat.S_IMODE(folder.stat().st_mode) == (0o711 if uid is None else 0o700)  # the episode's
             assert stat.S_IMODE((folder / "stderr").stat().st_mode) == 0o600  # the env's last words: the server's
             kill(first)
         assert folder.is_dir() and not gone(pid, timeout_s=0.5)  # SIGKILL: nothing removed them
