@@ -145,7 +145,7 @@ def measure_reach(workdir: Path) -> Reach:
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FAST_TESTS, *contract_tests(),
                *(f"--ignore={slow}" for slow in SLOW_TESTS), "--cov-context=test", "--cov-report=",
                f"--junitxml={junit}", *(f"--cov={REPO / folder}" for folder in {str(Path(p).parent) for p in paths})]
-    print(f"coverage run of the fast tests ({' '.join(FAST_TESTS)}) ...", flush=True)
+    print(f"coverage run of the fast tests ({' '.join(FAST_TESTS)}, {CONTRACT_TESTS} on {CONTRACT_ON}) ...", flush=True)
     environ = {**os.environ, "COVERAGE_FILE": str(workdir / "coverage")}
     if subprocess.run(command, cwd=REPO, env=environ, check=False).returncode != 0:
         sys.exit("the fast tests fail without any mutant: mend them first")
@@ -243,7 +243,7 @@ def is_bare_star(lines: list[str], spec: MutationSpec) -> bool:
 
 
 def tests_for(spec: MutationSpec, target: Target, reach: Reach) -> list[str]:
-    """The tests that reach the mutant's lines: those of the module's own test file up to
+    """The tests that reach the mutant's lines: those of the module's own test files up to
     OWN_TEST_SECONDS of their time, then the others up to TEST_SECONDS. Each group runs first
     the tests that run the rarely run lines of its function (a line run by every test, a
     session opened, is checked best by the few tests that take its unusual branches, not by
@@ -283,10 +283,14 @@ def function_spans(path: Path) -> list[tuple[int, int]]:
                   if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef))
 
 
+def innermost_function(path: Path, line: int) -> tuple[int, int] | None:
+    """The first and last lines of the innermost function holding `line`; None outside any."""
+    return max(((first, last) for first, last in function_spans(path) if first <= line <= last), default=None)
+
+
 def enclosing_function(path: Path, line: int) -> tuple[int, int]:
     """The lines of the innermost function holding `line`; the whole module outside any."""
-    spans = [(first, last) for first, last in function_spans(path) if first <= line <= last]
-    return max(spans) if spans else (1, len(path.read_text().splitlines()))
+    return innermost_function(path, line) or (1, len(path.read_text().splitlines()))
 
 
 def run_mutant(spec: MutationSpec, tests: list[str], reach: Reach) -> dict:
@@ -314,8 +318,7 @@ def keyed(path: str, specs: list[MutationSpec]) -> dict[str, MutationSpec]:
     keys: dict[str, MutationSpec] = {}
     for spec in specs:
         line = spec.start_pos[0]
-        spans = [(first, last) for first, last in function_spans(REPO / path) if first <= line <= last]
-        first, last = max(spans) if spans else (line, line)
+        first, last = innermost_function(REPO / path, line) or (line, line)
         scope = hashlib.sha256("\n".join(lines[first - 1:last]).encode()).hexdigest()[:16]
         operator, place = spec.operator_name.split("/")[-1], 1
         while f"{operator}|{scope}|{place}" in keys:
@@ -338,13 +341,13 @@ def test_module(name: str, target: Target, reach_of: Callable[[], Reach], workdi
         results = {key: result for key, result in results.items() if result["outcome"] == "killed"}
     print(f"\n{name} ({target.path}): {len(mutants)} mutants, {len(results)} already run", flush=True)
     to_run = sorted((key for key in mutants if key not in results),  # survivors to retry first, then new ones
-                    key=lambda key: (key not in saved, hashlib.sha256(key.encode()).digest()))
-    for number, key in enumerate(to_run[:most], 1):
+                    key=lambda key: (key not in saved, hashlib.sha256(key.encode()).digest()))[:most]
+    for number, key in enumerate(to_run, 1):
         spec = mutants[key]
         reach = reach_of()  # measured once, when a mutant first needs it
         result = run_mutant(spec, tests_for(spec, target, reach), reach)
         results[key] = {"line": spec.start_pos[0], "operator": key.split("|")[0], **result}
-        print(f"  {number}/{len(to_run[:most])} line {spec.start_pos[0]} {results[key]['operator']}: "
+        print(f"  {number}/{len(to_run)} line {spec.start_pos[0]} {results[key]['operator']}: "
               f"{result['outcome']} ({result['why']}, {result.get('seconds', 0)} s)", flush=True)
         cache.write_text(json.dumps({"results": results}, indent=1))
         if (REPO / target.path).read_bytes() != source:
@@ -358,16 +361,16 @@ def report(name: str, target: Target, results: dict[str, dict], total: int) -> s
     source = (REPO / target.path).read_text().splitlines()
     survivors = sorted((result for result in results.values() if result["outcome"] != "killed"),
                        key=lambda result: result["line"])
-    unexplained = [result for result in survivors if not equivalence(result, source[result["line"] - 1], target.path)]
-    killed, counted = len(results) - len(survivors), len(results) - len(survivors) + len(unexplained)
+    whys = [equivalence(result, source[result["line"] - 1], target.path) for result in survivors]
+    unexplained = whys.count(None)
+    killed, counted = len(results) - len(survivors), len(results) - len(survivors) + unexplained
     title = (f"# {name}: {killed}/{len(results)} mutants killed ({killed / max(len(results), 1):.0%}); "
-             f"{killed}/{counted} ({killed / max(counted, 1):.0%}) less {len(survivors) - len(unexplained)} "
+             f"{killed}/{counted} ({killed / max(counted, 1):.0%}) less {len(survivors) - unexplained} "
              "that cannot change behaviour")
     if len(results) < total:
         title += f" (a random sample: {len(results)} of its {total} mutants run)"
     lines = [title, "", f"`{target.path}`; survivors below, each with its diff.", ""]
-    for result in survivors:
-        why = equivalence(result, source[result["line"] - 1], target.path)
+    for result, why in zip(survivors, whys, strict=True):
         lines += [f"## line {result['line']}: {result['operator']} ({result['outcome']}: {result['why']})",
                   *([f"Cannot change behaviour: {why}."] if why else []),
                   "", "```diff", result.get("diff", "").strip(), "```", ""]
