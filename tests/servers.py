@@ -36,16 +36,24 @@ def instance_of(port: int) -> str:
     return f"{socket.gethostname()}-{port}"
 
 
+def python_command(*arguments: str, uid: int | None = None) -> tuple[list[str], dict[str, str]]:
+    """`python ARGUMENTS`, with corral importable, as a command line and its environment: as
+    `uid`, without root's groups, when given."""
+    if uid is None:
+        return [sys.executable, *arguments], dict(os.environ)
+    return (["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "/usr/bin/python3", *arguments],
+            {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
+             "PYTHONPATH": os.pathsep.join(str(path) for path in [*SOURCE_ROOTS, SITE_PACKAGES])})
+
+
+def corral_command(*arguments: str, uid: int | None = None) -> tuple[list[str], dict[str, str]]:
+    """`corral ARGUMENTS` as a command line and its environment (as `uid` when given)."""
+    return python_command("-c", "from corral.server.cli import app; app()", *arguments, uid=uid)
+
+
 def corral_serve(bundle: Path, port: int, *options: str, uid: int | None = None) -> subprocess.Popen:
-    """Start `corral serve bundle` on `port` (as `uid`, without root's groups, when given);
-    its stderr is kept on `.stderr`."""
-    command = [sys.executable, "-c", "from corral.server.cli import app; app()", "serve", str(bundle),
-               "--port", str(port), *options]
-    environ = dict(os.environ)
-    if uid is not None:
-        command = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "/usr/bin/python3", *command[1:]]
-        environ = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
-                   "PYTHONPATH": os.pathsep.join(str(path) for path in [*SOURCE_ROOTS, SITE_PACKAGES])}
+    """Start `corral serve bundle` on `port` (as `uid` when given); its stderr is kept on `.stderr`."""
+    command, environ = corral_command("serve", str(bundle), "--port", str(port), *options, uid=uid)
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=environ,
                             cwd="/", start_new_session=True)
 

@@ -87,6 +87,8 @@ def test_an_env_that_dies_ends_its_stream_and_leaves_its_last_words(under_test):
             await until(lambda: "dying on purpose" in sandbox.stderr_tail(), timeout_s=30)
             with pytest.raises(EOFError):  # and so does every read after
                 await sandbox.read_line()
+            with pytest.raises(EOFError):  # and every line sent to it
+                await sandbox.send_line(jsonrpc.encode(jsonrpc.request("2", "tools/list")))
             await sandbox.close()
 
     asyncio.run(check())
@@ -100,7 +102,7 @@ def test_a_line_longer_than_the_limit_ends_the_stream_instead_of_filling_the_ser
             assert len(await tool(sandbox, "flood", megabytes=1)) == 2**20  # a large answer is fine
             flood = {"name": "flood", "arguments": {"megabytes": LINE_LIMIT_MB + 1}}
             await sandbox.send_line(jsonrpc.encode(jsonrpc.request("2", "tools/call", flood)))
-            with pytest.raises(EOFError, match="without a newline"):
+            with pytest.raises(EOFError, match=rf"more than {LINE_LIMIT_MB} MB .*without a newline"):
                 async with asyncio.timeout(120):
                     await sandbox.read_line()
             await sandbox.close()

@@ -11,14 +11,15 @@ from __future__ import annotations
 import os
 import re
 import stat
+import subprocess
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import BUNDLES, serving, skip_or_fail_under_ci
-from tests.servers import NOBODY, corral_serve, free_port, kill, stop, wait_until_serving
+from tests.conftest import BUNDLES, FIXTURES, serving, skip_or_fail_under_ci
+from tests.servers import NOBODY, corral_command, corral_serve, python_command, free_port, kill, stop, wait_until_serving
 from tests.wire import called, opened, ws
 
 SHELLFIX = BUNDLES / "shellfix"
@@ -132,6 +133,37 @@ def test_a_restarted_server_removes_what_a_killed_one_of_its_instance_left(uid, 
             stop(second)
     finally:
         kill(first)
+
+
+# A provider used on its own, as a library or a test uses it: no reap_leftovers before it starts an env.
+ON_ITS_OWN = """
+import asyncio, sys
+from pathlib import Path
+from corral.sandboxes import LocalProvider, SandboxSpec
+
+async def main():
+    provider = LocalProvider()
+    try:
+        sandbox = await provider.start(SandboxSpec("toy", Path(sys.argv[1]), ("python3", "-m", "corral.env", "env:Toy")))
+        print(sandbox.alive, oct(provider.root.stat().st_mode & 0o777))
+    finally:
+        await provider.aclose()
+
+asyncio.run(main())
+"""
+
+
+@as_root_only
+def test_a_user_other_than_root_checks_a_bundle_and_starts_envs_in_a_folder_of_its_own():
+    # What a laptop's user runs, though CI runs as root.
+    command, environ = corral_command("check", str(SHELLFIX), "--sandbox", "local", uid=NOBODY)
+    ran = subprocess.run(command, env=environ, cwd="/", capture_output=True, text=True, timeout=120, check=False)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "1 env(s) (shellfix); tools bash, end_turn, read_file, replace_in_file, write_file" in ran.stdout
+
+    command, environ = python_command("-c", ON_ITS_OWN, str(FIXTURES / "toybox/envs/toy"), uid=NOBODY)
+    ran = subprocess.run(command, env=environ, cwd="/", capture_output=True, text=True, timeout=120, check=False)
+    assert (ran.returncode, ran.stdout) == (0, "True 0o700\n"), ran.stderr
 
 
 def test_a_second_server_of_an_instance_that_is_served_refuses():

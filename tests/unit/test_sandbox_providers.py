@@ -4,20 +4,27 @@ kind that cannot work, its status, and a stream that ends cleanly on a line too 
 from __future__ import annotations
 
 import asyncio
+import errno
 import io
 import logging
+import os
+import shutil
+import stat
 import subprocess
 import sys
+import time
 import zipfile
+from pathlib import Path
 
 import pytest
 
 import corral.sandboxes
-from corral.errors import ConfigError
+from corral.errors import ConfigError, SandboxError
 from corral.sandboxes import LocalProvider, ProviderStatus, SandboxSpec, make_provider
 from corral.sandboxes import local as local_module
 from corral.sandboxes.bootstrap import sdk_payload
-from tests.conftest import FIXTURES
+from corral.sandboxes.local import LocalSandbox
+from tests.conftest import FIXTURES, skip_or_fail_under_ci
 
 TOY = FIXTURES / "toybox/envs/toy"
 TOY_SPEC = SandboxSpec("toy", TOY, ("python3", "-m", "corral.env", "env:Toy"))
@@ -84,8 +91,10 @@ def test_the_local_provider_counts_its_live_sandboxes_and_builds_nothing(no_left
     async def check() -> None:
         provider = LocalProvider()
         try:
+            began = time.monotonic()
             prepared = await provider.prepare(TOY_SPEC)
             assert (prepared.image, prepared.built) == (None, False)
+            assert 0 <= prepared.seconds <= time.monotonic() - began
             assert provider.status() == ProviderStatus("local", isolated=False, live=0, warm={})
             first = await provider.start(TOY_SPEC, {"corral.session": "s1", "corral.episode": "e1"})
             second = await provider.start(TOY_SPEC)
@@ -94,6 +103,80 @@ def test_the_local_provider_counts_its_live_sandboxes_and_builds_nothing(no_left
             assert provider.status() == ProviderStatus("local", isolated=False, live=1, warm={})
             await second.close()
             assert provider.status().live == 0
+        finally:
+            await provider.aclose()
+
+    asyncio.run(check())
+
+
+def test_a_local_env_that_cannot_start_is_refused_saying_why_and_leaves_nothing(monkeypatch, no_leftover_env_processes):
+    missing = SandboxSpec("missing", TOY, ("/no-such-command-of-corral",))
+    stdin = os.fstat(0)  # the server's own descriptors stay its own whatever fails
+
+    def disk_full(sandbox: LocalSandbox, path, mode: int = 0o700) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    async def check() -> None:
+        provider = LocalProvider()
+        try:
+            with pytest.raises(SandboxError, match="/no-such-command-of-corral"):  # as root: not runnable by all
+                await provider.start(missing)
+            with monkeypatch.context() as patched:
+                patched.setattr(LocalSandbox, "own", disk_full)
+                with pytest.raises(SandboxError, match=r"could not make the folders of an episode of env toy in "
+                                                       r".*No space left on device"):
+                    await provider.start(TOY_SPEC)
+            assert provider.status().live == 0
+            assert {entry.name for entry in provider.root.iterdir()} <= {"shared"}  # no episode's folder
+            sandbox = await provider.start(TOY_SPEC)  # and the next episode starts
+            assert sandbox.alive
+        finally:
+            await provider.aclose()
+
+    asyncio.run(check())
+    assert os.fstat(0) == stdin
+
+
+def test_as_root_an_ended_episode_s_uid_goes_to_the_next_one(no_leftover_env_processes):
+    # The lowest free uid each time: a few lock files cover a server's life, whatever its episode count.
+    if os.geteuid() != 0:
+        skip_or_fail_under_ci("envs get uids of their own only from a server running as root (CI runs as root)")
+    failing = SandboxSpec("missing", TOY, ("/no-such-command-of-corral",))
+
+    async def check() -> None:
+        provider = LocalProvider()
+        try:
+            first = await provider.start(TOY_SPEC)
+            await first.close()
+            with pytest.raises(SandboxError):
+                await provider.start(failing)
+            second = await provider.start(TOY_SPEC)
+            assert second.uid == first.uid is not None
+        finally:
+            await provider.aclose()
+
+    asyncio.run(check())
+
+
+def test_as_root_the_env_s_files_are_copied_readable_by_every_uid_keeping_what_runs(tmp_path):
+    if os.geteuid() != 0:
+        skip_or_fail_under_ci("a server copies an env's folder for its uids only as root (CI runs as root)")
+    env = tmp_path / "toy"
+    shutil.copytree(TOY, env)
+    (env / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (env / "notes.txt").write_text("root's alone\n")
+    os.chmod(env / "run.sh", 0o700)
+    os.chmod(env / "notes.txt", 0o600)
+    spec = SandboxSpec("toy", env, TOY_SPEC.command)
+
+    async def check() -> None:
+        provider = LocalProvider()
+        try:
+            await provider.prepare(spec)
+            copy, sdk = (Path(path) for path in provider.import_path(spec))
+            modes = [stat.S_IMODE(path.stat().st_mode) for path in (copy, copy / "run.sh", copy / "notes.txt")]
+            assert modes == [0o755, 0o755, 0o644]  # the folder, the executable, the file root alone could read
+            assert stat.S_IMODE((sdk / "corral" / "errors.py").stat().st_mode) == 0o644
         finally:
             await provider.aclose()
 

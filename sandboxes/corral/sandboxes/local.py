@@ -83,26 +83,29 @@ class LocalSandbox(Sandbox):
     async def launch(self) -> None:
         """Make the episode's folders and start its env; raise SandboxError when it cannot start."""
         spec = self.spec
-        tmp = self.folder / "tmp"
-        for path in (self.workdir, tmp):
-            self.own(path)
-        stderr_path = self.folder / "stderr"
-        writer = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        # Kept open and read by position: the env cannot swap the file for a link to a secret.
-        self._stderr = os.open(stderr_path, os.O_RDONLY | os.O_CLOEXEC)
+        tmp, stderr_path = self.folder / "tmp", self.folder / "stderr"
+        try:
+            # As root, 0711: the episode's uid may pass through to its own folders, and list none.
+            self.folder.mkdir(mode=0o711 if self.uid is not None else 0o700)
+            for path in (self.workdir, tmp):
+                self.own(path)
+            # The env writes it, the server reads it by position through the same descriptor:
+            # the env cannot swap the file for a link to a secret.
+            self._stderr = os.open(stderr_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except OSError as error:
+            raise SandboxError(f"could not make the folders of an episode of env {spec.env_name} in "
+                               f"{self.provider.root}: {error}") from None
         environ = minimal_environment(self.workdir, tmp, self.marker + "env")
         environ.update(PYTHONPATH=os.pathsep.join(self.provider.import_path(spec)), PYTHONUNBUFFERED="1")
         try:
             self._process = await asyncio.create_subprocess_exec(
                 *as_uid(self.uid, spec.command), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=writer, cwd=self.workdir, env=environ, start_new_session=True, limit=LINE_LIMIT,
+                stderr=self._stderr, cwd=self.workdir, env=environ, start_new_session=True, limit=LINE_LIMIT,
             )
         except OSError as error:
             as_whom = (f" as uid {self.uid} (a server running as root runs each env as its own user: the bundle, "
                        "corral and the command must be readable by every user)") if self.uid is not None else ""
             raise SandboxError(f"could not start {spec.command[0]!r} for env {spec.env_name}{as_whom}: {error}") from None
-        finally:
-            os.close(writer)
 
     @property
     def alive(self) -> bool:
@@ -281,13 +284,11 @@ class LocalProvider(SandboxProvider):
         return sandbox
 
     async def _start(self, spec: SandboxSpec) -> LocalSandbox:
-        if not self._root_made:  # a provider used without reap_leftovers (a one-off check, a test)
+        if not self._root_made:  # a provider used on its own, without reap_leftovers (a library, a test)
             await asyncio.to_thread(self._make_root)
         await self.prepare(spec)
-        folder = self.root / f"{spec.env_name}-{uuid.uuid4().hex[:12]}"
-        folder.mkdir(mode=0o711 if self.uids is not None else 0o700)
         uid = await self.uids.take() if self.uids is not None else None
-        sandbox = LocalSandbox(self, spec, folder, uid)
+        sandbox = LocalSandbox(self, spec, self.root / f"{spec.env_name}-{uuid.uuid4().hex[:12]}", uid)
         self.running.add(sandbox)
         try:
             await sandbox.launch()
