@@ -19,7 +19,16 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import BUNDLES, FIXTURES, serving, skip_or_fail_under_ci
-from tests.servers import NOBODY, corral_command, corral_serve, python_command, free_port, kill, stop, wait_until_serving
+from tests.servers import (
+    NOBODY,
+    corral_command,
+    corral_serve,
+    free_port,
+    kill,
+    python_command,
+    stop,
+    wait_until_serving,
+)
 from tests.wire import called, opened, ws
 
 SHELLFIX = BUNDLES / "shellfix"
