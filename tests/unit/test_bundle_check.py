@@ -119,7 +119,7 @@ def test_a_clean_bundle_passes_with_a_one_line_summary(tmp_path):
 
 def test_a_check_leaves_no_sandbox_folder_behind(tmp_path):
     """A one-off check serves no instance of its own: its local sandbox's folder goes with it."""
-    folders = lambda: set(Path(tempfile.gettempdir()).glob("corral-once-*"))  # noqa: E731
+    folders = lambda: set(Path(tempfile.gettempdir()).glob("corral-once-*"))
     before = folders()
     assert corral_check(write_bundle(tmp_path)).exit_code == 0
     assert folders() - before == set()
