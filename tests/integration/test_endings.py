@@ -85,6 +85,13 @@ def test_the_agents_time_budget_ends_its_turn_and_what_it_left_is_scored(probe):
     assert (status, reward) == ("failed", -1.0) and "could not report" in reason
 
 
+def test_a_time_budget_that_runs_out_while_the_env_takes_the_reply_is_the_budget_s_end(probe):
+    stalled = episode_on(probe, "budget")
+    stalled.call("say", {"word": "stall"})  # end_turn hangs: the 1.5 s budget runs out before the 3 s turn timeout
+    status, reward, reason = ended(stalled)
+    assert (status, reward) == ("failed", -1.0) and reason.startswith("the agent's time ran out while the env was busy")
+
+
 def test_platform_failures_stay_unscored_with_their_reason(probe):
     stuck = episode_on(probe, "slow-reset")  # the env's own reset hangs: the bundle's bug
     assert ended(stuck)[:2] == ("unscored", None)

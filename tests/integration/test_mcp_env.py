@@ -46,8 +46,11 @@ for line in sys.stdin:
     if message["method"] == "tools/list":
         send({"jsonrpc": "2.0", "id": message["id"], "result": {"tools": [TOOL]}})
     elif message["method"] == "tools/call":
-        text = message["params"]["arguments"]["text"]
-        send({"jsonrpc": "2.0", "id": message["id"], "result": {"content": [{"type": "text", "text": text}]}})
+        text = message["params"]["arguments"].get("text")
+        if isinstance(text, str):
+            send({"jsonrpc": "2.0", "id": message["id"], "result": {"content": [{"type": "text", "text": text}]}})
+        else:  # as MCP SDKs answer arguments that do not fit the schema
+            send({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32602, "message": "text: not a string"}})
     else:
         send({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "method not found"}})
 """
@@ -76,9 +79,11 @@ def test_a_plain_mcp_server_plays_a_whole_episode(serve, echo_bundle):
         environment = bundle.factory()
         environment.reset(**bundle.dataset[0])
 
+        refused = environment.echo(text=42)  # the env's JSON-RPC error: an answer the model reads, not the end
         echoed = environment.echo(text="hi")
         environment.end_turn(response="done")
 
+        assert refused == "tools/call failed in the env: text: not a string"
         assert (echoed, environment.get_reward()) == ("hi", 1.0)
 
 

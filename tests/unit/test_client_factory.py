@@ -77,6 +77,8 @@ SPEC = EnvironmentSpec(
     url="http://127.0.0.1:9",
     server_limits=Limits(tool_timeout_s=60, reset_timeout_s=600),
     reward="grade",
+    keepalive_s=20.0,
+    capacity_wait_s=0.0,
 )
 Studio = environment_class(SPEC)
 
@@ -171,8 +173,7 @@ def test_the_class_builds_in_a_spawned_process():
 @pytest.mark.parametrize("name", ["reset", "get_reward", "class", "not-an-identifier", "_call"])
 def test_a_tool_that_cannot_be_a_method_is_refused_when_the_class_is_built(name):
     tool = ToolSpec(name=name, description="A tool.", input_schema={"type": "object", "properties": {}})
-    spec = EnvironmentSpec(toolset=Toolset(name="odd", env="odd", tools=[tool, END_TURN_TOOL]), url="http://x",
-                           server_limits=SPEC.server_limits)
+    spec = dataclasses.replace(SPEC, toolset=Toolset(name="odd", env="odd", tools=[tool, END_TURN_TOOL]))
 
     with pytest.raises(ToolSchemaError) as refused:
         environment_class(spec)

@@ -38,12 +38,13 @@ _UNSET: Any = type("Unset", (), {"__repr__": lambda self: "<unset>"})()
 _LIVE: weakref.WeakSet[CorralEnvironment] = weakref.WeakSet()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EnvironmentSpec:
     """Everything an environment class is built from: plain data, so it pickles.
 
     `tool_timeout_s` and `reset_timeout_s` are limits the client asks for (None: the server's,
-    which it may only lower); `server_limits` are the server's own, read from its /metadata."""
+    which it may only lower); `server_limits` are the server's own, read from its /metadata.
+    The keepalive and the wait for capacity have no defaults here: Bundle's are the ones."""
 
     toolset: Toolset
     url: str
@@ -52,8 +53,8 @@ class EnvironmentSpec:
     tool_timeout_s: float | None = None
     reset_timeout_s: float | None = None
     reward: RewardRule = None
-    keepalive_s: float = 20.0
-    capacity_wait_s: float = 0.0
+    keepalive_s: float
+    capacity_wait_s: float
 
 
 class CorralEnvironment(Displayed):
