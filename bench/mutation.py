@@ -397,8 +397,7 @@ EXPLAINED = {
         "warm pool quote it before), and a second close returns at once",
     ("sandboxes/corral/sandboxes/local.py", "if self._stderr >= 0:"):
         "the descriptor is never 0, the server's stdin, which stays open for the server's life (`>= 1`)",
-    ("sandboxes/corral/sandboxes/local.py", "if self._lock >= 0 or not self.named:  # never the root of a live "
-     "server of the same name"):
+    ("sandboxes/corral/sandboxes/local.py", "if self._lock >= 0 or not self.named:"):
         "the descriptor is never 0, the server's stdin, which stays open for the server's life (`> 0`)",
     ("sandboxes/corral/sandboxes/local.py", "target = shared / f\"{spec.env_name}-{uuid.uuid4().hex[:8]}\""):
         "the length of a random name: a hex digit more or less names the copies apart as well",
@@ -418,7 +417,7 @@ EXPLAINED = {
 def equivalence(result: dict, line: str, path: str) -> str | None:
     """Why a surviving mutant cannot change what the code does: a kind that never can, or one
     read and explained in EXPLAINED."""
-    code = line.strip()
+    code = line.split("  # ")[0].strip()  # a line's code, without its comment
     if (path, code) in EXPLAINED:
         return EXPLAINED[path, code]
     if code.startswith("assert "):
