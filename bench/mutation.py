@@ -8,9 +8,10 @@
 Run it in a clone you are not editing: each mutant is written into its source file in
 place (by cosmic-ray, which puts the file back after the mutant's run).
 
-1. One coverage run of the fast tests (unit and integration, and the provider contract
-   suite on the local sandbox) records which test reaches each line of the modules, and how
-   long each test takes.
+1. One coverage run of the fast tests (unit and integration, the provider contract suite
+   on the local and docker sandboxes, and the docker sandbox's own tests: a Docker engine
+   must be running) records which test reaches each line of the modules, and how long each
+   test takes.
 2. cosmic-ray lists the mutants of each module, with a selective set of its operators: one
    replacement per operator site (`-` becomes `+`, `<` becomes `<=`, not all ten of
    each), none inside type annotations (`str | None` is not behaviour).
@@ -18,9 +19,10 @@ place (by cosmic-ray, which puts the file back after the mutant's run).
    first, up to OWN_TEST_SECONDS of their time, then the others up to TEST_SECONDS; in each
    group those that run the rare lines of its function first, then the fastest), stopping
    at the first failure; a mutant whose tests time out counts as killed (it hung them). A
-   line run while the tests were imported is reached by every test that reaches the module;
-   lines coverage did not see (code that runs in a child process) run the module's
-   `child_tests`.
+   line run while the tests were imported is reached by every test that reaches the module.
+   A module's `child_tests`, which run it in a child process where coverage does not follow
+   (the env runtime; the local sandbox of a server that is not root), run first for each of
+   its mutants.
 4. Per module: the score (killed / all, and again less the survivors of a kind that cannot
    change behaviour: asserts, frozen flags, tuning constants) and every survivor with its
    diff, printed and kept in bench/results/mutation/NAME.md; results are cached per mutant in
@@ -57,10 +59,13 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results" / "mutation"
 REACH_CACHE = REPO / ".mutation-reach.json"  # the coverage run's findings, while no code or test changes
 
-# The fast tests: unit and integration, less the few that drive a kernel, a terminal or a load,
-# and the provider contract suite's runs on the local sandbox.
-FAST_TESTS = ["tests/unit", "tests/integration"]
-CONTRACT_TESTS, CONTRACT_ON = "tests/contract/test_provider_contract.py", "[local]"
+# The fast tests: unit and integration, less the few that drive a kernel, a terminal or a load;
+# the docker sandbox's own tests (seconds each, on a running engine: not an engine stopped,
+# nor images built); and the provider contract suite's runs on the local and docker sandboxes.
+DOCKER_TESTS = tuple(f"tests/docker/test_{name}.py" for name in (
+    "provider", "hardening", "channel", "commands", "warm_pool", "reaper", "forgery_docker"))
+FAST_TESTS = ["tests/unit", "tests/integration", *DOCKER_TESTS]
+CONTRACT_TESTS, CONTRACT_ON = "tests/contract/test_provider_contract.py", ("[local]", "[docker]")
 # A mutant runs the fastest tests that reach it up to this much of their own time: a survivor
 # is one that the quickest checks of its line let through (slower ones might still catch it).
 TEST_SECONDS = 10.0
@@ -73,13 +78,18 @@ SLOW_TESTS = ["tests/integration/test_load.py", "tests/integration/test_notebook
 class Target:
     path: str
     own_tests: tuple[str, ...] = ()  # the test files (or tests) written to check it: run first, on a budget of their own
-    child_tests: tuple[str, ...] = ()  # for code that runs in a child process coverage does not follow
+    # Tests that run the module in a child process, where coverage does not follow: run first for every mutant.
+    child_tests: tuple[str, ...] = ()
 
 
 UNIT, INTEGRATION = "tests/unit/", "tests/integration/"
 ENDINGS_TESTS = INTEGRATION + "test_endings.py"  # how episodes end, and the warning of one left unscored
 LOCAL_TESTS = (INTEGRATION + "test_local_isolation.py", INTEGRATION + "test_local_anywhere.py", CONTRACT_TESTS,
                UNIT + "test_sandbox_providers.py")
+# The local sandbox of a server that is not root, run as another user in a child process.
+LOCAL_AS_NOBODY = tuple(INTEGRATION + "test_local_isolation.py::" + test for test in (
+    "test_a_restarted_server_removes_what_a_killed_one_of_its_instance_left[nobody]",
+    "test_a_user_other_than_root_checks_a_bundle_and_starts_envs_in_a_folder_of_its_own"))
 MODULES = {
     "episode": Target("server/corral/server/episode.py", (
         INTEGRATION + "test_episodes.py", ENDINGS_TESTS, INTEGRATION + "test_mcp_env.py", UNIT + "test_tool_answers.py",
@@ -91,8 +101,9 @@ MODULES = {
     "verifiers": Target("server/corral/server/verifiers.py",
                         (UNIT + "test_verifiers.py", INTEGRATION + "test_command_verifiers.py")),
     "envproc": Target("server/corral/server/envproc.py", (UNIT + "test_envproc.py",)),
-    "local": Target("sandboxes/corral/sandboxes/local.py", LOCAL_TESTS),
+    "local": Target("sandboxes/corral/sandboxes/local.py", LOCAL_TESTS, child_tests=LOCAL_AS_NOBODY),
     "local_procs": Target("sandboxes/corral/sandboxes/local_procs.py", LOCAL_TESTS),
+    "docker": Target("sandboxes/corral/sandboxes/docker_sandbox.py", (CONTRACT_TESTS, *DOCKER_TESTS)),
     "warm_pool": Target("sandboxes/corral/sandboxes/warm_pool.py"),
     "factory": Target("client/corral/client/factory.py", (UNIT + "test_client_factory.py",)),
     "session": Target("client/corral/client/session.py",
@@ -145,7 +156,8 @@ def measure_reach(workdir: Path) -> Reach:
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FAST_TESTS, *contract_tests(),
                *(f"--ignore={slow}" for slow in SLOW_TESTS), "--cov-context=test", "--cov-report=",
                f"--junitxml={junit}", *(f"--cov={REPO / folder}" for folder in {str(Path(p).parent) for p in paths})]
-    print(f"coverage run of the fast tests ({' '.join(FAST_TESTS)}, {CONTRACT_TESTS} on {CONTRACT_ON}) ...", flush=True)
+    print(f"coverage run of the fast tests ({' '.join(FAST_TESTS)}, {CONTRACT_TESTS} on {' '.join(CONTRACT_ON)}) ...",
+          flush=True)
     environ = {**os.environ, "COVERAGE_FILE": str(workdir / "coverage")}
     if subprocess.run(command, cwd=REPO, env=environ, check=False).returncode != 0:
         sys.exit("the fast tests fail without any mutant: mend them first")
@@ -158,17 +170,17 @@ def measure_reach(workdir: Path) -> Reach:
 
 
 def contract_tests() -> list[str]:
-    """The node ids of the provider contract suite's runs on the local sandbox."""
+    """The node ids of the provider contract suite's runs on the local and docker sandboxes."""
     listed = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
                              CONTRACT_TESTS], cwd=REPO, capture_output=True, text=True, check=True).stdout
     return [line for line in listed.splitlines() if line.endswith(CONTRACT_ON)]
 
 
 def code_digest() -> str:
-    """A digest of every Python file of the source roots and the tests."""
+    """A digest of every Python file of the source roots and the tests, and of which tests run."""
     files = sorted(file for root in ("client", "server", "sandboxes", "training", "tests")
                    for file in (REPO / root).rglob("*.py"))
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(json.dumps([FAST_TESTS, CONTRACT_ON, SLOW_TESTS]).encode())
     for file in files:
         digest.update(str(file.relative_to(REPO)).encode() + b"\0" + file.read_bytes())
     return digest.hexdigest()
@@ -243,8 +255,9 @@ def is_bare_star(lines: list[str], spec: MutationSpec) -> bool:
 
 
 def tests_for(spec: MutationSpec, target: Target, reach: Reach) -> list[str]:
-    """The tests that reach the mutant's lines: those of the module's own test files up to
-    OWN_TEST_SECONDS of their time, then the others up to TEST_SECONDS. Each group runs first
+    """The module's child_tests, then the tests that reach the mutant's lines: those of the
+    module's own test files up to OWN_TEST_SECONDS of their time, then the others up to
+    TEST_SECONDS. Each group runs first
     the tests that run the rarely run lines of its function (a line run by every test, a
     session opened, is checked best by the few tests that take its unusual branches, not by
     the fastest), then the fastest."""
@@ -258,9 +271,15 @@ def tests_for(spec: MutationSpec, target: Target, reach: Reach) -> list[str]:
         for test in tests & by_line.get(line, set()):
             rarity[test] += 1 / len(by_line[line])
     ranked = sorted(tests, key=lambda test: (-rarity[test], reach.seconds.get(test, TEST_SECONDS)))
-    own_tests = [test for test in ranked if test.split("::")[0] in target.own_tests or test in target.own_tests]
+    ranked = [test for test in ranked if not is_among(test, target.child_tests)]
+    own_tests = [test for test in ranked if is_among(test, target.own_tests)]
     others = [test for test in ranked if test not in own_tests]
-    return within(own_tests, OWN_TEST_SECONDS, reach) + within(others, TEST_SECONDS, reach)
+    return [*target.child_tests, *within(own_tests, OWN_TEST_SECONDS, reach), *within(others, TEST_SECONDS, reach)]
+
+
+def is_among(test: str, tests: tuple[str, ...]) -> bool:
+    """Whether the node id `test` is one of `tests` (node ids or whole files)."""
+    return test in tests or test.split("::")[0] in tests
 
 
 def within(tests: list[str], budget: float, reach: Reach) -> list[str]:
