@@ -148,6 +148,7 @@ def test_a_restarted_server_removes_what_a_killed_one_of_its_instance_left(uid, 
 ON_ITS_OWN = """
 import asyncio, sys
 from pathlib import Path
+from corral.errors import SandboxError
 from corral.sandboxes import LocalProvider, SandboxSpec
 
 async def main():
@@ -155,6 +156,10 @@ async def main():
     try:
         sandbox = await provider.start(SandboxSpec("toy", Path(sys.argv[1]), ("python3", "-m", "corral.env", "env:Toy")))
         print(sandbox.alive, oct(provider.root.stat().st_mode & 0o777))
+        try:
+            await provider.start(SandboxSpec("missing", Path(sys.argv[1]), ("/no-such-command",)))
+        except SandboxError as error:
+            print(error)
     finally:
         await provider.aclose()
 
@@ -172,7 +177,10 @@ def test_a_user_other_than_root_checks_a_bundle_and_starts_envs_in_a_folder_of_i
 
     command, environ = python_command("-c", ON_ITS_OWN, str(FIXTURES / "toybox/envs/toy"), uid=NOBODY)
     ran = subprocess.run(command, env=environ, cwd="/", capture_output=True, text=True, timeout=120, check=False)
-    assert (ran.returncode, ran.stdout) == (0, "True 0o700\n"), ran.stderr
+    assert (ran.returncode, ran.stdout.splitlines()) == (0, [
+        "True 0o700",
+        "could not start '/no-such-command' for env missing: [Errno 2] No such file or directory: '/no-such-command'",
+    ]), ran.stderr
 
 
 def test_a_second_server_of_an_instance_that_is_served_refuses():
