@@ -418,6 +418,13 @@ EXPLAINED = {
         "the descriptor is never 0, the server's stdin, which stays open for the server's life (`>= 1`)",
     ("sandboxes/corral/sandboxes/local.py", "if self._lock >= 0 or not self.named:"):
         "the descriptor is never 0, the server's stdin, which stays open for the server's life (`> 0`)",
+    ("sandboxes/corral/sandboxes/local.py", "if self._lock >= 0:"):
+        "the descriptor is never 0, the server's stdin, which stays open for the server's life (`>= 1`)",
+    ("sandboxes/corral/sandboxes/local.py",
+     'return os.pread(self._stderr, size - start, start).decode("utf-8", errors="replace")'):
+        "a read from `start` stops at the file's end: asking for more bytes than are left reads the same",
+    ("sandboxes/corral/sandboxes/local.py", "os.chmod(path, 0o755 if os.stat(path).st_mode & 0o100 else 0o644)"):
+        "`& 0o101` differs only for a file that others may run and its owner may not",
     ("sandboxes/corral/sandboxes/local.py", "target = shared / f\"{spec.env_name}-{uuid.uuid4().hex[:8]}\""):
         "the length of a random name: a hex digit more or less names the copies apart as well",
     ("sandboxes/corral/sandboxes/local.py",

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import corral.sandboxes
+from corral.env import jsonrpc
 from corral.errors import ConfigError, SandboxError
 from corral.sandboxes import LocalProvider, ProviderStatus, SandboxSpec, make_provider
 from corral.sandboxes import local as local_module
@@ -152,6 +153,42 @@ def test_as_root_an_ended_episode_s_uid_goes_to_the_next_one(no_leftover_env_pro
                 await provider.start(failing)
             second = await provider.start(TOY_SPEC)
             assert second.uid == first.uid is not None
+            await first.close()  # again: it must not end the episode that has its uid now
+            await second.send_line(jsonrpc.encode(jsonrpc.request("1", "ping")))
+            assert jsonrpc.decode(await second.read_line()) == {"jsonrpc": "2.0", "id": "1", "result": {}}
+        finally:
+            await provider.aclose()
+
+    asyncio.run(check())
+
+
+# A process the agent leaves behind, waiting for the verifier's copy of its folder (verify-1/work,
+# a name it can guess, writable by the episode's user) to write a file of its choosing there.
+FORGER = """
+import os, time
+copy = os.path.join(os.path.dirname(os.getcwd()), "verify-1", "work")
+print("left", flush=True)
+while True:
+    try:
+        with open(os.path.join(copy, "forged"), "w") as forged:
+            forged.write("1")
+    except OSError:
+        pass
+    time.sleep(0.001)
+"""
+
+
+def test_a_local_verifier_runs_once_every_process_the_agent_left_is_gone(no_leftover_env_processes):
+    code = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {FORGER!r}], start_new_session=True); input()"
+    spec = SandboxSpec("leaves", TOY, ("python3", "-c", code))
+
+    async def check() -> None:
+        provider = LocalProvider()
+        try:
+            sandbox = await provider.start(spec)
+            assert await sandbox.read_line() == b"left"
+            verified = await sandbox.verify({}, lambda files: ["sh", "-c", "test ! -e forged"], timeout_s=30)
+            assert verified.exit_code == 0, "a process the agent left wrote into the verifier's copy"
         finally:
             await provider.aclose()
 
