@@ -430,6 +430,9 @@ EXPLAINED = {
     ("sandboxes/corral/sandboxes/local.py",
      "def __init__(self, *, instance: str | None = None, warm_pool: int = 0) -> None:"):
         "WarmPools keeps no pool for any size below 1: -1 is as good as 0",
+    ("sandboxes/corral/env/runtime.py", "sys.path[:0] = [os.path.abspath(p) for p in args.path] + [os.getcwd()]"):
+        "run as `python -m corral.env`, the first entry of sys.path is the working folder, which the list put "
+        "in its place (`[:1]`) holds too",
     ("client/corral/client/session.py", "self.url = urls[0]"):
         "with several hosts the first reset picks the host and moves there; before it, a request finds no "
         "episode on any host and gets the same answer from each",
