@@ -89,6 +89,8 @@ class ModalSandbox(Sandbox):
 
     async def write(self, data: bytes) -> None:
         """Write to the env's stdin, in chunks Modal's buffer takes; EOFError once it is closed."""
+        if self.ended.is_set():  # the env closed its stdout: gone, or past answering (Modal may still take stdin)
+            raise EOFError("the sandbox's stdout closed")
         stdin = self.sandbox.stdin
         try:
             for start in range(0, len(data), STDIN_CHUNK):
