@@ -9,9 +9,9 @@ Run it in a clone you are not editing: each mutant is written into its source fi
 place (by cosmic-ray, which puts the file back after the mutant's run).
 
 1. One coverage run of the fast tests (unit and integration, the provider contract suite
-   on the local and docker sandboxes, and the docker sandbox's own tests: a Docker engine
-   must be running) records which test reaches each line of the modules, and how long each
-   test takes.
+   on the local and docker sandboxes and on the stand-in for Modal's cloud, and the docker
+   sandbox's own tests: a Docker engine must be running) records which test reaches each
+   line of the modules, and how long each test takes.
 2. cosmic-ray lists the mutants of each module, with a selective set of its operators: one
    replacement per operator site (`-` becomes `+`, `<` becomes `<=`, not all ten of
    each), none inside type annotations (`str | None` is not behaviour).
@@ -61,11 +61,12 @@ REACH_CACHE = REPO / ".mutation-reach.json"  # the coverage run's findings, whil
 
 # The fast tests: unit and integration, less the few that drive a kernel, a terminal or a load;
 # the docker sandbox's own tests (seconds each, on a running engine: not an engine stopped,
-# nor images built); and the provider contract suite's runs on the local and docker sandboxes.
+# nor images built); and the provider contract suite's runs on the local and docker sandboxes
+# and on the modal sandbox against tests/contract/fake_modal.py.
 DOCKER_TESTS = tuple(f"tests/docker/test_{name}.py" for name in (
     "provider", "hardening", "channel", "commands", "warm_pool", "reaper", "forgery_docker"))
 FAST_TESTS = ["tests/unit", "tests/integration", *DOCKER_TESTS]
-CONTRACT_TESTS, CONTRACT_ON = "tests/contract/test_provider_contract.py", ("[local]", "[docker]")
+CONTRACT_TESTS, CONTRACT_ON = "tests/contract/test_provider_contract.py", ("[local]", "[docker]", "[modal-fake]")
 # A mutant runs the fastest tests that reach it up to this much of their own time: a survivor
 # is one that the quickest checks of its line let through (slower ones might still catch it).
 TEST_SECONDS = 10.0
@@ -104,6 +105,7 @@ MODULES = {
     "local": Target("sandboxes/corral/sandboxes/local.py", LOCAL_TESTS, child_tests=LOCAL_AS_NOBODY),
     "local_procs": Target("sandboxes/corral/sandboxes/local_procs.py", LOCAL_TESTS),
     "docker": Target("sandboxes/corral/sandboxes/docker_sandbox.py", (CONTRACT_TESTS, *DOCKER_TESTS)),
+    "modal": Target("sandboxes/corral/sandboxes/modal_sandbox.py", (CONTRACT_TESTS,)),
     "warm_pool": Target("sandboxes/corral/sandboxes/warm_pool.py"),
     "factory": Target("client/corral/client/factory.py", (UNIT + "test_client_factory.py",)),
     "session": Target("client/corral/client/session.py",
@@ -170,7 +172,7 @@ def measure_reach(workdir: Path) -> Reach:
 
 
 def contract_tests() -> list[str]:
-    """The node ids of the provider contract suite's runs on the local and docker sandboxes."""
+    """The node ids of the provider contract suite's runs on the providers of CONTRACT_ON."""
     listed = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
                              CONTRACT_TESTS], cwd=REPO, capture_output=True, text=True, check=True).stdout
     return [line for line in listed.splitlines() if line.endswith(CONTRACT_ON)]
