@@ -258,8 +258,8 @@ def is_bare_star(lines: list[str], spec: MutationSpec) -> bool:
 
 def tests_for(spec: MutationSpec, target: Target, reach: Reach) -> list[str]:
     """The module's child_tests, then the tests that reach the mutant's lines: those of the
-    module's own test files up to OWN_TEST_SECONDS of their time, then the others up to
-    TEST_SECONDS. Each group runs first
+    module's own test files (and then the rest of them) up to OWN_TEST_SECONDS of their
+    time, then the others up to TEST_SECONDS. Each group runs first
     the tests that run the rarely run lines of its function (a line run by every test, a
     session opened, is checked best by the few tests that take its unusual branches, not by
     the fastest), then the fastest."""
@@ -274,8 +274,12 @@ def tests_for(spec: MutationSpec, target: Target, reach: Reach) -> list[str]:
             rarity[test] += 1 / len(by_line[line])
     ranked = sorted(tests, key=lambda test: (-rarity[test], reach.seconds.get(test, TEST_SECONDS)))
     ranked = [test for test in ranked if not is_among(test, target.child_tests)]
-    own_tests = [test for test in ranked if is_among(test, target.own_tests)]
-    others = [test for test in ranked if test not in own_tests]
+    # Then the rest of the own tests: one may only read what the module built at import (a
+    # class's signature), which coverage credits to no test.
+    unreached = sorted((test for test in reach.seconds if is_among(test, target.own_tests) and test not in tests
+                        and not is_among(test, target.child_tests)), key=lambda test: reach.seconds[test])
+    own_tests = [test for test in ranked if is_among(test, target.own_tests)] + unreached
+    others = [test for test in ranked if not is_among(test, target.own_tests)]
     return [*target.child_tests, *within(own_tests, OWN_TEST_SECONDS, reach), *within(others, TEST_SECONDS, reach)]
 
 
