@@ -457,7 +457,8 @@ def equivalence(result: dict, line: str, path: str) -> str | None:
         return EXPLAINED[path, code]
     if code.startswith("assert "):
         return "an assert that only narrows a type for the type checker"
-    if code.startswith("@dataclass(frozen=True)") and result["operator"] == "ReplaceTrueWithFalse":
+    if re.match(r"@dataclass\(.*frozen=True", code) and result["operator"] == "ReplaceTrueWithFalse" \
+            and "frozen=False" in result.get("diff", ""):
         return "nothing assigns to the dataclass's fields, frozen or not"
     if result["operator"] == "NumberReplacer" and re.match(r"[A-Z][A-Z0-9_]* = ", code):
         return "a tuning constant: a value one off is as good"
