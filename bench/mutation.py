@@ -439,6 +439,16 @@ EXPLAINED = {
     ("sandboxes/corral/env/runtime.py", "sys.path[:0] = [os.path.abspath(p) for p in args.path] + [os.getcwd()]"):
         "run as `python -m corral.env`, the first entry of sys.path is the working folder, which the list put "
         "in its place (`[:1]`) holds too",
+    ("sandboxes/corral/sandboxes/docker_sandbox.py", "self._closed = True"):
+        "every step of a second close is harmless: a set's discard, a forced removal that takes a container "
+        "gone already, and closes of a stream and a socket closed already",
+    ("sandboxes/corral/sandboxes/docker_sandbox.py",
+     ("tail = f\"{session}-{episode}\" if session and episode else "
+      "f\"{labels.get('corral.purpose', 'env')}-{uuid.uuid4().hex[:8]}\"")):
+        "the server labels an episode's container with both its session and its episode, or neither",
+    ("sandboxes/corral/sandboxes/docker_sandbox.py",
+     "return _safe_name(f\"corral-{instance}-{env_name}-warm-{uuid.uuid4().hex[:8]}\")"):
+        "the length of a random name: a hex digit more or less names the containers apart as well",
     ("client/corral/client/session.py", "self.url = urls[0]"):
         "with several hosts the first reset picks the host and moves there; before it, a request finds no "
         "episode on any host and gets the same answer from each",

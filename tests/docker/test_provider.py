@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from corral.errors import BundleInvalid, ImageError
+from corral.errors import BundleInvalid, ImageError, SandboxError
 from corral.sandboxes import ProviderStatus, SandboxSpec
 from corral.sandboxes.docker_provider import DockerProvider
 from corral.server.served import ServedBundle, ServeOptions
@@ -90,3 +90,32 @@ def test_serving_under_docker_lists_every_env_that_cannot_be_built(docker_engine
     problems = {problem.file: problem.message for problem in refused.value.problems}
     for env in ("toy", "counter"):
         assert problems[f"toybox/envs/{env}"].startswith(f"env {env} has no Dockerfile in "), problems
+
+
+async def output_of(sandbox, command: list[str]) -> str:
+    process = await sandbox.exec(command)
+    output = b""
+    while chunk := await process.read():
+        output += chunk
+    await process.close()
+    return output.decode()
+
+
+def test_an_image_run_whole_gets_an_init_that_reaps_and_a_closed_container_runs_nothing(docker_engine):
+    # A Harbor task's image runs as a machine: its first process must reap the orphans the
+    # agent's commands leave, since the image's own command will not.
+    whole = SandboxSpec("probe", PROBE.context_dir, ("sleep", "infinity"), writable_root=True, user="")
+
+    async def check() -> None:
+        provider = DockerProvider()
+        try:
+            await provider.prepare(whole)
+            sandbox = await provider.start(whole, {"corral.purpose": "init"})
+            assert (await output_of(sandbox, ["cat", "/proc/1/comm"])).strip() == "docker-init"
+            await sandbox.close()
+            with pytest.raises(SandboxError, match="the container of env probe is closed"):
+                await sandbox.exec(["true"])
+        finally:
+            await provider.aclose()
+
+    asyncio.run(check())
