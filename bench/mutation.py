@@ -439,6 +439,9 @@ EXPLAINED = {
     ("sandboxes/corral/env/runtime.py", "sys.path[:0] = [os.path.abspath(p) for p in args.path] + [os.getcwd()]"):
         "run as `python -m corral.env`, the first entry of sys.path is the working folder, which the list put "
         "in its place (`[:1]`) holds too",
+    ("sandboxes/corral/sandboxes/docker_sandbox.py",
+     'api.attach_socket, container_id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}'):
+        "the engine reads each of attach's flags as true or false: 2 is as true as 1",
     ("sandboxes/corral/sandboxes/docker_sandbox.py", "self._closed = True"):
         "every step of a second close is harmless: a set's discard, a forced removal that takes a container "
         "gone already, and closes of a stream and a socket closed already",

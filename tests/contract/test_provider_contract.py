@@ -85,6 +85,7 @@ def test_an_env_that_dies_ends_its_stream_and_leaves_its_last_words(under_test):
             with pytest.raises(EOFError):
                 await sandbox.read_line()
             await until(lambda: "dying on purpose" in sandbox.stderr_tail(), timeout_s=30)
+            await until(lambda: not sandbox.alive, timeout_s=30)
             with pytest.raises(EOFError):  # and so does every read after
                 await sandbox.read_line()
             with pytest.raises(EOFError):  # and every line sent to it

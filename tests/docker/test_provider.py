@@ -101,21 +101,52 @@ async def output_of(sandbox, command: list[str]) -> str:
     return output.decode()
 
 
-def test_an_image_run_whole_gets_an_init_that_reaps_and_a_closed_container_runs_nothing(docker_engine):
+def test_an_image_run_whole_keeps_its_own_environment_and_gets_an_init_that_reaps(docker_engine):
     # A Harbor task's image runs as a machine: its first process must reap the orphans the
-    # agent's commands leave, since the image's own command will not.
+    # agent's commands leave, since the image's own command will not; and its HOME is its own.
     whole = SandboxSpec("probe", PROBE.context_dir, ("sleep", "infinity"), writable_root=True, user="")
 
     async def check() -> None:
         provider = DockerProvider()
         try:
-            await provider.prepare(whole)
-            sandbox = await provider.start(whole, {"corral.purpose": "init"})
-            assert (await output_of(sandbox, ["cat", "/proc/1/comm"])).strip() == "docker-init"
-            await sandbox.close()
+            for spec in (PROBE, whole):
+                await provider.prepare(spec)
+            env = await provider.start(PROBE, {"corral.session": "s1", "corral.episode": "e1"})
+            assert env.name.endswith("-probe-s1-e1")  # what `docker ps` shows of an episode
+            assert await output_of(env, ["sh", "-c", "echo $HOME $PYTHONDONTWRITEBYTECODE"]) == "/tmp 1\n"
+            machine = await provider.start(whole, {"corral.purpose": "init"})
+            # docker's init first, and the HOME of the image's USER
+            assert await output_of(machine, ["sh", "-c", "cat /proc/1/comm; echo $HOME"]) == "docker-init\n/home/env\n"
+            await machine.close()
             with pytest.raises(SandboxError, match="the container of env probe is closed"):
-                await sandbox.exec(["true"])
+                await machine.exec(["true"])
         finally:
             await provider.aclose()
+
+    asyncio.run(check())
+
+
+def test_a_container_that_cannot_start_or_that_exits_says_why_and_leaves_nothing(docker_engine):
+    missing = SandboxSpec("probe", PROBE.context_dir, ("/no-such-command",))
+    exiting = SandboxSpec("probe", PROBE.context_dir, ("sh", "-c", "echo leaving >&2; exit 3"))
+
+    async def check() -> None:
+        provider = DockerProvider()
+        try:
+            for spec in (missing, exiting):
+                await provider.prepare(spec)
+            with pytest.raises(SandboxError, match="could not start the container of env probe: .*no-such-command"):
+                await provider.start(missing, {"corral.purpose": "missing"})
+            sandbox = await provider.start(exiting, {"corral.purpose": "exits"})
+            with pytest.raises(EOFError):
+                await sandbox.read_line()
+            async with asyncio.timeout(30):
+                while "the container exited with code 3" not in sandbox.stderr_tail():
+                    await asyncio.sleep(0.1)
+            assert "leaving" in sandbox.stderr_tail()
+            await sandbox.close()
+        finally:
+            await provider.aclose()
+        assert containers(docker_engine, corral_run=provider.engine.run_id) == []
 
     asyncio.run(check())
