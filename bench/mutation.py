@@ -442,6 +442,12 @@ EXPLAINED = {
     ("sandboxes/corral/sandboxes/docker_sandbox.py",
      'api.attach_socket, container_id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}'):
         "the engine reads each of attach's flags as true or false: 2 is as true as 1",
+    ("sandboxes/corral/sandboxes/modal_sandbox.py", "scanned = 0"):
+        "it misses a newline only as the buffer's first byte, an empty line, which then comes as leading "
+        "whitespace of the next line, which JSON's decoder skips (as the server skips a line that is not JSON)",
+    ("sandboxes/corral/sandboxes/modal_sandbox.py",
+     "timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:"):
+        "how much of a verifier's output is kept by default: a character more or less is as good",
     ("sandboxes/corral/sandboxes/docker_sandbox.py", "self._closed = True"):
         "every step of a second close is harmless: a set's discard, a forced removal that takes a container "
         "gone already, and closes of a stream and a socket closed already",
