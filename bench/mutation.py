@@ -442,6 +442,12 @@ EXPLAINED = {
     ("sandboxes/corral/sandboxes/docker_sandbox.py",
      'api.attach_socket, container_id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}'):
         "the engine reads each of attach's flags as true or false: 2 is as true as 1",
+    ("sandboxes/corral/sandboxes/modal_sandbox.py", "def stderr_tail(self, max_chars: int = 4000) -> str:"):
+        "how much of an env's stderr an error quotes by default: a character more or less is as good",
+    ("sandboxes/corral/sandboxes/modal_sandbox.py", "self._agent_stopped = True"):
+        "it only spares a second verifier the stop of the agent's processes, which the first one's left gone",
+    ("sandboxes/corral/sandboxes/modal_sandbox.py", "self._stderr_size = 0"):
+        "the count of stderr characters kept, one off: the trim keeps a character more or less of STDERR_KEEP",
     ("sandboxes/corral/sandboxes/modal_sandbox.py", "scanned = 0"):
         "it misses a newline only as the buffer's first byte, an empty line, which then comes as leading "
         "whitespace of the next line, which JSON's decoder skips (as the server skips a line that is not JSON)",

@@ -210,6 +210,23 @@ def test_a_warm_pool_hands_out_started_envs_and_refills(under_test):
 
 
 @each_provider
+def test_requests_sent_together_are_each_answered_whole(under_test):
+    # The replies come back to back, several in one read: each line must be cut exactly.
+    async def check() -> None:
+        async with provided(under_test) as provider:
+            sandbox = await provider.start(SPEC)
+            for number in range(20):
+                echo = {"name": "echo", "arguments": {"text": f"reply {number}"}}
+                await sandbox.send_line(jsonrpc.encode(jsonrpc.request(str(number), "tools/call", echo)))
+            replies = [jsonrpc.decode(await sandbox.read_line()) for _ in range(20)]
+            answers = {reply["id"]: reply["result"]["content"][0]["text"] for reply in replies}
+            assert answers == {str(number): f"reply {number}" for number in range(20)}
+            await sandbox.close()
+
+    asyncio.run(check())
+
+
+@each_provider
 def test_many_sandboxes_at_once_each_answer_their_own_calls(under_test):
     count = 8
 
