@@ -20,9 +20,10 @@ place (by cosmic-ray, which puts the file back after the mutant's run).
    group those that run the rare lines of its function first, then the fastest), stopping
    at the first failure; a mutant whose tests time out counts as killed (it hung them). A
    line run while the tests were imported is reached by every test that reaches the module.
-   A module's `child_tests`, which run it in a child process where coverage does not follow
-   (the env runtime; the local sandbox of a server that is not root), run first for each of
-   its mutants.
+   A module's `child_tests`, which run it where the coverage run does not see (the env
+   runtime and the local sandbox of a server that is not root, in child processes; the modal
+   provider's own tests against the stand-in for Modal's cloud), run first for each of its
+   mutants.
 4. Per module: the score (killed / all, and again less the survivors of a kind that cannot
    change behaviour: asserts, frozen flags, tuning constants) and every survivor with its
    diff, printed and kept in bench/results/mutation/NAME.md; results are cached per mutant in
@@ -79,7 +80,8 @@ SLOW_TESTS = ["tests/integration/test_load.py", "tests/integration/test_notebook
 class Target:
     path: str
     own_tests: tuple[str, ...] = ()  # the test files (or tests) written to check it: run first, on a budget of their own
-    # Tests that run the module in a child process, where coverage does not follow: run first for every mutant.
+    # Tests that run the module where the coverage run does not see it (a child process, a suite
+    # outside the fast tests): run first for every mutant.
     child_tests: tuple[str, ...] = ()
 
 
@@ -105,7 +107,8 @@ MODULES = {
     "local": Target("sandboxes/corral/sandboxes/local.py", LOCAL_TESTS, child_tests=LOCAL_AS_NOBODY),
     "local_procs": Target("sandboxes/corral/sandboxes/local_procs.py", LOCAL_TESTS),
     "docker": Target("sandboxes/corral/sandboxes/docker_sandbox.py", (CONTRACT_TESTS, *DOCKER_TESTS)),
-    "modal": Target("sandboxes/corral/sandboxes/modal_sandbox.py", (CONTRACT_TESTS,)),
+    "modal": Target("sandboxes/corral/sandboxes/modal_sandbox.py", (CONTRACT_TESTS,),
+                    child_tests=("tests/contract/test_modal_provider.py",)),
     "warm_pool": Target("sandboxes/corral/sandboxes/warm_pool.py"),
     "factory": Target("client/corral/client/factory.py", (UNIT + "test_client_factory.py",)),
     "session": Target("client/corral/client/session.py",
@@ -448,6 +451,11 @@ EXPLAINED = {
         "it only spares a second verifier the stop of the agent's processes, which the first one's left gone",
     ("sandboxes/corral/sandboxes/modal_sandbox.py", "self._stderr_size = 0"):
         "the count of stderr characters kept, one off: the trim keeps a character more or less of STDERR_KEEP",
+    ("sandboxes/corral/sandboxes/modal_sandbox.py", 'while (end := self._stdout.find(b"\\n", scanned)) < 0:'):
+        "`<= 0` misses a newline only as the buffer's first byte, an empty line, which then comes as leading "
+        "whitespace of the next line, which JSON's decoder skips (as the server skips a line that is not JSON)",
+    ("sandboxes/corral/sandboxes/modal_sandbox.py", "for reader in self._readers:"):
+        "the readers end on their own a moment later: the termination that on_close starts ends both streams",
     ("sandboxes/corral/sandboxes/modal_sandbox.py", "scanned = 0"):
         "it misses a newline only as the buffer's first byte, an empty line, which then comes as leading "
         "whitespace of the next line, which JSON's decoder skips (as the server skips a line that is not JSON)",
