@@ -387,6 +387,10 @@ def report(name: str, target: Target, results: dict[str, dict], total: int) -> s
     """The module's score and its survivors, those of a kind that cannot change behaviour
     set apart with the reason (and left out of the second score)."""
     source = (REPO / target.path).read_text().splitlines()
+    # cosmic-ray fails to make a few mutants (an ExceptionReplacer on a tuple of dotted names):
+    # not a mutant, so left out of the scores, and counted below them.
+    unmade = [result for result in results.values() if result["outcome"] == "error"]
+    results = {key: result for key, result in results.items() if result["outcome"] != "error"}
     survivors = sorted((result for result in results.values() if result["outcome"] != "killed"),
                        key=lambda result: result["line"])
     whys = [equivalence(result, source[result["line"] - 1], target.path) for result in survivors]
@@ -398,6 +402,9 @@ def report(name: str, target: Target, results: dict[str, dict], total: int) -> s
     if len(results) < total:
         title += f" (a random sample: {len(results)} of its {total} mutants run)"
     lines = [title, "", f"`{target.path}`; survivors below, each with its diff.", ""]
+    if unmade:
+        lines += [f"cosmic-ray could not make {len(unmade)} mutant(s) (lines "
+                  f"{', '.join(str(result['line']) for result in unmade)}): left out of the scores.", ""]
     for result, why in zip(survivors, whys, strict=True):
         lines += [f"## line {result['line']}: {result['operator']} ({result['outcome']}: {result['why']})",
                   *([f"Cannot change behaviour: {why}."] if why else []),
