@@ -403,8 +403,8 @@ def report(name: str, target: Target, results: dict[str, dict], total: int) -> s
         title += f" (a random sample: {len(results)} of its {total} mutants run)"
     lines = [title, "", f"`{target.path}`; survivors below, each with its diff.", ""]
     if unmade:
-        lines += [f"cosmic-ray could not make {len(unmade)} mutant(s) (lines "
-                  f"{', '.join(str(result['line']) for result in unmade)}): left out of the scores.", ""]
+        where = ", ".join(str(result["line"]) for result in unmade)
+        lines += [f"cosmic-ray could not make {len(unmade)} mutant(s) (lines {where}): left out of the scores.", ""]
     for result, why in zip(survivors, whys, strict=True):
         lines += [f"## line {result['line']}: {result['operator']} ({result['outcome']}: {result['why']})",
                   *([f"Cannot change behaviour: {why}."] if why else []),
