@@ -471,9 +471,6 @@ EXPLAINED = {
         "how much of a verifier's output is kept by default: a character more or less is as good",
     ("sandboxes/corral/sandboxes/docker_sandbox.py", "self._agent_stopped = True"):
         "it only spares a second verifier the stop of the agent's processes, which the first one's left gone",
-    ("sandboxes/corral/sandboxes/docker_sandbox.py", "self._closed = True"):
-        "every step of a second close is harmless: a set's discard, a forced removal that takes a container "
-        "gone already, and closes of a stream and a socket closed already",
     ("sandboxes/corral/sandboxes/docker_sandbox.py",
      ("tail = f\"{session}-{episode}\" if session and episode else "
       "f\"{labels.get('corral.purpose', 'env')}-{uuid.uuid4().hex[:8]}\"")):
