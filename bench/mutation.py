@@ -396,6 +396,10 @@ def report(name: str, target: Target, results: dict[str, dict], total: int) -> s
     whys = [equivalence(result, source[result["line"] - 1], target.path) for result in survivors]
     unexplained = whys.count(None)
     killed, counted = len(results) - len(survivors), len(results) - len(survivors) + unexplained
+    if not results:
+        title = f"# {name}: not run yet ({total} mutants; `--most N {name}` runs a random sample of them)"
+        (RESULTS / f"{name}.md").write_text(title + "\n")
+        return title[2:]
     title = (f"# {name}: {killed}/{len(results)} mutants killed ({killed / max(len(results), 1):.0%}); "
              f"{killed}/{counted} ({killed / max(counted, 1):.0%}) less {len(survivors) - unexplained} "
              "that cannot change behaviour")
