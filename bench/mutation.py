@@ -1,6 +1,6 @@
 """Mutation testing of corral's core modules: which planted bugs the fast tests catch.
 
-    .venv/bin/python bench/mutation.py                     # every module below (about an hour)
+    .venv/bin/python bench/mutation.py                     # every module below (hours: sample with --most)
     .venv/bin/python bench/mutation.py episode sessions    # some of them
     .venv/bin/python bench/mutation.py --again sessions    # its survivors only, after mending tests
     .venv/bin/python bench/mutation.py --most 40 local     # a random sample of 40 more of its mutants
@@ -357,8 +357,9 @@ def keyed(path: str, specs: list[MutationSpec]) -> dict[str, MutationSpec]:
 
 def test_module(name: str, target: Target, reach_of: Callable[[], Reach], workdir: Path, *,
                 again: bool, most: int | None) -> tuple[dict[str, dict], int]:
-    """Run the module's mutants not run yet (at most `most` of them), in an order shuffled once
-    for all: a run stopped early has run a uniform sample. The results so far, and the count
+    """Run the module's mutants not run yet (at most `most` of them; with `again`, its survivors
+    first, and only those unless `most` is given), in an order shuffled once for all: a run
+    stopped early has run a uniform sample. The results so far, and the count
     of its mutants."""
     source = (REPO / target.path).read_bytes()
     mutants = keyed(target.path, mutants_of(target.path, workdir))
@@ -368,8 +369,9 @@ def test_module(name: str, target: Target, reach_of: Callable[[], Reach], workdi
     if again:  # the tests changed since: try the survivors on them
         results = {key: result for key, result in results.items() if result["outcome"] == "killed"}
     print(f"\n{name} ({target.path}): {len(mutants)} mutants, {len(results)} already run", flush=True)
-    to_run = sorted((key for key in mutants if key not in results),  # survivors to retry first, then new ones
-                    key=lambda key: (key not in saved, hashlib.sha256(key.encode()).digest()))[:most]
+    retry = [key for key in mutants if key in saved and key not in results]  # the survivors, with --again
+    unrun = sorted((key for key in mutants if key not in saved), key=lambda key: hashlib.sha256(key.encode()).digest())
+    to_run = retry + ([] if again and most is None else unrun[:most])  # --again alone: the survivors only
     for number, key in enumerate(to_run, 1):
         spec = mutants[key]
         reach = reach_of()  # measured once, when a mutant first needs it
@@ -519,7 +521,7 @@ BOUNDARY_FLIPS = {f"ReplaceComparisonOperator_{flip}" for flip in ("Lt_LtE", "Lt
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("modules", nargs="*", metavar="MODULE", help=f"some of: {', '.join(MODULES)} (default: all)")
-    parser.add_argument("--again", action="store_true", help="run the survivors of the last run again (after mending tests)")
+    parser.add_argument("--again", action="store_true", help="run the survivors of the last run again (after mending tests); with --most N, N new ones too")
     parser.add_argument("--most", type=int, metavar="N",
                         help="run at most N more mutants of each module (a random sample; a later run goes on)")
     args = parser.parse_args()
