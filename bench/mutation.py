@@ -393,17 +393,17 @@ def report(name: str, target: Target, results: dict[str, dict], total: int) -> s
     # not a mutant, so left out of the scores, and counted below them.
     unmade = [result for result in results.values() if result["outcome"] == "error"]
     results = {key: result for key, result in results.items() if result["outcome"] != "error"}
+    if not results:
+        title = f"# {name}: not run yet ({total} mutants; `--most N {name}` runs a random sample of them)"
+        (RESULTS / f"{name}.md").write_text(title + "\n")
+        return title[2:]
     survivors = sorted((result for result in results.values() if result["outcome"] != "killed"),
                        key=lambda result: result["line"])
     whys = [equivalence(result, source[result["line"] - 1], target.path) for result in survivors]
     unexplained = whys.count(None)
     killed, counted = len(results) - len(survivors), len(results) - len(survivors) + unexplained
-    if not results:
-        title = f"# {name}: not run yet ({total} mutants; `--most N {name}` runs a random sample of them)"
-        (RESULTS / f"{name}.md").write_text(title + "\n")
-        return title[2:]
-    title = (f"# {name}: {killed}/{len(results)} mutants killed ({killed / max(len(results), 1):.0%}); "
-             f"{killed}/{counted} ({killed / max(counted, 1):.0%}) less {len(survivors) - unexplained} "
+    title = (f"# {name}: {killed}/{len(results)} mutants killed ({killed / len(results):.0%}); "
+             f"{killed}/{counted} ({killed / counted:.0%}) less {len(survivors) - unexplained} "
              "that cannot change behaviour")
     if len(results) < total:
         title += f" (a random sample: {len(results)} of its {total} mutants run)"
@@ -419,6 +419,15 @@ def report(name: str, target: Target, results: dict[str, dict], total: int) -> s
     return title[2:]
 
 
+# Reasons several survivors share.
+QUOTE_DEFAULT = "how much of an env's stderr an error quotes by default: a character more or less is as good"
+AGENT_STOPPED = "it only spares a second verifier the stop of the agent's processes, which the first one's left gone"
+NEVER_STDIN = "the descriptor is never 0, the server's stdin, which stays open for the server's life"
+RANDOM_NAME = "the length of a random name: a hex digit more or less names them apart as well"
+FIRST_BYTE_NEWLINE = ("it misses a newline only as the buffer's first byte, an empty line, which then comes as leading "
+                      "whitespace of the next line, which JSON's decoder skips (as the server skips a line that is "
+                      "not JSON)")
+
 # Survivors read and found harmless one by one: (module path, the line's code) -> why.
 EXPLAINED = {
     ("server/corral/server/sessions.py", "if self._reaper is not None:"):
@@ -427,28 +436,23 @@ EXPLAINED = {
     ("client/corral/client/session.py",
      "def __init__(self, url: str, *, token: str | None = None, keepalive_s: float = 20.0):"):
         "a default keepalive period: a second more or less keeps a socket alive as well",
-    ("sandboxes/corral/sandboxes/local.py", "def stderr_tail(self, max_chars: int = 4000) -> str:"):
-        "how much of an env's stderr an error quotes by default: a character more or less is as good",
+    ("sandboxes/corral/sandboxes/local.py", "def stderr_tail(self, max_chars: int = 4000) -> str:"): QUOTE_DEFAULT,
     ("sandboxes/corral/sandboxes/local.py", "self.verifications = 0"):
         "the count only names each verification's folder (verify-1, verify-2, ...); any start names them apart",
-    ("sandboxes/corral/sandboxes/local.py", "self._agent_stopped = True"):
-        "it only spares a second verifier the kill of the episode's processes, which the first one's left gone",
+    ("sandboxes/corral/sandboxes/local.py", "self._agent_stopped = True"): AGENT_STOPPED,
     ("sandboxes/corral/sandboxes/local.py", "self._stderr = -1"):
         "the mark of a closed stderr: nothing reads a sandbox's tail once it is closed (the episode and the "
         "warm pool quote it before), and a second close returns at once",
-    ("sandboxes/corral/sandboxes/local.py", "if self._stderr >= 0:"):
-        "the descriptor is never 0, the server's stdin, which stays open for the server's life (`>= 1`)",
-    ("sandboxes/corral/sandboxes/local.py", "if self._lock >= 0 or not self.named:"):
-        "the descriptor is never 0, the server's stdin, which stays open for the server's life (`> 0`)",
-    ("sandboxes/corral/sandboxes/local.py", "if self._lock >= 0:"):
-        "the descriptor is never 0, the server's stdin, which stays open for the server's life (`>= 1`)",
+    ("sandboxes/corral/sandboxes/local.py", "if self._stderr >= 0:"): NEVER_STDIN,
+    ("sandboxes/corral/sandboxes/local.py", "if self._lock >= 0 or not self.named:"): NEVER_STDIN,
+    ("sandboxes/corral/sandboxes/local.py", "if self._lock >= 0:"): NEVER_STDIN,
     ("sandboxes/corral/sandboxes/local.py",
      'return os.pread(self._stderr, size - start, start).decode("utf-8", errors="replace")'):
         "a read from `start` stops at the file's end: asking for more bytes than are left reads the same",
     ("sandboxes/corral/sandboxes/local.py", "os.chmod(path, 0o755 if os.stat(path).st_mode & 0o100 else 0o644)"):
         "`& 0o101` differs only for a file that others may run and its owner may not",
     ("sandboxes/corral/sandboxes/local.py", "target = shared / f\"{spec.env_name}-{uuid.uuid4().hex[:8]}\""):
-        "the length of a random name: a hex digit more or less names the copies apart as well",
+        RANDOM_NAME,
     ("sandboxes/corral/sandboxes/local.py",
      "def __init__(self, *, instance: str | None = None, warm_pool: int = 0) -> None:"):
         "WarmPools keeps no pool for any size below 1: -1 is as good as 0",
@@ -459,31 +463,25 @@ EXPLAINED = {
      'api.attach_socket, container_id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}'):
         "the engine reads each of attach's flags as true or false: 2 is as true as 1",
     ("sandboxes/corral/sandboxes/modal_sandbox.py", "def stderr_tail(self, max_chars: int = 4000) -> str:"):
-        "how much of an env's stderr an error quotes by default: a character more or less is as good",
-    ("sandboxes/corral/sandboxes/modal_sandbox.py", "self._agent_stopped = True"):
-        "it only spares a second verifier the stop of the agent's processes, which the first one's left gone",
+        QUOTE_DEFAULT,
+    ("sandboxes/corral/sandboxes/modal_sandbox.py", "self._agent_stopped = True"): AGENT_STOPPED,
     ("sandboxes/corral/sandboxes/modal_sandbox.py", "self._stderr_size = 0"):
         "the count of stderr characters kept, one off: the trim keeps a character more or less of STDERR_KEEP",
     ("sandboxes/corral/sandboxes/modal_sandbox.py", 'while (end := self._stdout.find(b"\\n", scanned)) < 0:'):
-        "`<= 0` misses a newline only as the buffer's first byte, an empty line, which then comes as leading "
-        "whitespace of the next line, which JSON's decoder skips (as the server skips a line that is not JSON)",
+        FIRST_BYTE_NEWLINE,
     ("sandboxes/corral/sandboxes/modal_sandbox.py", "for reader in self._readers:"):
         "the readers end on their own a moment later: the termination that on_close starts ends both streams",
-    ("sandboxes/corral/sandboxes/modal_sandbox.py", "scanned = 0"):
-        "it misses a newline only as the buffer's first byte, an empty line, which then comes as leading "
-        "whitespace of the next line, which JSON's decoder skips (as the server skips a line that is not JSON)",
+    ("sandboxes/corral/sandboxes/modal_sandbox.py", "scanned = 0"): FIRST_BYTE_NEWLINE,
     ("sandboxes/corral/sandboxes/modal_sandbox.py",
      "timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:"):
         "how much of a verifier's output is kept by default: a character more or less is as good",
-    ("sandboxes/corral/sandboxes/docker_sandbox.py", "self._agent_stopped = True"):
-        "it only spares a second verifier the stop of the agent's processes, which the first one's left gone",
+    ("sandboxes/corral/sandboxes/docker_sandbox.py", "self._agent_stopped = True"): AGENT_STOPPED,
     ("sandboxes/corral/sandboxes/docker_sandbox.py",
      ("tail = f\"{session}-{episode}\" if session and episode else "
       "f\"{labels.get('corral.purpose', 'env')}-{uuid.uuid4().hex[:8]}\"")):
         "the server labels an episode's container with both its session and its episode, or neither",
     ("sandboxes/corral/sandboxes/docker_sandbox.py",
-     "return _safe_name(f\"corral-{instance}-{env_name}-warm-{uuid.uuid4().hex[:8]}\")"):
-        "the length of a random name: a hex digit more or less names the containers apart as well",
+     "return _safe_name(f\"corral-{instance}-{env_name}-warm-{uuid.uuid4().hex[:8]}\")"): RANDOM_NAME,
     ("client/corral/client/session.py", "self.url = urls[0]"):
         "with several hosts the first reset picks the host and moves there; before it, a request finds no "
         "episode on any host and gets the same answer from each",
