@@ -1,6 +1,7 @@
 """A small bundle for the tests of how episodes end: an env whose tools and hooks misbehave on
 request (hang, die, fill its folder, leave processes behind, raise) and a verifier that can hang
-or raise."""
+or raise. The agent asks for a misbehaviour through `say`; a task asks for it through its args,
+so that it happens in an untouched episode of that task too (the platform's own fault)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class Probe(Env):
         if task.get("reset_raises"):
             raise RuntimeError("the reset broke on purpose")
         self.word = ""
+        self.report_breaks = task.get("report") == "raise"
 
     @tool
     def say(self, word: str) -> str:
@@ -93,7 +95,7 @@ class Probe(Env):
             time.sleep(60)
 
     def report(self) -> dict:
-        if self.word == "unreportable":
+        if self.word == "unreportable" or self.report_breaks:
             raise RuntimeError("the report broke on purpose")
         return {"word": self.word}
 '''
@@ -103,9 +105,9 @@ import time
 
 
 def verify(task, report):
-    if report["word"] == "hang":
+    if "hang" in (report["word"], task["args"].get("judge")):
         time.sleep(3600)
-    if report["word"] == "raise":
+    if "raise" in (report["word"], task["args"].get("judge")):
         raise RuntimeError("the judge broke on purpose")
     return float(report["word"] == "apple")
 '''
@@ -116,7 +118,10 @@ def write_probe_bundle(root: Path) -> Path:
     tasks = [{"id": "plain", "args": {}, "prompt": "Say apple."},
              {"id": "slow-reset", "args": {"reset_sleep": 60}, "prompt": "Say apple."},
              {"id": "budget", "args": {}, "prompt": "Say apple, quickly.", "time_budget_s": 1.5, "failure_score": -1},
-             {"id": "broken-reset", "args": {"reset_raises": True}, "prompt": "Say apple."}]
+             {"id": "broken-reset", "args": {"reset_raises": True}, "prompt": "Say apple."},
+             {"id": "broken-judge", "args": {"judge": "raise"}, "prompt": "Say apple."},
+             {"id": "hung-judge", "args": {"judge": "hang"}, "prompt": "Say apple."},
+             {"id": "broken-report", "args": {"report": "raise"}, "prompt": "Say apple."}]
     files = {
         "bundle.toml": 'name = "probe"\n[defaults]\nenv = "probe"\nverifiers = { judge = "judge" }\n',
         "envs/probe/env.toml": 'entry = "env:Probe"\n',

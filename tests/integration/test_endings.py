@@ -1,6 +1,7 @@
 """Unscored is no refuge (local sandbox; tests/docker has the same on containers): what the
 agent causes scores the task's failure score, never null; the verifier still runs where a
-verdict is possible; only the platform's own failures are left unscored."""
+verdict is possible; only the platform's own failures are left unscored, and a failure after
+the agent acted is the platform's only when the same task, played untouched, fails too."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
     yield from serving(write_probe_bundle(tmp_path_factory.mktemp("endings")), max_concurrent_envs=4, tool_timeout_s=2,
-                       reset_timeout_s=3)
+                       reset_timeout_s=8)  # far from what a loaded machine takes; the hangs provoked are minutes
 
 
 def episode_on(server, task_id: str = "plain") -> Episode:
@@ -92,18 +93,56 @@ def test_a_time_budget_that_runs_out_while_the_env_takes_the_reply_is_the_budget
     assert (status, reward) == ("failed", -1.0) and reason.startswith("the agent's time ran out while the env was busy")
 
 
+UNTOUCHED_SCORED = "the same task played untouched in a fresh sandbox was scored, so the failure came from what the agent did"
+UNTOUCHED_FAILED = "and the same task played untouched in a fresh sandbox failed too"
+
+
 def test_platform_failures_stay_unscored_with_their_reason(probe):
     stuck = episode_on(probe, "slow-reset")  # the env's own reset hangs: the bundle's bug
     assert ended(stuck)[:2] == ("unscored", None)
-    episode = episode_on(probe)
-    episode.call("say", {"word": "raise"})  # the verifier raises on its own
+    episode = episode_on(probe, "broken-judge")  # the verifier raises whatever the agent does
+    episode.call("say", {"word": "apple"})
     status, reward, reason = ended(episode)
     assert (status, reward) == ("unscored", None) and "verifier judge raised RuntimeError" in reason
+    assert UNTOUCHED_FAILED in reason and reason.count("the judge broke on purpose") == 2  # both reasons
+
+
+@pytest.mark.parametrize(("word", "cause"), [("raise", "verifier judge raised RuntimeError"),
+                                             ("hang", "the verifiers did not finish within 8s"),
+                                             ("unreportable", "the env's own code failed")])
+def test_a_verifier_or_hook_the_agent_made_fail_is_the_agents_failure(probe, word, cause):
+    """The agent's own state made the bundle's code fail (a report it shaped, a verifier input it
+    chose): an untouched episode of the task scores, so the failure is the agent's."""
+    episode = episode_on(probe)
+    episode.call("say", {"word": word})
+    status, reward, reason = ended(episode)
+    assert (status, reward) == ("failed", 0.0) and cause in reason and UNTOUCHED_SCORED in reason
+
+
+def test_an_answer_corral_cannot_handle_is_judged_by_evidence_not_left_unscored(serve, tmp_path, monkeypatch):
+    """corral's own reading of an env's answer failing (an answer shaped to break it) is no way
+    out of a 0: the episode is judged by an untouched replay, which scores."""
+    import corral.server.episode
+
+    def breaks(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(corral.server.episode, "tool_answer", breaks)
+    records = tmp_path / "records"
+    server = serve(write_probe_bundle(tmp_path), max_concurrent_envs=1, record_dir=records)
+    episode = episode_on(server)
+    answered = episode.call("say", {"word": "apple"})
+    assert answered.done and "corral could not handle what the env answered to say: RecursionError" in answered.answer
+    status, reward, reason = ended(episode)
+    server.stop()  # writes what is queued
+    assert (status, reward) == ("failed", 0.0) and UNTOUCHED_SCORED in reason
+    with EpisodeStore(records) as store:
+        assert store.episode(episode.opened.episode_id).cause == "unreadable"
 
 
 # Each ending, brought about on the probe bundle: the task, the agent's calls, and the outcome
 # docs/bundle-format.md promises (status, reward). The agent's doing scores the task's failure
-# score; the platform's (the bundle's own code included) is left unscored.
+# score; the platform's (the bundle's own code, failing on the untouched task too) is left unscored.
 PROVOKED = {
     "scored": ("plain", [("say", {"word": "apple"})], ("scored", 1.0)),
     "tool_timeout": ("plain", [("spin", {"seconds": 30})], ("failed", 0.0)),
@@ -112,21 +151,22 @@ PROVOKED = {
     "time_budget": ("budget", [("say", {"word": "apple"}), ("spin", {"seconds": 30})], ("failed", -1.0)),
     "reset_timeout": ("slow-reset", [], ("unscored", None)),
     "env_start_failed": ("broken-reset", [], ("unscored", None)),
-    "env_hook_failed": ("plain", [("say", {"word": "unreportable"})], ("unscored", None)),
-    "verify_timeout": ("plain", [("say", {"word": "hang"})], ("unscored", None)),
-    "scoring_failed": ("plain", [("say", {"word": "raise"})], ("unscored", None)),
-    "reward_failed": ("plain", [("say", {"word": "pear"})], ("unscored", None)),  # 1 / 0.0, below
+    "env_hook_failed": ("broken-report", [("say", {"word": "apple"})], ("unscored", None)),
+    "verify_timeout": ("hung-judge", [("say", {"word": "apple"})], ("unscored", None)),
+    "scoring_failed": ("broken-judge", [("say", {"word": "apple"})], ("unscored", None)),
+    "reward_failed": ("plain", [("say", {"word": "pear"})], ("unscored", None)),  # 1 / 0.0, below, untouched too
     "abandoned": ("plain", [("say", {"word": "apple"})], ("unscored", None)),  # its session closes first
 }
 
 
 def test_each_ending_is_recorded_with_its_cause_status_and_reward(serve, tmp_path, caplog):
     """sandbox_failed is not here: the local sandbox has no engine to lose (the next test
-    fakes one; tests/docker stops a real one)."""
+    fakes one; tests/docker stops a real one); nor is unreadable, which no answer provokes once
+    corral reads answers as it should (a test above breaks the reading to see it)."""
     caplog.set_level(logging.WARNING, logger="corral.server")
     records = tmp_path / "records"
     server = serve(write_probe_bundle(tmp_path), max_concurrent_envs=len(PROVOKED), tool_timeout_s=2,
-                   reset_timeout_s=3, record_dir=records, reward=lambda scores: 1 / scores["judge"])
+                   reset_timeout_s=8, record_dir=records, reward=lambda scores: 1 / scores["judge"])
 
     def play(cause: str) -> tuple[str, tuple]:
         task_id, calls, _ = PROVOKED[cause]
@@ -190,7 +230,7 @@ def test_get_reward_tells_the_trainers_log_why_a_rollout_has_no_reward_or_a_fail
     told = [(record.levelname, record.getMessage()) for record in caplog.records if "rollout" in record.getMessage()]
     assert [(level, message.split(":")[0]) for level, message in told] == [
         ("WARNING", "rollout left unscored"), ("INFO", "rollout failed by the agent, scored 0.0")]
-    assert "the reset didn't finish within 3s" in told[0][1] and "the env died during die" in told[1][1]
+    assert "the reset didn't finish within 8s" in told[0][1] and "the env died during die" in told[1][1]
 
 
 @pytest.fixture(scope="module")

@@ -289,3 +289,17 @@ def test_the_idle_process_of_a_task_container_answers_the_warm_pools_readiness_p
     )
 
     assert json.loads(READY_REPLY) == {"jsonrpc": "2.0", "id": PING_ID, "result": {}}
+
+
+def test_check_names_the_tasks_whose_agent_runs_as_root_and_says_the_fix(copy):
+    """A root agent can replace python3 or bash under its tests: `corral check` says which tasks
+    let it, as far as task.toml and the Dockerfile tell, and how to stop it."""
+    root = copy
+    (root / "csv-stats" / "task.toml").write_text(
+        (root / "csv-stats" / "task.toml").read_text().replace("[agent]\n", '[agent]\nuser = "nobody"\n'))
+    dockerfile = root / "yaml-config" / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "USER 1000:1000\n")
+    notes = load_bundle(root).harbor.notes
+    (rooted,) = [note for note in notes if "run their agent as root" in note]
+    assert rooted.startswith("5 task(s) run their agent as root (c-build, git-repair, legacy-wordcount)")
+    assert "[agent] user, or USER in the Dockerfile" in rooted

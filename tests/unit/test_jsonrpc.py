@@ -73,8 +73,9 @@ def test_the_builders_give_json_rpc_2_shapes():
         (b"\xff\xfe not utf-8", -32700),
         (b"[1, 2]", -32600),
         (b'"a string"', -32600),
+        (b'{"id": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", -32700),
     ],
-    ids=["text", "cut-short", "not-utf-8", "array", "string"],
+    ids=["text", "cut-short", "not-utf-8", "array", "string", "nested-too-deep"],
 )
 def test_a_line_that_is_not_a_message_is_an_rpc_error_with_its_code(line, code):
     with pytest.raises(jsonrpc.RpcError) as caught:

@@ -3,22 +3,39 @@ note when longer than the server keeps."""
 
 from __future__ import annotations
 
-from corral.server.episode import _cut, _tool_answer
+from corral.server.env_answers import cut, tool_answer
 
 
 def test_a_long_answer_keeps_equal_head_and_tail_around_the_note():
-    cut = _cut("a" * 500 + "b" * 500, 300)
-    head, note, tail = cut.partition("\n[... 700 characters cut: the answer was 1,000, the server keeps 300 ...]\n")
+    answer = cut("a" * 500 + "b" * 500, 300)
+    head, note, tail = answer.partition("\n[... 700 characters cut: the answer was 1,000, the server keeps 300 ...]\n")
     assert note and head == "a" * len(head) and tail == "b" * len(tail) and len(head) == len(tail)
-    assert len(cut) in (299, 300)  # all the limit allows (an odd remainder is one character short)
+    assert len(answer) in (299, 300)  # all the limit allows (an odd remainder is one character short)
 
 
 def test_an_answer_within_the_limit_is_whole_and_a_limit_below_the_note_keeps_the_note_alone():
-    assert _cut("abc", 3) == "abc"
-    assert _cut("x" * 1000, 10) == "\n[... 990 characters cut: the answer was 1,000, the server keeps 10 ...]\n"
+    assert cut("abc", 3) == "abc"
+    assert cut("x" * 1000, 10) == "\n[... 990 characters cut: the answer was 1,000, the server keeps 10 ...]\n"
 
 
 def test_a_result_without_text_answers_with_its_structured_content_as_json():
-    assert _tool_answer("t", {"content": [], "structuredContent": {"a": 1}}, 100).result == '{"a":1}'
-    assert _tool_answer("t", {"content": [{"type": "text", "text": "hi"}], "structuredContent": {"a": 1}}, 100).result == "hi"
-    assert _tool_answer("t", {"content": []}, 100).result == ""
+    assert tool_answer("t", {"content": [], "structuredContent": {"a": 1}}, 100).result == '{"a":1}'
+    assert tool_answer("t", {"content": [{"type": "text", "text": "hi"}], "structuredContent": {"a": 1}}, 100).result == "hi"
+    assert tool_answer("t", {"content": []}, 100).result == ""
+
+
+MALFORMED = [
+    [], "text", 7, None, {"content": 7}, {"content": "abc"}, {"content": [7, None, "x", {"type": "text"}]},
+    {"content": [{"type": "text", "text": ["a"]}]}, {"content": [], "isError": True, "_meta": "not an object"},
+    {"content": [{"type": 1, "text": "a"}], "isError": True, "_meta": {"corral/error_type": ["a"]}},
+]
+
+
+def test_a_malformed_result_is_read_as_far_as_it_makes_sense_and_never_raises():
+    """The env answers as whoever holds its sandbox made it: no shape of answer may raise."""
+    for result in MALFORMED:
+        answer = tool_answer("t", result, 100)
+        assert answer.result == "" or answer.error is not None, result
+    assert tool_answer("t", {"content": [7, {"type": "text", "text": "kept"}]}, 100).result == "kept"
+    failed = tool_answer("t", {"content": [{"type": "text", "text": "no"}], "isError": True, "_meta": 3}, 100)
+    assert (failed.error.error_type, failed.error.message) == ("execution_error", "no")

@@ -40,7 +40,7 @@ def test_a_number_is_the_score_and_a_dict_gives_one_score_per_key(tmp_path):
     assert score_episode({"word": "apple"}, {"word": "pear"}, {"grade": "exact"}, loaded) == {"grade": 0.0}
 
 
-@pytest.mark.parametrize("returned", ["True", "'1'", "None", "math.nan", "math.inf", "{'ok': -math.inf}"])
+@pytest.mark.parametrize("returned", ["True", "'1'", "None", "math.nan", "math.inf", "{'ok': -math.inf}", "10 ** 400"])
 def test_a_verifier_that_returns_no_finite_number_is_an_error_naming_it(tmp_path, returned):
     loaded = load_verifiers({"odd": write(tmp_path, "odd", f"import math\ndef verify(task, report):\n    return {returned}\n")})
     with pytest.raises(VerifierError, match=r"verifier odd returned .*; return a finite number \(or a dict of them\)"):
@@ -142,3 +142,18 @@ def test_a_reward_txt_that_is_no_number_is_quoted_in_the_verdict_up_to_40_bytes(
     score = reward_file_score("tests", RewardFileVerifier(command=["true"], files=[], timeout_s=60),
                               CommandResult(0, "", {"/logs/verifier/reward.txt": b"x" * 100}))
     assert score.output_tail == f"[verifier tests: exit status 0; its reward.txt is not a number ({b'x' * 40!r}); scored 0]"
+
+
+@pytest.mark.parametrize(("written", "why"), [
+    (b"[" * 100_000 + b"]" * 100_000, "its reward.json is not JSON that can be read"),  # too deep to parse
+    (b'{"reward": 1' + b"0" * 400 + b"}", "its reward.json holds values that are not finite numbers (reward)"),
+    (b'{"reward": NaN}', "its reward.json holds values that are not finite numbers (reward)"),
+    (b'{"reward": 1e999}', "its reward.json holds values that are not finite numbers (reward)"),
+    (b"\xff\xfe", "its reward.json is not JSON that can be read"),
+])
+def test_a_reward_json_shaped_to_break_its_reader_scores_0_and_never_raises(written, why):
+    """The reward file comes out of the sandbox: whatever ran there wrote it, so no content may
+    raise (an exception would end the episode as corral's failure instead of the agent's 0)."""
+    score = reward_file_score("tests", RewardFileVerifier(command=["true"], files=[], timeout_s=60),
+                              CommandResult(0, "", {"/logs/verifier/reward.json": written}))
+    assert score.scores == {"reward": 0.0} and f"{why}; scored 0]" in score.output_tail

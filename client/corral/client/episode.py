@@ -25,6 +25,7 @@ from corral.client.catalog import END_TURN, ToolSpec
 from corral.client.display import Displayed, Doc, episode_doc
 from corral.client.protocol import (
     EPISODE_ENDED,
+    REPLAY_RESET_DEADLINES,
     CallTool,
     CallToolObservation,
     EpisodeStatus,
@@ -123,7 +124,9 @@ class Episode(Displayed):
             observed = CallToolObservation(tool_name=name, result=ended, done=True, reward=self.reward)
             self.calls.append(CallRecord(name, dict(arguments), observed))
             return observed
-        deadline = self.limits.reset_timeout_s if name == END_TURN else self.limits.tool_timeout_s
+        # end_turn: the env's reply, then the verification; any step: a replay judging its ending.
+        deadline = (2 * self.limits.reset_timeout_s if name == END_TURN else self.limits.tool_timeout_s) \
+            + REPLAY_RESET_DEADLINES * self.limits.reset_timeout_s
         request = StepRequest(data=CallTool(tool_name=name, arguments=arguments))
         try:
             observed = _observation(self.session.request(request, deadline + REPLY_MARGIN_S)).parse(CallToolObservation)

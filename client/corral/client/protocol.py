@@ -35,6 +35,10 @@ from corral.client.display import Displayed, Doc, call_doc, reset_doc
 EPISODE_ENDED = "The episode has ended."
 DEFAULT_TOOL_TIMEOUT_S = 60.0
 DEFAULT_RESET_TIMEOUT_S = 600.0
+# A failure after the agent has acted is judged by replaying the task untouched first (the
+# server's endings.py): a reset and a verification, each within the reset deadline. A step's
+# reply may take that much longer than the step's own deadline.
+REPLAY_RESET_DEADLINES = 2
 STEP_REWARD = 0.0  # the reward of every step that does not end its episode (OpenEnv's graders want a number)
 
 

@@ -56,7 +56,7 @@ def decode(line: bytes | str) -> dict:
     """One line as a message; RpcError -32700 when it is not JSON, -32600 when not an object."""
     try:
         message = json.loads(line)
-    except ValueError as exc:  # JSONDecodeError, or UnicodeDecodeError for bytes that are not UTF-8
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested too deep to parse
         raise RpcError(PARSE_ERROR, f"parse error: {exc}") from None
     if not isinstance(message, dict):
         raise RpcError(INVALID_REQUEST, "invalid message: expected a JSON object")

@@ -86,17 +86,22 @@ class Engine:
     def remove(self, container: str, name: str) -> None:
         """Start force-removing `container` (an id or name) on the engine threads at once, so
         no cancelled caller can stop it; `drain` waits for every removal started."""
-        removal = self._executor.submit(remove_container, self.api, container)
+        self.in_background(f"container {name}", remove_container, self.api, container)
+
+    def in_background(self, what: str, removal: Callable[..., None], *args: Any) -> None:
+        """Start `removal(*args)` (a blocking cleanup of `what`) on the engine threads at once,
+        so no cancelled caller can stop it; `drain` waits for it, and a failure is logged."""
+        future = self._executor.submit(removal, *args)
         with self._removals_lock:  # the callback runs on an engine thread
-            self._removals.add(removal)
+            self._removals.add(future)
 
-        def done(future: Future) -> None:
+        def done(finished: Future) -> None:
             with self._removals_lock:
-                self._removals.discard(future)
-            if future.exception() is not None:
-                log.warning("could not remove container %s: %s", name, future.exception())
+                self._removals.discard(finished)
+            if finished.exception() is not None:
+                log.warning("could not remove %s: %s", what, finished.exception())
 
-        removal.add_done_callback(done)
+        future.add_done_callback(done)
 
     async def drain(self) -> None:
         """Wait until every removal started so far has finished (failed ones are logged)."""

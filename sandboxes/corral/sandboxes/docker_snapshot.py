@@ -14,13 +14,18 @@ A Harbor task's agent may write anywhere in its container, so a copy of a few fo
    when the command ends, everything else in the container ends with it.
 4. The files (the task's tests) go into an empty volume at `files_dir` (Harbor's /tests), and
    the folder of each result file (/logs/verifier) is another empty volume that every user may
-   write. The volumes are made without the image's content there (`nocopy`), so nothing the
-   agent left at those paths is seen, and the engine writes the files (its archive API): no
-   program of the image, which the agent may have changed, takes part.
-5. The command runs to its end or its deadline (then the container is killed); its output
-   comes over the attach stream (the container keeps no log), its exit code from the engine,
-   and the result files are read by the engine out of their volume once it has ended.
-6. The container, its volumes and the committed image are removed, whatever happened.
+   write, as is the command's HOME (VERIFIER_HOME). The volumes are made without the image's
+   content there (`nocopy`), so nothing the agent left at those paths is seen, and the engine
+   writes the files (its archive API): no program of the image, which the agent may have
+   changed, takes part.
+5. The command runs to its end or its deadline (then the container is killed), with a
+   pristine environment (pristine.py: no user site, no cwd on Python's path, no bytecode
+   cache); its output comes over the attach stream (the container keeps no log), its exit code
+   from the engine, and the result files are read by the engine out of their volume once it
+   has ended.
+6. The container, its volumes and the committed image are removed, whatever happened: on the
+   engine's threads, after the commit has finished, even one still under way past its
+   deadline (a container of 200,000 files the agent made slow to commit).
 
 What this cannot do: the command runs the image as the agent left it, so a task whose agent
 runs as root could have changed the programs its tests run (bash, python3). Only a task whose
@@ -34,6 +39,7 @@ import contextlib
 import io
 import posixpath
 import tarfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -46,12 +52,15 @@ from corral.sandboxes.archives import tar_of
 from corral.sandboxes.base import CommandResult, SandboxSpec
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_stream import MuxStream
+from corral.sandboxes.pristine import pristine_environment
 
 STOPPING_S = 5.0  # how long a container that refused a pause may take to show as stopped
 SETUP_TIMEOUT_S = 120.0  # pausing, committing, creating, copying in: the platform's part
 RESULT_MAX_BYTES = 1024 * 1024  # a result file larger than this is not read back
 FILES_MODE = 0o555  # the files are read-only; executable, so a test.sh may run its helpers
 KILLED = 137
+VERIFIER_HOME = "/corral-verifier-home"  # the command's HOME: an empty volume the agent never saw
+COMMIT_WAIT_S = 600.0  # how long the removal waits for a commit still under way, at most
 
 
 async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, source: str, files: Mapping[str, bytes],
@@ -62,13 +71,22 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
     snapshot = f"corral-verify/{_safe(spec.env_name)}:{uuid.uuid4().hex[:12]}"
     name = f"{config['name']}-verify-{uuid.uuid4().hex[:6]}"
     made: list[str] = []  # the fresh container's id, once the engine has made it
+    committed = threading.Event()  # set once the commit has ended, in time or not
+    commit_started = False
+
+    def commit() -> None:
+        try:
+            engine.api.commit(source, repository=snapshot.split(":")[0], tag=snapshot.split(":")[1], pause=False,
+                              changes=["LABEL corral.purpose=verify", f"LABEL corral.instance={engine.instance}"])
+        finally:
+            committed.set()
+
     try:
         async with asyncio.timeout(SETUP_TIMEOUT_S):
             if (gone := await _pause(engine, source)) is not None:
                 return CommandResult(exit_code=1, output=gone)
-            await engine.call(engine.api.commit, source, repository=snapshot.split(":")[0], tag=snapshot.split(":")[1],
-                              pause=False, changes=["LABEL corral.purpose=verify",
-                                                    f"LABEL corral.instance={engine.instance}"])
+            commit_started = True
+            await engine.call(commit)
             fresh = fresh_config(config, snapshot, name, files_dir=files_dir, results=results, user=user,
                                  environment=environment, command=list(command(files_dir)))
             made.append((await engine.call(engine.api.create_container, **fresh))["Id"])
@@ -90,7 +108,10 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
     except docker.errors.APIError as error:
         raise SandboxError(f"verifying env {spec.env_name}: {error.explanation or error}") from None
     finally:
-        await engine.call(_remove, engine, made[0] if made else name, snapshot)
+        if not commit_started:
+            committed.set()
+        engine.in_background(f"the verification of env {spec.env_name}", _remove, engine,
+                             made[0] if made else name, snapshot, committed)
 
 
 def fresh_config(config: Mapping, image: str, name: str, *, files_dir: str, results: Sequence[str], user: str | None,
@@ -98,7 +119,7 @@ def fresh_config(config: Mapping, image: str, name: str, *, files_dir: str, resu
     """create_container's arguments for the verifier: the agent container's, with the commit
     as its image, docker's init as its first process, the command as its one child, empty
     volumes at `files_dir` and at each result file's folder, and no log kept."""
-    folders = [files_dir, *dict.fromkeys(posixpath.dirname(path) for path in results)]
+    folders = [files_dir, VERIFIER_HOME, *dict.fromkeys(posixpath.dirname(path) for path in results)]
     host_config = {
         **config["host_config"], "AutoRemove": False, "Init": True, "LogConfig": {"Type": "none", "Config": {}},
         "Mounts": [docker.types.Mount(folder, None, type="volume", no_copy=True) for folder in folders],
@@ -106,7 +127,8 @@ def fresh_config(config: Mapping, image: str, name: str, *, files_dir: str, resu
     labels = {key: value for key, value in config["labels"].items() if key != "corral.pool"}
     return {
         "image": image, "command": command, "entrypoint": [""], "user": config["user"] if user is None else user,
-        "environment": {**config["environment"], **(environment or {})}, "working_dir": config.get("working_dir"),
+        "environment": pristine_environment({**config["environment"], **(environment or {})}, home=VERIFIER_HOME),
+        "working_dir": config.get("working_dir"),
         "name": name, "labels": {**labels, "corral.purpose": "verify"}, "host_config": host_config,
         "stdin_open": False, "tty": False, "detach": True, "use_config_proxy": False,
     }
@@ -147,12 +169,12 @@ async def _stopped(engine: Engine, container: str, settle_s: float = STOPPING_S)
 
 async def _copy_in(engine: Engine, container: str, files: Mapping[str, bytes], files_dir: str,
                    results: Sequence[str]) -> str | None:
-    """The files into their volume, and each result folder made writable by all; None when
+    """The files into their volume, and HOME and each result folder made writable by all; None when
     done, else why not. Before the start the volumes are the paths as the agent left them
     resolve (a link it made is followed within the container): an error there is its doing."""
     try:
         await engine.call(engine.api.put_archive, container, files_dir, tar_of(files, file_mode=FILES_MODE))
-        for folder in dict.fromkeys(posixpath.dirname(path) for path in results):
+        for folder in dict.fromkeys([VERIFIER_HOME, *(posixpath.dirname(path) for path in results)]):
             parent, base = posixpath.split(folder.rstrip("/"))
             writable_by_all = tar_of({base: None}, file_mode=FILES_MODE, dir_mode=0o777)
             await engine.call(engine.api.put_archive, container, parent or "/", writable_by_all)
@@ -215,10 +237,12 @@ async def _read_back(engine: Engine, container: str, path: str) -> bytes | None:
     return await asyncio.to_thread(read)
 
 
-def _remove(engine: Engine, container: str, image: str) -> None:
-    """Remove the verifier's container with its volumes, then the committed image (blocking)."""
+def _remove(engine: Engine, container: str, image: str, committed: threading.Event) -> None:
+    """Remove the verifier's container with its volumes, then, once the commit has ended, the
+    committed image (blocking)."""
     with contextlib.suppress(docker.errors.NotFound):
         engine.api.remove_container(container, force=True, v=True)
+    committed.wait(COMMIT_WAIT_S)
     with contextlib.suppress(docker.errors.NotFound):
         engine.api.remove_image(image, force=True, noprune=False)
 

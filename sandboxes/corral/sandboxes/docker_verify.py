@@ -15,8 +15,11 @@ it wrote can be executed by corral or run with privileges:
    fresh one by `tar` run as the env's user on both sides (they are tmpfs mounts, which
    neither `docker commit` nor the archive API sees), at most twice their size in bytes; more
    is the agent's doing (a sparse file of terabytes, say) and fails the verifier.
-5. The command runs as the env's user in the image's working directory; the engine reports
-   its exit code. The fresh container is removed, whatever happened.
+   Bytecode is left out of the copy (pristine.BYTECODE).
+5. The command runs as the env's user in the image's working directory, with a pristine
+   environment (pristine.py: no user site, no cwd on Python's path, no bytecode cache, HOME a
+   fresh tmpfs of its own); the engine reports its exit code. The fresh container is removed,
+   whatever happened.
 
 Every binary run here comes from the image by absolute path, so a writable folder on the
 image's PATH changes nothing, and no interpreter is started with an agent-writable folder as
@@ -37,8 +40,10 @@ from corral.sandboxes.archives import tar_of
 from corral.sandboxes.base import CommandResult, SandboxSpec
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_exec import Exec
+from corral.sandboxes.pristine import BYTECODE, pristine_environment
 
 VERIFIER_DIR = "/verifier"
+VERIFIER_HOME = "/verifier-home"  # the command's HOME: a tmpfs the agent never saw
 TAR, SH, SLEEP = "/bin/tar", "/bin/sh", "/bin/sleep"
 SETUP_TIMEOUT_S = 120.0  # killing, starting, copying in: the platform's part, apart from the command's own deadline
 IDLE_GRACE_S = 30.0  # how long the fresh container outlives the verifier's deadline, at most
@@ -74,7 +79,7 @@ async def verify_in_fresh_container(
         if failed is not None:
             return CommandResult(exit_code=1, output=failed)
         run = await Exec.start(engine, container[0], list(command(VERIFIER_DIR)), user=config["user"],
-                               environment=config["environment"], merged=True)
+                               environment=fresh["environment"], merged=True)
         code, output = await run.output(timeout_s=timeout_s, keep=keep)
         return CommandResult(code, output)
     except TimeoutError:
@@ -104,14 +109,19 @@ def fresh_container_config(config: dict, spec: SandboxSpec, files: Mapping[str, 
     the container after `lifetime_s`, no stdin, and a root-owned tmpfs at VERIFIER_DIR."""
     host_config = dict(config["host_config"])
     size_mb = max(FILES_MB_MIN, 2 * math.ceil(sum(len(content) for content in files.values()) / 2**20))
-    # No uid= option: the mount belongs to root, so the env's user can only read it.
+    # No uid= option: the mount belongs to root, so the env's user can only read it. HOME is
+    # the env user's own (its numeric uid:gid; a named user gets a HOME every user may write).
+    uid, _, gid = str(config["user"]).partition(":")
+    owner = f"mode=0700,uid={uid},gid={gid or uid}" if uid.isdigit() else "mode=1777"
     host_config["Tmpfs"] = {**host_config.get("Tmpfs", {}),
-                            VERIFIER_DIR: f"rw,nosuid,nodev,size={size_mb}m,mode=0755"}
+                            VERIFIER_DIR: f"rw,nosuid,nodev,size={size_mb}m,mode=0755",
+                            VERIFIER_HOME: f"rw,nosuid,nodev,size={FILES_MB_MIN}m,{owner}"}
     host_config["AutoRemove"] = True
     labels = {**config["labels"], "corral.purpose": "verify"}
     labels.pop("corral.pool", None)
     return {
         **config, "host_config": host_config, "labels": labels, "stdin_open": False, "detach": True,
+        "environment": pristine_environment(config["environment"], home=VERIFIER_HOME),
         "entrypoint": [SLEEP, str(math.ceil(lifetime_s))], "command": [],
         "name": f"{config['name']}-verify-{uuid.uuid4().hex[:6]}",
     }
@@ -136,7 +146,9 @@ async def copy_writable(engine: Engine, spec: SandboxSpec, source: str, target: 
         return None
     most = 2 * spec.scratch_mb * 2**20 * len(spec.writable)
     folders = [path.lstrip("/") for path in spec.writable]
-    pack = await Exec.start(engine, source, [TAR, "-c", "-f", "-", "-C", "/", *folders], user=user, workdir="/")
+    excluded = [f"--exclude={pattern}" for pattern in BYTECODE]
+    pack = await Exec.start(engine, source, [TAR, "-c", "-f", "-", *excluded, "-C", "/", *folders], user=user,
+                            workdir="/")
     unpack = await Exec.start(engine, target, [TAR, "-x", "-p", "-f", "-", "-C", "/"], user=user, stdin=True, workdir="/")
     sent = 0
     try:

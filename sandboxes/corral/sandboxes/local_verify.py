@@ -9,9 +9,10 @@
 - `work/`: a copy of the env's working folder, made by `cp -a` run as the env's user (so the
   copy reads nothing that user could not), at most the size the docker sandbox would allow
   (`scratch_mb` per writable folder); more is the agent's doing and fails the verifier.
-- `tmp/`: the command's TMPDIR.
+- `tmp/`: the command's TMPDIR; `home/`: its HOME.
 
-The command runs in `work/` as the env's user, with the minimal environment envs get, in a
+Bytecode is removed from the copy (pristine.BYTECODE). The command runs in `work/` as the
+env's user, with the minimal environment envs get made pristine (pristine.py), in a
 process group of its own; at its deadline, or when it ends, every process marked as the
 verifier's (or, as root, of the env's uid) is killed. The verdict is its exit status, which
 the server reads as the command's parent.
@@ -27,6 +28,7 @@ from typing import Protocol
 
 from corral.sandboxes.base import CommandResult, SandboxSpec
 from corral.sandboxes.local_procs import as_uid, minimal_environment, remove_tree
+from corral.sandboxes.pristine import pristine_environment, remove_bytecode
 
 SETUP_TIMEOUT_S = 120.0  # copying the env's folder: the platform's part, apart from the command's deadline
 ENTRY_BYTES = 512  # what each file or folder costs in the copy's size, beside its content
@@ -63,12 +65,14 @@ async def verify_on_a_copy(sandbox: Episode, files: Mapping[str, bytes], command
             return CommandResult(1, f"[corral] the env's folder holds more than {most} MB (scratch_mb in env.toml "
                                     "bounds each writable folder); nothing was verified")
         marker = f"{sandbox.marker}verify-{sandbox.verifications}"
-        environ = minimal_environment(where / "work", where / "tmp", marker)
-        environ.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1")
+        sandbox.own(where / "home")
+        environ = pristine_environment(minimal_environment(where / "work", where / "tmp", marker),
+                                       home=str(where / "home"))
         copied = await _run(sandbox, ["cp", "-a", f"{sandbox.workdir}/.", str(where / "work")], cwd=Path("/"),
                             environ=environ, marker=marker, timeout_s=SETUP_TIMEOUT_S, keep=2000)
         if copied.exit_code != 0:
             return CommandResult(1, f"[corral] the agent's files could not be copied for verifying: {copied.output}")
+        await asyncio.to_thread(remove_bytecode, where / "work")  # none of the agent's processes is left
         return await _run(sandbox, list(command(str(where / "files"))), cwd=where / "work", environ=environ,
                           marker=marker, timeout_s=timeout_s, keep=keep)
     finally:

@@ -6,14 +6,18 @@ trainer to leave the episode out, and a policy about to score 0 would learn to e
 instead. Only the platform's own failures are **unscored** (null, status `unscored`): a
 trainer must not learn from what it did not cause.
 
-Where the cause cannot be told apart, the code leans:
-- a tool call past its deadline is the agent's: what a tool does is what the agent asked
-  (an env too slow for its own deadline is its bundle's bug, seen as failed episodes), unless
-  the sandbox's provider no longer answers (an engine that stopped), which is the platform's;
-- an env that dies during a tool call or while handling the agent's reply (it exited, or
-  its memory, process or disk limit ended it) is the agent's, with the same exception;
-- an env's hook that raises (its reset, end_turn or report code) and a verifier that raises or
-  hangs on its own are the platform's: the bundle's code failed, and its author must see it.
+Who caused an ending is decided by evidence, not by the kind of error it raised:
+- `agent`: what the agent asked for went wrong (a tool past its deadline, an env it made die).
+  The same ending is the platform's only when the sandbox's provider no longer answers (an
+  engine that stopped).
+- `platform`: the episode ended before the agent could act (its sandbox could not start, its
+  reset failed), or the client left.
+- `evidence`: a failure after the agent has acted, that either side could have caused (the
+  env's own hook raised, a verifier raised or ran out of time, the reward rule failed on the
+  scores, corral could not read what came out of the sandbox). It is the agent's unless an
+  untouched episode of the same task, played in a fresh sandbox, fails too (`canary.py`): the
+  agent controls everything its sandbox holds, so only a platform that shows itself broken
+  leaves such an episode unscored.
 """
 
 from __future__ import annotations
@@ -22,30 +26,28 @@ from dataclasses import dataclass
 from typing import Literal
 
 Status = Literal["scored", "failed", "unscored"]
+Blame = Literal["agent", "platform", "evidence"]
 
 
 @dataclass(frozen=True)
 class Ending:
     cause: str
-    by_agent: bool
+    blame: Blame
     what: str  # for the docs and the log: what ended the episode
-
-    @property
-    def status(self) -> Status:
-        return "failed" if self.by_agent else "unscored"
 
 
 ENDINGS = {ending.cause: ending for ending in (
-    Ending("tool_timeout", True, "a tool call ran past its deadline"),
-    Ending("env_died", True, "the env died during a tool call or the agent's turn (it exited, or a limit ended it)"),
-    Ending("turn_timeout", True, "the env did not answer the agent's reply (end_turn) within the deadline"),
-    Ending("time_budget", True, "the agent's time budget ran out and the verifiers could not score what it left"),
-    Ending("reset_timeout", False, "deploying the env and loading the task took longer than the reset deadline"),
-    Ending("env_start_failed", False, "the sandbox or the env could not start the task (its image, the engine, its reset)"),
-    Ending("sandbox_failed", False, "the sandbox's provider stopped answering (e.g. the Docker engine)"),
-    Ending("env_hook_failed", False, "the env's own end_turn or report code raised"),
-    Ending("verify_timeout", False, "the verifiers did not finish within the deadline"),
-    Ending("scoring_failed", False, "a verifier raised, or the verification's sandbox failed"),
-    Ending("reward_failed", False, "the reward rule could not be applied to the scores"),
-    Ending("abandoned", False, "the client left before the episode ended (a new reset, its session closed, shutdown)"),
+    Ending("tool_timeout", "agent", "a tool call ran past its deadline"),
+    Ending("env_died", "agent", "the env died during a tool call or the agent's turn (it exited, or a limit ended it)"),
+    Ending("turn_timeout", "agent", "the env did not answer the agent's reply (end_turn) within the deadline"),
+    Ending("time_budget", "agent", "the agent's time budget ran out and the verifiers could not score what it left"),
+    Ending("reset_timeout", "platform", "deploying the env and loading the task took longer than the reset deadline"),
+    Ending("env_start_failed", "platform", "the sandbox or the env could not start the task (its image, the engine, its reset)"),
+    Ending("sandbox_failed", "platform", "the sandbox's provider stopped answering (e.g. the Docker engine)"),
+    Ending("env_hook_failed", "evidence", "the env's own end_turn or report code raised"),
+    Ending("verify_timeout", "evidence", "the verifiers did not finish within the deadline"),
+    Ending("scoring_failed", "evidence", "a verifier raised, or the verification's sandbox failed"),
+    Ending("reward_failed", "evidence", "the reward rule could not be applied to the scores"),
+    Ending("unreadable", "evidence", "corral could not make sense of what came out of the sandbox"),
+    Ending("abandoned", "platform", "the client left before the episode ended (a new reset, its session closed, shutdown)"),
 )}

@@ -11,17 +11,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import math
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any, get_args
+from typing import Any
 
 from prometheus_client import Histogram
 
 from corral.client.catalog import END_TURN
 from corral.client.protocol import (
     EPISODE_ENDED,
+    REPLAY_RESET_DEADLINES,
     STEP_REWARD,
     CallToolObservation,
     EpisodeState,
@@ -32,24 +34,27 @@ from corral.client.protocol import (
 )
 from corral.client.records import EpisodeRecord, RecordedCall
 from corral.client.rewards import pick_reward
-from corral.env import jsonrpc
 from corral.errors import SandboxError, VerifierError
 from corral.server.bundle_format import Task
 from corral.server.checks import sandbox_spec
-from corral.server.endings import ENDINGS, Status
+from corral.server.endings import ENDINGS, Ending, Status
+from corral.server.env_answers import field_of, refused, tool_answer
 from corral.server.envproc import EnvCallError, EnvDied, EnvProcess
 from corral.server.served import ServedBundle
 from corral.server.verifiers import CommandScore, run_command_verifier
 
-ERROR_TYPES = get_args(ToolError.model_fields["error_type"].annotation)
+log = logging.getLogger("corral.server")
 
 
 class ServedEpisode:
     """One task played on one session, under `limits`."""
 
     def __init__(self, served: ServedBundle, task: Task, *, limits: Limits, episode_id: str | None = None,
-                 session_id: str = "", split: str | None = None):
+                 session_id: str = "", split: str | None = None, untouched: bool = False):
         self.served = served
+        # An untouched replay (the evidence for another episode's ending): never counted or
+        # recorded, and its own failures are the platform's.
+        self.untouched = untouched
         self.task = task
         self.split = split
         self.limits = limits
@@ -92,7 +97,8 @@ class ServedEpisode:
         opened = ResetObservation(task_id=self.task.id, episode_id=self.episode_id, system_prompt=self.task.system_prompt,
                                   prompt=self.task.prompt, turn=self.turn, offered_tools=self.tools, limits=self.limits)
         metrics = self.served.metrics
-        metrics.episodes_started.inc()
+        if not self.untouched:
+            metrics.episodes_started.inc()
         try:
             async with asyncio.timeout(self.limits.reset_timeout_s), self.served.starts:
                 with _timed(self.seconds, "start", metrics.sandbox_start):
@@ -118,7 +124,14 @@ class ServedEpisode:
         """Run one of the turn's tools; `end_turn` ends the turn. The call, its answer and its
         timing go into the episode's record."""
         turn, began = self.turn, time.monotonic()
-        observed = await self._call_tool(name, arguments)
+        try:
+            observed = await self._call_tool(name, arguments)
+        except Exception as error:  # what came out of the sandbox is the agent's to shape: judged by evidence
+            if self.done:
+                raise
+            log.warning("episode %s: %s failed in corral", self.episode_id, name, exc_info=True)
+            reason = f"corral could not handle what the env answered to {name}: {type(error).__name__}: {error}"
+            observed = await self._end_early(CallToolObservation(tool_name=name), reason, cause="unreadable")
         self.calls.append(RecordedCall.of(name, arguments, observed, turn=turn, started_s=began - self._began,
                                           seconds=time.monotonic() - began))
         self._publish()
@@ -130,14 +143,14 @@ class ServedEpisode:
         if name == END_TURN:
             response = arguments.get("response", "")
             if not isinstance(response, str) or set(arguments) - {"response"}:
-                return _refused(name, "invalid_args", "end_turn takes one argument, response: a string")
+                return refused(name, "invalid_args", "end_turn takes one argument, response: a string")
             return await self.end_turn(response)
         if name not in {tool.name for tool in self.tools}:
             offered = ", ".join(tool.name for tool in self.tools)
-            return _refused(name, "tool_not_found", f"no tool {name!r} in this turn; it offers: {offered}")
+            return refused(name, "tool_not_found", f"no tool {name!r} in this turn; it offers: {offered}")
         size, most = len(json.dumps(arguments)), self.served.options.max_argument_bytes
         if size > most:
-            return _refused(name, "invalid_args", f"the arguments are {size:,} bytes of JSON, more than the "
+            return refused(name, "invalid_args", f"the arguments are {size:,} bytes of JSON, more than the "
                             f"{most:,} this server takes; send less (e.g. write a file in several calls)")
         assert self._env is not None
         failed = CallToolObservation(tool_name=name)
@@ -157,8 +170,8 @@ class ServedEpisode:
             return await self._end_early(failed, f"the env died during {name}: {error}", cause="env_died",
                                          error_type="transport_error")
         except EnvCallError as error:
-            return _refused(name, "execution_error", str(error))
-        return _tool_answer(name, result, self.served.options.max_output_chars)
+            return refused(name, "execution_error", str(error))
+        return tool_answer(name, result, self.served.options.max_output_chars)
 
     async def end_turn(self, response: str) -> CallToolObservation:
         """Hand the reply to the env; open its next turn, or score the episode."""
@@ -167,12 +180,12 @@ class ServedEpisode:
         try:
             async with asyncio.timeout(min(self.limits.reset_timeout_s, self._time_left())):
                 reply = await self._env.hook("corral/end_turn", {"response": response})
-                next_prompt = (reply or {}).get("prompt")
+                next_prompt = field_of(reply, "prompt", str)
                 if next_prompt is not None and self.turn < self.task.max_turns:
                     self.turn += 1
                     return CallToolObservation(tool_name=END_TURN, result=next_prompt, prompt=next_prompt,
                                                turn=self.turn, reward=STEP_REWARD)
-                report = ((await self._env.hook("corral/report")) or {}).get("report", {})
+                report = field_of(await self._env.hook("corral/report"), "report", dict) or {}
         except TimeoutError:
             if self._time_left() <= 0:
                 return await self._out_of_time(END_TURN)
@@ -229,7 +242,7 @@ class ServedEpisode:
         if self._env is not None and self._env.idle:  # a tool cut short still holds the env: no report
             with contextlib.suppress(TimeoutError, SandboxError, EnvCallError):
                 async with asyncio.timeout(self.limits.tool_timeout_s):
-                    report = ((await self._env.hook("corral/report")) or {}).get("report", {})
+                    report = field_of(await self._env.hook("corral/report"), "report", dict) or {}
         scored = await self._score(ended, report)
         return scored.model_copy(update={"reason": scored.reason or budget})
 
@@ -248,7 +261,7 @@ class ServedEpisode:
         """Tear the sandbox down; the episode keeps its outcome (one left before it ended, by a
         new reset or its session closing, ends unscored as `abandoned`). Safe to call twice."""
         if not self.done:
-            self.status = ENDINGS["abandoned"].status
+            self.status = "unscored"
             self.reason = "the episode was left before it ended (a new reset, or its session closed)"
             self._ended("abandoned")
         self._publish()
@@ -263,18 +276,52 @@ class ServedEpisode:
                          error_type: str = "execution_error", scores: dict[str, float] | None = None) -> Any:
         """End the episode before it could be scored, with the reason where the client and the
         logs see it: the task's failure score if the agent caused it, else unscored (endings.py)."""
-        ending = ENDINGS[cause]
-        if ending.by_agent and (fault := await self._platform_fault()) is not None:
-            ending, reason = ENDINGS["sandbox_failed"], f"{reason}; and {fault}"
-        reward = self.task.failure_score if ending.by_agent else None
-        self.status, self.scores, self.reward, self.reason = ending.status, scores or {}, reward, reason
+        await self._close_sandbox()  # first: an untouched replay may need the room
+        ending, by_agent, reason = await self._judge(ENDINGS[cause], reason)
+        reward = self.task.failure_score if by_agent else None
+        self.status, self.scores, self.reward, self.reason = ("failed" if by_agent else "unscored"), scores or {}, reward, reason
         self._ended(ending.cause)
-        await self._close_sandbox()
         update: dict[str, Any] = {"done": True, "reward": reward, "status": self.status, "scores": self.scores,
                                   "reason": reason}
         if isinstance(observed, CallToolObservation):
             update.update(result=None, error=ToolError(error_type=error_type, message=reason))  # type: ignore[arg-type]
         return observed.model_copy(update=update)
+
+    async def _judge(self, ending: Ending, reason: str) -> tuple[Ending, bool, str]:
+        """Who caused `ending`, on the evidence: the ending to record, whether it is the agent's,
+        and the reason with the evidence added."""
+        if ending.blame == "agent":
+            if (fault := await self._platform_fault()) is not None:
+                return ENDINGS["sandbox_failed"], False, f"{reason}; and {fault}"
+            return ending, True, reason
+        if ending.blame == "platform" or self.untouched:
+            return ending, False, reason
+        broken = await self._replay_untouched()
+        self.served.metrics.untouched_replays.labels(platform="broken" if broken else "sound").inc()
+        if broken is None:
+            return ending, True, (f"{reason}; the same task played untouched in a fresh sandbox was scored, so "
+                                  "the failure came from what the agent did")
+        return ending, False, f"{reason}; and the same task played untouched in a fresh sandbox failed too: {broken}"
+
+    async def _replay_untouched(self) -> str | None:
+        """Play this task in a fresh sandbox as an agent that does nothing would (every turn
+        answered with an empty reply): None when that episode is scored, so the provider, the
+        env and the verifiers work on this task; else why it was not."""
+        replay = ServedEpisode(self.served, self.task, limits=self.limits, session_id=self.session_id,
+                               split=self.split, untouched=True)
+        deadline = REPLAY_RESET_DEADLINES * self.limits.reset_timeout_s
+        try:
+            async with asyncio.timeout(deadline):
+                await replay.start()
+                while not replay.done:
+                    await replay.end_turn("")
+        except TimeoutError:
+            return f"it did not end within {deadline:g}s"
+        except Exception as error:  # noqa: BLE001 - any failure of the replay is the platform's evidence
+            return f"corral failed playing it: {type(error).__name__}: {error}"
+        finally:
+            await replay.close()
+        return None if replay.status == "scored" else replay.reason
 
     async def _platform_fault(self) -> str | None:
         """Why the platform failed, when the sandbox's provider says it did (its engine stopped
@@ -300,7 +347,7 @@ class ServedEpisode:
 
     def _publish(self) -> None:
         """Count the ended episode, write its log line and, when recording, its record (once)."""
-        if self.cause is None or self._published:
+        if self.cause is None or self._published or self.untouched:
             return
         self._published = True
         self.served.episode_ended(EpisodeRecord(
@@ -322,33 +369,3 @@ def _timed(seconds: dict[str, float], phase: str, histogram: Histogram) -> Itera
         took = time.monotonic() - began
         seconds[phase] += took
         histogram.observe(took)
-
-
-def _refused(name: str, error_type: str, message: str) -> CallToolObservation:
-    """A call the episode turned down; the model reads why, and the episode goes on."""
-    return CallToolObservation(tool_name=name, error=ToolError(error_type=error_type, message=message),  # type: ignore[arg-type]
-                               reward=STEP_REWARD)
-
-
-def _tool_answer(name: str, result: dict[str, Any], max_chars: int) -> CallToolObservation:
-    """An MCP tools/call result as the client's observation: its text (or, with none, its
-    structured content as JSON); a failure says which kind, as corral's runtime names it."""
-    result = result if isinstance(result, dict) else {}
-    parts = result.get("content") or []
-    text = "".join(part.get("text", "") for part in parts if isinstance(part, dict) and part.get("type") == "text")
-    if not text and result.get("structuredContent") is not None:
-        text = json.dumps(result["structuredContent"], separators=(",", ":"))
-    text = _cut(text, max_chars)
-    if result.get("isError"):
-        kind = (result.get("_meta") or {}).get(jsonrpc.ERROR_TYPE_META)
-        return _refused(name, kind if kind in ERROR_TYPES else "execution_error", text)
-    return CallToolObservation(tool_name=name, result=text, reward=STEP_REWARD)
-
-
-def _cut(text: str, max_chars: int) -> str:
-    """`text`, or its head and tail with a note of what was left out when it is longer than `max_chars`."""
-    if len(text) <= max_chars:
-        return text
-    note = f"\n[... {len(text) - max_chars:,} characters cut: the answer was {len(text):,}, the server keeps {max_chars:,} ...]\n"
-    half = max(0, (max_chars - len(note)) // 2)
-    return text[:half] + note + text[len(text) - half:]

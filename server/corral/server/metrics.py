@@ -34,6 +34,10 @@ class Metrics:
         self.episodes_started = Counter("corral_episodes_started", "Episodes reset.", registry=registry)
         self.episodes_ended = Counter("corral_episodes_ended", "Episodes ended, by status and cause.",
                                       ["status", "cause"], registry=registry)
+        self.untouched_replays = Counter(
+            "corral_untouched_replays", "Episodes whose failure was judged by replaying their task untouched, by "
+            "what the replay showed of the platform (sound: the failure was the agent's).", ["platform"],
+            registry=registry)
         self.sandbox_start = Histogram("corral_sandbox_start_seconds", "Starting an episode's sandbox.",
                                        buckets=BUCKETS, registry=registry)
         self.reset = Histogram("corral_reset_seconds", "A whole reset: sandbox, handshake, the task's load.",

@@ -186,7 +186,9 @@ class ServedBundle:
         return [*tools.values(), END_TURN_TOOL]
 
     def start_pools(self) -> None:
-        """Start the provider's warm pools, where it keeps them (on the loop that serves sessions)."""
+        """Start the verifier workers and the provider's warm pools, where it keeps them (on the
+        loop that serves sessions)."""
+        self.verifiers.start()
         self.provider.start_pools([sandbox_spec(env) for env in self.bundle.envs.values()])
 
     def episode_ended(self, record: EpisodeRecord) -> None:

@@ -77,6 +77,11 @@ class VerifierPool:
             raise VerifierError(value)
         return value
 
+    def start(self) -> None:
+        """Start the workers now (on the serving loop), so the first episode's scoring does
+        not wait for interpreters to boot and import the verifiers."""
+        self._started()
+
     @property
     def alive(self) -> int:
         """Worker processes running now (`size` once started: a killed one is replaced)."""
@@ -89,7 +94,7 @@ class VerifierPool:
         self._idle = None
 
     def _started(self) -> asyncio.Queue[_Worker]:
-        """The idle workers, starting them on first use (on the serving loop)."""
+        """The idle workers, starting them if `start` was not called (a pool used on its own)."""
         if self._idle is None:
             self._idle = asyncio.Queue()
             for _ in range(self.size):

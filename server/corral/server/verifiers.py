@@ -75,9 +75,10 @@ def score_episode(
 
 
 def _as_score(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise VerifierError(f"verifier {name} returned {value!r}; return a finite number (or a dict of them)")
-    return float(value)
+    score = _finite(value)
+    if score is None:
+        raise VerifierError(f"verifier {name} returned {repr(value)[:200]}; return a finite number (or a dict of them)")
+    return score
 
 
 OUTPUT_TAIL_CHARS = 2000  # what the final observation keeps of a command's output
@@ -159,19 +160,22 @@ def _with_verdict(output: str, verdict: str) -> str:
     return f"{tail}\n{verdict}" if tail else verdict
 
 
+# The reward files come out of the sandbox, written by whatever ran there: parsing them never
+# raises (a nesting too deep to parse, a number too large for a float), malformed is a 0.
+
 def _parse_reward_json(data: bytes) -> tuple[dict[str, float] | None, str]:
     try:
         loaded = json.loads(data)
-    except ValueError:
-        return None, "its reward.json is not JSON"
+    except (ValueError, RecursionError):
+        return None, "its reward.json is not JSON that can be read"
     loaded = loaded if isinstance(loaded, dict) else {"reward": loaded}
     if not loaded:
         return None, "its reward.json is an empty object"
-    bad = [key for key, value in loaded.items()
-           if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)]
+    rewards = {str(key): _finite(value) for key, value in loaded.items()}
+    bad = [key for key, value in rewards.items() if value is None]
     if bad:
-        return None, f"its reward.json holds values that are not finite numbers ({', '.join(map(str, bad))})"
-    return {str(key): float(value) for key, value in loaded.items()}, "reward.json"
+        return None, f"its reward.json holds values that are not finite numbers ({', '.join(bad)[:200]})"
+    return rewards, "reward.json"  # type: ignore[return-value] - every value is a float now
 
 
 def _parse_reward_text(data: bytes) -> tuple[dict[str, float] | None, str]:
@@ -182,3 +186,14 @@ def _parse_reward_text(data: bytes) -> tuple[dict[str, float] | None, str]:
     if not math.isfinite(value):
         return None, f"its reward.txt is not a finite number ({value})"
     return {"reward": value}, "reward.txt"
+
+
+def _finite(value: Any) -> float | None:
+    """`value` as a float when it is a finite number (not a bool); else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None

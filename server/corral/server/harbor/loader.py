@@ -135,7 +135,7 @@ def _read_tasks(root: Path, manifest: HarborManifest, policy: str, problems: lis
         child for child in root.iterdir() if child.is_dir() and not child.name.startswith((".", "_")) and _is_task(child))
     served: dict[str, HarborTask] = {}
     left_out: list[Problem] = []
-    defaulted, unenforced = [], []
+    defaulted, unenforced, rooted = [], [], []
     for folder in folders:
         where = f"{root.name}/{folder.name}" if folder != root else root.name
         try:
@@ -156,6 +156,8 @@ def _read_tasks(root: Path, manifest: HarborManifest, policy: str, problems: lis
             defaulted.append(task.id)
         if task.config.environment.storage_mb or task.config.environment.healthcheck:
             unenforced.append(task.id)
+        if task.agent_may_be_root:
+            rooted.append(task.id)
     if not folders:
         problems.append(Problem(root.name, "no task folders (a folder with task.toml, or task.yaml); add some"))
     notes = []
@@ -163,6 +165,10 @@ def _read_tasks(root: Path, manifest: HarborManifest, policy: str, problems: lis
         notes.append(f"{len(defaulted)} task(s) leave the network to Harbor's default (public) and are served offline: "
                      "a test.sh or solution that downloads (curl, apt-get, pip, uv) fails; check them with --oracle, "
                      "or serve with --network egress")
+    if rooted:
+        notes.append(f"{len(rooted)} task(s) run their agent as root ({', '.join(rooted[:3])}), which can replace the "
+                     "programs their tests run (python3, bash): their verdict does not hold against an agent that "
+                     "tries; run the agent as another user ([agent] user, or USER in the Dockerfile; docs/harbor.md)")
     if unenforced:
         notes.append(f"{len(unenforced)} task(s) set storage_mb or a healthcheck, which corral does not enforce or run "
                      f"({', '.join(unenforced[:3])})")

@@ -163,6 +163,19 @@ class HarborTask:
         return (self.solution_dir / "solve.sh").is_file()
 
     @property
+    def agent_may_be_root(self) -> bool:
+        """Whether the agent may run as root, as far as task.toml and the Dockerfile say: no
+        `[agent] user` other than root, and no last `USER` other than root in the Dockerfile.
+        A root agent can replace the programs its tests run (python3, bash, a library)."""
+        user = self.config.agent.user
+        if user not in (None, "", "root", 0, "0"):
+            return False
+        dockerfile = self.environment_dir / "Dockerfile"
+        lines = dockerfile.read_text(errors="replace").splitlines() if dockerfile.is_file() else []
+        users = [line.split()[1] for line in lines if line.strip().upper().startswith("USER ") and len(line.split()) > 1]
+        return user is not None or not users or users[-1].split(":")[0] in ("root", "0")
+
+    @property
     def compose_file(self) -> Path | None:
         for name in ("docker-compose.yaml", "docker-compose.yml", "compose.yaml"):
             if (self.environment_dir / name).is_file():

@@ -1,0 +1,75 @@
+"""A Harbor task whose agent is not root: what the agent leaves where Python looks for code
+does not run in its tests (a pristine verifier), and the reference solution, beside the same
+plants, still scores 1.
+
+The task is tests/fixtures/harbor/csv-stats made to run as a user of its own (`worker`, who
+owns /app): its tests run `python3 -m pytest` from /app as the image's user, as many public
+tasks' do, so an interpreter that honoured the agent's folders would run the agent's code
+first. Each plant ends the tests' interpreter with status 0, which test.sh reads as a pass.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from corral.server.embedded import EmbeddedServer
+from tests.conftest import FIXTURES, serving
+from tests.wire import called, opened, ws
+
+pytestmark = pytest.mark.docker
+
+TASK = "csv-worker"
+EXIT_0 = "import posix; posix._exit(0)"
+SOLVE = (  # solution/solve.sh of csv-stats, as the agent would type it
+    "python3 -c 'import csv, json\ntotals = {}\nfor row in csv.DictReader(open(\"/app/sales.csv\")):\n"
+    "    totals[row[\"region\"]] = totals.get(row[\"region\"], 0) + int(row[\"units\"]) * float(row[\"unit_price\"])\n"
+    "json.dump({k: round(v, 2) for k, v in totals.items()}, open(\"/app/totals.json\", \"w\"))'"
+)
+# -I: the agent's own interpreter must not trip over the plants already made.
+USER_SITE = "d=$(python3 -I -c 'import site; print(site.getusersitepackages())') && mkdir -p $d"
+PLANTS = {
+    "a pytest.py in the tests' working folder": f"printf '{EXIT_0}\\n' > /app/pytest.py",
+    "a .pth in the user's site folder": f"{USER_SITE} && printf '{EXIT_0}\\n' > $d/corral.pth",
+    "a usercustomize in the user's site folder": f"{USER_SITE} && printf '{EXIT_0}\\n' > $d/usercustomize.py",
+    "a sitecustomize in the working folder": f"printf '{EXIT_0}\\n' > /app/sitecustomize.py",
+    "a stale bytecode cache of pytest in the working folder": (
+        f"printf '{EXIT_0}\\n' > /app/pytest.py && python3 -I -c 'import py_compile; py_compile.compile(\"/app/pytest.py\")'"
+        " && rm /app/pytest.py && mkdir -p /app/pytest && mv /app/__pycache__/pytest.*.pyc /app/pytest/__init__.pyc"),
+}
+
+
+@pytest.fixture(scope="module")
+def harbor_worker(docker_engine, tmp_path_factory) -> Iterator[EmbeddedServer]:
+    root = tmp_path_factory.mktemp("harbor-worker") / "tasks"
+    root.mkdir()
+    (root / "bundle.toml").write_text('name = "harbor-worker"\n[base_images]\n"python:3.12-slim" = { build = "_images/shared" }\n')
+    shutil.copytree(FIXTURES / "harbor" / "_images", root / "_images")
+    task = Path(shutil.copytree(FIXTURES / "harbor" / "csv-stats", root / TASK))
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM python:3.12-slim\nRUN useradd --create-home --uid 1001 worker\nWORKDIR /app\n"
+        "COPY --chown=worker:worker sales.csv /app/sales.csv\nRUN chown worker:worker /app\nUSER worker\n")
+    yield from serving(root, sandbox="docker", max_concurrent_envs=4)
+
+
+def play(server: EmbeddedServer, *commands: str):
+    with ws(server) as socket:
+        opened(socket, task_id=TASK)
+        for command in commands:
+            said = called(socket, "bash", command=command)
+            assert said.result.endswith("[exit status 0]"), said.result
+        return called(socket, "end_turn", response="done")
+
+
+@pytest.mark.parametrize("plant", PLANTS)
+def test_code_the_agent_leaves_where_python_looks_does_not_run_in_its_tests(harbor_worker, plant):
+    ended = play(harbor_worker, PLANTS[plant])
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.metadata["verifier_output"]
+
+
+def test_the_solution_beside_every_plant_still_scores_1(harbor_worker):
+    ended = play(harbor_worker, SOLVE, *PLANTS.values())
+    assert (ended.status, ended.reward) == ("scored", 1.0), ended.metadata["verifier_output"]
