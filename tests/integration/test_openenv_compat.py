@@ -4,6 +4,7 @@ test environment for this; corral imports none of it)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -27,12 +28,13 @@ from openenv.validation.runtime.collector import collect_runtime_evidence
 from openenv.validation.runtime.contracts import RuntimePlan
 from openenv.validation.runtime.scheduler import execute_graders
 from openenv.validation.types import CheckStatus
+from websockets.exceptions import ConnectionClosed
 
 from corral.client.protocol import StateReply
 from corral.server import sessions
 from corral.server.embedded import EmbeddedServer
 from tests.conftest import BUNDLES, serving, wait_for_no_env_processes
-from tests.wire import error_of, receive, send, ws
+from tests.wire import error_of, opened, receive, send, ws
 
 IDLE_DAY = [0] * 24
 
@@ -175,3 +177,40 @@ def test_a_session_created_over_http_and_left_without_a_socket_is_closed_after_i
     for waiting in (recent, held):  # within its TTL, or just left by its socket: still there
         with ws(server, f"?session_id={waiting}") as socket:
             assert isinstance(send(socket, '{"type": "state"}', timeout_s=10), StateReply)
+
+
+def test_a_session_created_over_http_that_never_plays_frees_its_slot_sooner(serve, monkeypatch):
+    """A slot nobody plays in is taken from every trainer: one created and never used goes after
+    UNUSED_TTL_S, one that played an episode keeps DETACHED_TTL_S for its client to come back."""
+    monkeypatch.setattr(sessions, "UNUSED_TTL_S", 0.5)
+    monkeypatch.setattr(sessions, "DETACHED_TTL_S", 600.0)
+    monkeypatch.setattr(sessions, "REAP_EVERY_S", 0.1)
+    server = serve(BUNDLES / "gridsim", max_concurrent_envs=4)
+    body = '{"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create"}'
+
+    def create() -> str:
+        reply = httpx.post(f"{server.url}/mcp", content=body, headers={"content-type": "application/json"},
+                           trust_env=False)
+        return reply.json()["result"]["session_id"]
+
+    def active() -> float:
+        metrics = httpx.get(f"{server.url}/metrics", trust_env=False).text
+        return float(next(line.split()[1] for line in metrics.splitlines() if line.startswith("corral_sessions_active ")))
+
+    unused, played = create(), create()
+    with ws(server, f"?session_id={played}") as socket:
+        opened(socket, split="train", index=0)
+    deadline = time.monotonic() + 30
+    while active() > 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert active() == 1
+    with ws(server, f"?session_id={unused}") as late:
+        refused = error_of(receive(late, timeout_s=10))
+    assert refused.code == "SESSION_ERROR" and f"Unknown session_id: {unused}" in refused.message
+    reply: object = None
+    while not isinstance(reply, StateReply) and time.monotonic() < deadline:
+        # Its client may come back within DETACHED_TTL_S, once the server has seen it leave: until
+        # then an attach is refused ("already has an attached WebSocket") and the socket closed.
+        with ws(server, f"?session_id={played}") as back, contextlib.suppress(ConnectionClosed):
+            reply = send(back, '{"type": "state"}', timeout_s=10)
+    assert isinstance(reply, StateReply), reply

@@ -3,7 +3,9 @@
 A session is opened by a `/ws` socket, or by OpenEnv's `openenv/session/create` over
 `POST /mcp` and then attached to a socket with `/ws?session_id=`. A socket's own session ends
 with its socket; one created over HTTP outlives a dropped socket (its client may attach again)
-until `openenv/session/close`, or until it has been left detached for `DETACHED_TTL_S`.
+until `openenv/session/close`, or until it has been left detached for `DETACHED_TTL_S`; one
+that never played an episode, for `UNUSED_TTL_S` (a slot held by nobody is a slot taken from
+every trainer).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from corral.server.served import ServedBundle
 log = logging.getLogger("corral.server")
 
 DETACHED_TTL_S = 600.0  # a session created over HTTP and left without a socket this long is closed
+UNUSED_TTL_S = 60.0  # ... or this long, when it has never played an episode
 REAP_EVERY_S = 30.0
 
 
@@ -182,6 +185,8 @@ class SessionRegistry:
             await asyncio.sleep(REAP_EVERY_S)
             now = time.monotonic()
             for session in list(self.sessions.values()):
-                if session.over_http and not session.attached and now - session.idle_since > DETACHED_TTL_S:
-                    log.info("closing session %s: left without a socket for %.0fs", session.session_id, DETACHED_TTL_S)
+                ttl = DETACHED_TTL_S if session.episode is not None else min(UNUSED_TTL_S, DETACHED_TTL_S)
+                if session.over_http and not session.attached and now - session.idle_since > ttl:
+                    log.info("closing session %s: left without a socket for %.0fs%s", session.session_id, ttl,
+                             "" if session.episode is not None else ", and no episode played")
                     await self.release(session)
