@@ -29,6 +29,7 @@ SERVER_VERSION = "corral-env/1"
 # Set by a sandbox whose server listens on a Unix socket shared with it (the docker provider):
 # the protocol then runs over that socket, and stdin/stdout are left for start-up and stderr.
 CHANNEL_VARIABLE = "CORRAL_CHANNEL"
+PR_SET_DUMPABLE = 4  # prctl(2)
 
 
 class LoadError(Exception):
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a folder to import from (the current one always is); repeatable",
     )
     args = parser.parse_args(argv)
+    _out_of_the_agents_reach()
     requests, replies = _take_stdio()
     channel = os.environ.pop(CHANNEL_VARIABLE, None)  # not for the env's code or its children
     if channel:
@@ -66,6 +68,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     Server(env).serve(requests, replies)
     return 0
+
+
+def _out_of_the_agents_reach() -> None:
+    """Make this process non-dumpable (Linux): the agent's processes, though of the env's own
+    user, can then neither trace it nor open its memory, environment or descriptors under
+    /proc, so none of them can write into the protocol's stream or change what the env
+    reports. (A child's execve makes it dumpable again: the agent's shell is not covered.)"""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        print(f"corral.env: could not make the env non-dumpable (errno {ctypes.get_errno()})", file=sys.stderr)
 
 
 def _take_stdio() -> tuple[BinaryIO, BinaryIO]:
