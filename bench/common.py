@@ -30,9 +30,11 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(command: list[str], port: int, what: str) -> tuple[subprocess.Popen, str]:
-    """Start `command`, a server listening on `port`; (its process, its URL) once /health answers."""
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start_server(command: list[str], port: int, what: str,
+                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """Start `command` (with `env`, else this process's), a server listening on `port`; (its
+    process, its URL) once /health answers."""
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + SERVER_START_S
     while time.monotonic() < deadline:
