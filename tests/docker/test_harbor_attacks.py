@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from corral.server.cli import app
 from corral.server.embedded import EmbeddedServer
 from tests.conftest import FIXTURES, serving
 from tests.wire import called, opened, ws
@@ -43,7 +45,7 @@ PLANTS = {
 
 
 @pytest.fixture(scope="module")
-def harbor_worker(docker_engine, tmp_path_factory) -> Iterator[EmbeddedServer]:
+def worker_tasks(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("harbor-worker") / "tasks"
     root.mkdir()
     (root / "bundle.toml").write_text('name = "harbor-worker"\n[base_images]\n"python:3.12-slim" = { build = "_images/shared" }\n')
@@ -52,7 +54,12 @@ def harbor_worker(docker_engine, tmp_path_factory) -> Iterator[EmbeddedServer]:
     (task / "environment" / "Dockerfile").write_text(
         "FROM python:3.12-slim\nRUN useradd --create-home --uid 1001 worker\nWORKDIR /app\n"
         "COPY --chown=worker:worker sales.csv /app/sales.csv\nRUN chown worker:worker /app\nUSER worker\n")
-    yield from serving(root, sandbox="docker", max_concurrent_envs=4)
+    return root
+
+
+@pytest.fixture(scope="module")
+def harbor_worker(docker_engine, worker_tasks) -> Iterator[EmbeddedServer]:
+    yield from serving(worker_tasks, sandbox="docker", max_concurrent_envs=4)
 
 
 def play(server: EmbeddedServer, *commands: str):
@@ -73,3 +80,12 @@ def test_code_the_agent_leaves_where_python_looks_does_not_run_in_its_tests(harb
 def test_the_solution_beside_every_plant_still_scores_1(harbor_worker):
     ended = play(harbor_worker, SOLVE, *PLANTS.values())
     assert (ended.status, ended.reward) == ("scored", 1.0), ended.metadata["verifier_output"]
+
+
+def test_the_oracle_plays_a_task_whose_agent_is_not_root(harbor_worker, worker_tasks):
+    """The agent's tools cannot write /solution for a user other than root: the oracle puts the
+    solution where that user can, and the task scores 1 with it and 0 without."""
+    result = CliRunner().invoke(app, ["check", str(worker_tasks), "--sandbox", "docker", "--oracle", "--null"])
+    assert result.exit_code == 0, result.output
+    assert "oracle: 1 of 1 task(s) score 1 with their solution" in result.output
+    assert "null: 1 of 1 task(s) score 0 when the agent does nothing" in result.output

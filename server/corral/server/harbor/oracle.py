@@ -1,9 +1,10 @@
 """`corral check DIR --oracle` and `--null`: trust a corpus before spending GPU hours on it.
 
 The oracle plays each task that has a solution in a real episode, through the agent's own
-tools and the task's own verifier: `write_file` puts solution/ at /solution, `bash` runs
-`solve.sh` there (as Harbor's oracle agent does: in the working folder, with
-DEBIAN_FRONTEND=noninteractive and [solution] env), then `end_turn`. A task it does not score
+tools and the task's own verifier: `write_file` puts solution/ at /solution (where an agent
+that is not root cannot write: at /tmp/solution then), `bash` runs `solve.sh` there (as
+Harbor's oracle agent does: in the working folder, with DEBIAN_FRONTEND=noninteractive and
+[solution] env), then `end_turn`. A task it does not score
 1 is broken (or needs what corral does not give it, a network say). The null agent ends its
 turn at once: a task that scores above 0 then passes without the agent doing anything.
 Each finding says why, with the end of the tests' output.
@@ -21,6 +22,7 @@ from corral.server.episode import ServedEpisode
 from corral.server.served import ServedBundle
 
 SOLUTION_DIR = "/solution"
+SOLUTION_DIR_NOT_ROOT = "/tmp/solution"  # an agent that is not root cannot make /solution
 OUTPUT_SHOWN = 600  # characters of the tests' (or solve.sh's) output a finding quotes
 
 
@@ -78,8 +80,12 @@ async def play(served: ServedBundle, task_id: str, solution: Path | None) -> Ver
 
 
 async def _solve(episode: ServedEpisode, served: ServedBundle, task_id: str, solution: Path) -> str | CallToolObservation:
-    """Put solution/ at /solution and run solve.sh with the agent's tools: solve.sh's output, or
-    the observation that went wrong."""
+    """Put solution/ at /solution (/tmp/solution for an agent that is not root) and run solve.sh
+    with the agent's tools: solve.sh's output, or the observation that went wrong."""
+    harbor = served.bundle.harbor
+    assert harbor is not None
+    task = harbor.tasks[task_id]
+    where = SOLUTION_DIR if task.agent_may_be_root else SOLUTION_DIR_NOT_ROOT
     for path in sorted(solution.rglob("*")):
         if not path.is_file():
             continue
@@ -87,17 +93,15 @@ async def _solve(episode: ServedEpisode, served: ServedBundle, task_id: str, sol
             content = path.read_text()
         except UnicodeDecodeError:
             return f"solution/{path.relative_to(solution)} is not text, which write_file cannot put"
-        written = await episode.call_tool("write_file", {"path": f"{SOLUTION_DIR}/{path.relative_to(solution).as_posix()}",
+        written = await episode.call_tool("write_file", {"path": f"{where}/{path.relative_to(solution).as_posix()}",
                                                          "content": content})
         if written.error is not None or written.done:
             return written if written.done else f"write_file failed: {written.answer}"
-    harbor = served.bundle.harbor
-    assert harbor is not None
-    config = harbor.tasks[task_id].config
+    config = task.config
     variables = {"DEBIAN_FRONTEND": "noninteractive", **(config.solution.get("env") or {})}
     assignments = " ".join(f"{key}={shlex.quote(str(value))}" for key, value in variables.items())
     budget = int(min(episode.task.time_budget_s or 600, 600))
-    ran = await episode.call_tool("bash", {"command": f"{assignments} bash {SOLUTION_DIR}/solve.sh", "timeout_s": budget})
+    ran = await episode.call_tool("bash", {"command": f"{assignments} bash {where}/solve.sh", "timeout_s": budget})
     return ran if ran.done else ran.answer
 
 
