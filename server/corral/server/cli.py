@@ -267,6 +267,25 @@ def episodes(
         _fail(str(error))
 
 
+@app.command()
+def view(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="The folder episodes and rollouts were recorded in.", show_default=False)],
+    rollouts: Annotated[Path | None, typer.Option(help="The trainer's records, when it recorded into another folder.")] = None,
+    host: Annotated[str, typer.Option(help="The address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="The port to listen on.")] = 8765,
+    success: Annotated[float, typer.Option(help="The reward at which an episode passes (pass@1, pass rates).")] = 1.0,
+) -> None:
+    """Browse training runs in a local web app: reward over steps, groups, episodes (docs/viewer.md)."""
+    from corral.server.viewer.app import create_viewer
+
+    try:
+        viewer = create_viewer(folder, rollouts, success=success)
+    except ConfigError as error:
+        _fail(str(error))
+    typer.echo(f"corral view: http://{host}:{port}/")
+    uvicorn.run(viewer, host=host, port=port, log_level="warning")
+
+
 @app.command(name="eval")
 def eval_command(
     model: Annotated[str, typer.Argument(help="A local HF model's folder, or the URL of a vLLM (OpenAI-compatible, token-in /v1/completions) server.", show_default=False)],
