@@ -56,7 +56,7 @@ def record_grpo_run(folder: Path) -> RecordedRun:
             return rollout(prompts, trainer)
 
         args = GRPOConfig(output_dir=str(folder / "out"), max_steps=STEPS, per_device_train_batch_size=BATCH,
-                          num_generations=GROUP, max_completion_length=192,
+                          num_generations=GROUP, max_completion_length=384,
                           chat_template_kwargs={"enable_thinking": False}, **CPU_RUN)
         trainer = GRPOTrainer(model=str(model_dir), args=args, train_dataset=dataset, reward_funcs=episode_reward,
                               rollout_func=rollout_func)
