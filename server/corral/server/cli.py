@@ -255,14 +255,24 @@ def episodes(
     out: Annotated[Path | None, typer.Option(help="The file --export writes.")] = None,
     per_task: Annotated[int, typer.Option(min=1, help="--export sft: the most episodes kept per task (the best first).")] = 1,
     seed: Annotated[int, typer.Option(help="--export sft: the draw among episodes of equal reward.")] = 0,
+    min_pass: Annotated[float | None, typer.Option(help="--export sft/prompts by difficulty: keep tasks whose pass rate is at least this.")] = None,
+    max_pass: Annotated[float | None, typer.Option(help="... and at most this.")] = None,
+    min_step: Annotated[int | None, typer.Option(help="... pass rates over the steps from this one (default: the whole run).")] = None,
+    max_step: Annotated[int | None, typer.Option(help="... up to this one.")] = None,
+    per_prompt: Annotated[int, typer.Option(min=1, help="... the most rows one prompt gives.")] = 1,
+    target: Annotated[int | None, typer.Option(min=1, help="... rows in all, every prompt's first before any second.")] = None,
+    by_tool_calls: Annotated[bool, typer.Option("--by-tool-calls", help="... draw a prompt's rows weighted by their tool calls.")] = False,
+    success: Annotated[float, typer.Option(help="... the reward at which an episode passes.")] = 1.0,
 ) -> None:
     """List recorded episodes (newest first, filtered), show one as a transcript, or export them."""
-    from corral.server.episode_list import Filters, Request, answer
+    from corral.server.episode_list import Filters, Request, answer, by_difficulty
 
     filters = Filters(run=run, task=task, split=split, status=status, min_reward=min_reward, max_reward=max_reward)
     try:
         typer.echo(answer(Request(folder, episode, filters, limit=limit, runs=runs, rollouts=rollouts, export=export,
-                                  out=out, per_task=per_task, seed=seed)))
+                                  out=out, per_task=per_task, seed=seed, difficulty=by_difficulty(
+                                      min_pass, max_pass, min_step, max_step, per_prompt, target, by_tool_calls,
+                                      success, seed))))
     except ConfigError as error:
         _fail(str(error))
 

@@ -5,12 +5,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Literal
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 
 from corral.client import run_views
+from corral.client.difficulty_exports import Difficulty, rl_prompts, sft_rows
 from corral.client.run_index import EpisodeFilter, RunIndex
 from corral.server.viewer.layout import FILTERS
 from corral.server.viewer.pages import run_page, runs_page, step_page
@@ -57,6 +60,18 @@ def create_viewer(records: Path, rollouts: Path | None = None, *, success: float
     @app.get("/episodes/{episode_id}", response_class=HTMLResponse)
     def episode(episode_id: str) -> str:
         return _found(episode_page(index, episode_id), f"no episode {episode_id} is recorded in {records}")
+
+    @app.get("/runs/{run}/export.jsonl")
+    def export(run: str, request: Request, kind: Literal["sft", "prompts"] = "sft", min_pass: float = 0.0,
+               max_pass: float = 1.0, per_prompt: int = 1, target: int | None = None, seed: int = 0) -> Response:
+        """The page's filter as training data by difficulty (its step range is the window)."""
+        where = episode_filter(request, run)
+        choice = Difficulty(min_pass, max_pass, where.min_step, where.max_step, per_prompt, target, seed=seed,
+                            success=success)
+        rows = sft_rows(index, choice, [run], where)[0] if kind == "sft" else rl_prompts(index, choice, [run], where)
+        return Response("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows),
+                        media_type="application/jsonl",
+                        headers={"Content-Disposition": f'attachment; filename="{run}-{kind}.jsonl"'})
 
     @app.get("/api/count")
     def count(request: Request) -> dict[str, int]:

@@ -8,7 +8,7 @@ from urllib.parse import quote
 from corral.client import run_views
 from corral.client.run_index import EpisodeFilter, RunIndex
 from corral.server.viewer.charts import heatmap, line_plot
-from corral.server.viewer.layout import filter_form, flags, number, page
+from corral.server.viewer.layout import filter_form, flags, number, page, query
 
 
 def runs_page(index: RunIndex) -> str:
@@ -45,8 +45,11 @@ def episodes_table(index: RunIndex, where: EpisodeFilter) -> str:
         f"<td>{escape(e.status or '-')}</td><td>{escape(e.cause or '-')}</td><td>{number(e.seconds, 1)}</td>"
         f"<td>{flags(e.flags)}</td></tr>" for e in rows)
     action = f"/runs/{quote(where.run or '')}"
+    downloads = " · ".join(f"<a class='export' href='{action}/export.jsonl?{escape(query(where))}&amp;kind={kind}'>"
+                           f"{label}</a>" for kind, label in (("sft", "SFT rows"), ("prompts", "RL prompts")))
     return (f"<h2>Episodes</h2>{filter_form(where, action)}"
-            f"<p><span id='episode-count'>{total}</span> episodes match (newest {len(rows)} shown)</p>"
+            f"<p><span id='episode-count'>{total}</span> episodes match (newest {len(rows)} shown) · download "
+            f"as {downloads} (one per prompt; add min_pass, max_pass, per_prompt, target, seed to the link)</p>"
             "<table id='episodes'><tr><th>episode</th><th>task</th><th>split</th><th>step</th><th>group</th>"
             "<th>reward</th><th>advantage</th><th>status</th><th>cause</th><th>seconds</th><th>flags</th></tr>"
             f"{cells}</table>")
