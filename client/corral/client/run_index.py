@@ -31,9 +31,10 @@ CREATE TABLE IF NOT EXISTS played (
     step INTEGER, grp INTEGER, group_index INTEGER, policy_version INTEGER, advantage REAL,
     reward REAL, status TEXT, cause TEXT, seconds REAL, tool_calls INTEGER, flags TEXT NOT NULL DEFAULT '',
     ended_at REAL, rollout_file TEXT, rollout_offset INTEGER, episode_file TEXT, episode_offset INTEGER);
-CREATE INDEX IF NOT EXISTS played_by_step ON played (run, step, task_id, reward, grp);
-CREATE INDEX IF NOT EXISTS played_by_group ON played (run, step, grp, group_index);
+CREATE INDEX IF NOT EXISTS played_by_step ON played (run, step, task_id, reward, ended_at);
+CREATE INDEX IF NOT EXISTS played_by_group ON played (run, step, grp, reward);
 CREATE INDEX IF NOT EXISTS played_by_time ON played (ended_at);
+CREATE INDEX IF NOT EXISTS played_by_task ON played (task_id, ended_at);
 CREATE INDEX IF NOT EXISTS played_by_rollout_file ON played (rollout_file);
 CREATE INDEX IF NOT EXISTS played_by_episode_file ON played (episode_file);
 """
