@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -22,8 +23,10 @@ if os.environ.get("CI") != "true":
         pytest.skip("needs Debian's chromium and chromium-driver", allow_module_level=True)
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 from corral.client.record_store import EpisodeStore
 from corral.client.records import EpisodeRecord, RolloutRecord
@@ -35,8 +38,15 @@ SUCCESS = 0.2  # gridsim's idle day: the tiny model reaches it, so pass rates ar
 
 @pytest.fixture(scope="module")
 def viewer(grpo_run) -> Iterator[str]:
+    with serving(grpo_run.records) as url:
+        yield url
+
+
+@contextmanager
+def serving(records: Path) -> Iterator[str]:
+    """`corral view records` on a free loopback port, until the block ends."""
     port = free_port()
-    command, environ = corral_command("view", str(grpo_run.records), "--port", str(port), "--success", str(SUCCESS))
+    command, environ = corral_command("view", str(records), "--port", str(port), "--success", str(SUCCESS))
     server = subprocess.Popen(command, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -157,3 +167,21 @@ def test_a_task_filter_narrows_the_episodes_and_stays_in_the_link(grpo_run, view
     rows = [json.loads(line) for line in httpx.get(link, trust_env=False).text.splitlines()]
     assert [(row["task_id"], row["prompt"]) for row in rows] == [(task, [
         {"role": "user", "content": f"Submit a schedule for {task}."}])]
+
+
+def test_a_run_page_shows_new_episodes_while_the_trainer_writes(grpo_run, browser, tmp_path) -> None:
+    records = tmp_path / "records"
+    shutil.copytree(grpo_run.records, records)
+    with serving(records) as url:
+        browser.get(f"{url}/runs/{grpo_run.run}")
+        before = int(browser.find_element(By.ID, "episode-count").text)
+        rollouts = next((records / grpo_run.run).glob("rollouts-*.jsonl"))
+        last = RolloutRecord.model_validate_json(rollouts.read_text().splitlines()[-1])
+        late = last.model_copy(update={"episode_id": "late", "step": last.step + 1, "group": 0, "group_index": 0})
+        with open(rollouts, "a") as file:  # the trainer's next step, written while the page is open
+            file.write(late.model_dump_json() + "\n")
+        # The page polls every 3 s; a minute is far beyond that, and never reached when it works.
+        WebDriverWait(browser, 60, ignored_exceptions=(StaleElementReferenceException,)).until(
+            lambda b: b.find_element(By.ID, "episode-count").text == str(before + 1))
+        assert str(last.step + 1) in _cells(browser, "#steps a.step")
+        _no_console_errors(browser)

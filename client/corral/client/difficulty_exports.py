@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import random
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from corral.client.record_exports import conversation
@@ -121,7 +121,7 @@ def rl_prompts(index: RunIndex, choice: Difficulty, runs: list[str] | None = Non
     """One row per eligible prompt: the messages before the model's first reply, its task, split
     and pass rate (a dataset to train on again, e.g. `CorralRollout`'s prompts by task)."""
     rates = pass_rates(index, choice, runs, where)
-    one = Difficulty(**{**choice.__dict__, "per_prompt": 1})
+    one = replace(choice, per_prompt=1)
     rows = []
     for found in choose(index, one, runs, passed_only=False, where=where):
         episode, rollout = index.records(found.episode_id)
@@ -164,9 +164,8 @@ def _draw(candidates: list[Candidate], rng: random.Random, by_tool_calls: bool) 
 
 
 def _window(choice: Difficulty, runs: list[str] | None, where: EpisodeFilter) -> tuple[str, list[Any]]:
-    windowed = EpisodeFilter(**{**where.__dict__, "min_step": choice.min_step if choice.min_step is not None
-                                else where.min_step, "max_step": choice.max_step if choice.max_step is not None
-                                else where.max_step})
+    windowed = replace(where, min_step=where.min_step if choice.min_step is None else choice.min_step,
+                       max_step=where.max_step if choice.max_step is None else choice.max_step)
     clause, values = windowed.where()
     if runs:
         clause += f" AND run IN ({', '.join('?' * len(runs))})"

@@ -31,7 +31,7 @@ class StepRow:
     mean_reward: float | None
     pass_at_1: float | None
     groups: int
-    zero_variance: int  # groups whose scored members all got the same reward
+    zero_variance: int  # groups whose scored members all got the same reward (or none was scored)
 
 
 @dataclass
@@ -91,9 +91,9 @@ def steps(index: RunIndex, run: str) -> list[StepRow]:
     per_task = index.query(
         "SELECT step, task_id, COUNT(*), SUM(reward IS NOT NULL), SUM(reward), SUM(reward >= ?) FROM played "
         "WHERE run = ? GROUP BY step, task_id ORDER BY step", (index.success, run))
-    variance = dict(index.query(
-        "SELECT step, COUNT(*) || ',' || SUM(low = high) FROM (SELECT step, grp, MIN(reward) AS low, "
-        "MAX(reward) AS high FROM played WHERE run = ? AND grp IS NOT NULL GROUP BY step, grp) GROUP BY step", (run,)))
+    variance = {step: (groups, zero) for step, groups, zero in index.query(
+        "SELECT step, COUNT(*), SUM(low IS high) FROM (SELECT step, grp, MIN(reward) AS low, MAX(reward) AS high "
+        "FROM played WHERE run = ? AND grp IS NOT NULL GROUP BY step, grp) GROUP BY step", (run,))}
     by_step: dict[int | None, list[tuple]] = defaultdict(list)
     for row in per_task:
         by_step[row[0]].append(row)
@@ -101,7 +101,7 @@ def steps(index: RunIndex, run: str) -> list[StepRow]:
     for step, tasks in by_step.items():
         scored = sum(t[3] for t in tasks)
         rates = [t[5] / t[3] for t in tasks if t[3]]
-        groups, zero = (int(n) for n in variance.get(step, "0,0").split(","))
+        groups, zero = variance.get(step, (0, 0))
         result.append(StepRow(step, sum(t[2] for t in tasks), scored,
                               sum(t[4] or 0.0 for t in tasks) / scored if scored else None,
                               sum(rates) / len(rates) if rates else None, groups, zero))

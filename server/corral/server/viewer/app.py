@@ -75,7 +75,7 @@ def create_viewer(records: Path, rollouts: Path | None = None, *, success: float
 
     @app.get("/api/count")
     def count(request: Request) -> dict[str, int]:
-        return {"episodes": run_views.count(index, episode_filter(request))}
+        return {"episodes": run_views.count(index, episode_filter(request, request.query_params.get("run") or None))}
 
     return app
 

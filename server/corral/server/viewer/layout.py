@@ -3,6 +3,7 @@ when new episodes match its filter (a run still training)."""
 
 from __future__ import annotations
 
+import json
 from html import escape
 from urllib.parse import urlencode
 
@@ -23,17 +24,19 @@ table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding
 
 _POLL = """
 <script>
-(function(){var seen=null;function poll(){fetch('/api/count'+location.search).then(function(r){return r.json()})
+(function(){var seen=null;function poll(){fetch(%s).then(function(r){return r.json()})
 .then(function(d){if(seen!==null&&d.episodes!==seen){location.reload()}seen=d.episodes})
 .catch(function(){});}poll();setInterval(poll,3000);})();
 </script>
 """
 
 
-def page(title: str, body: str, *, live: bool = False) -> str:
+def page(title: str, body: str, *, live: EpisodeFilter | None = None) -> str:
+    """A page; with `live`, it reloads itself when the number of episodes that filter matches changes."""
+    poll = "" if live is None else _POLL % json.dumps(f"/api/count?{query(live)}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
             f"<link rel='icon' href='data:,'><style>{_STYLE}</style></head><body><p><a href='/'>runs</a></p><h1>{escape(title)}</h1>{body}"
-            f"{_POLL if live else ''}</body></html>")
+            f"{poll}</body></html>")
 
 
 def filter_form(where: EpisodeFilter, action: str) -> str:
@@ -50,9 +53,9 @@ def filter_form(where: EpisodeFilter, action: str) -> str:
             "<button type='submit'>filter</button></form>")
 
 
-def query(where: EpisodeFilter) -> str:
-    """The filter as a URL query (the run is in the path)."""
-    pairs = {name: getattr(where, name) for name in FILTERS}
+def query(where: EpisodeFilter, *, run: bool = True) -> str:
+    """The filter as a URL query (with its run, unless the run is in the page's path)."""
+    pairs = {name: getattr(where, name) for name in (("run",) if run else ()) + FILTERS}
     return urlencode({k: ("1" if v is True else v) for k, v in pairs.items() if v not in (None, False)})
 
 

@@ -16,7 +16,7 @@ def runs_page(index: RunIndex) -> str:
         f"<tr><td><a class='run' href='/runs/{quote(r.run)}'>{escape(r.run)}</a></td><td>{r.episodes}</td>"
         f"<td>{r.steps}</td><td>{number(r.mean_reward)}</td></tr>" for r in run_views.runs(index))
     return page("Runs", f"<table id='runs'><tr><th>run</th><th>episodes</th><th>steps</th><th>mean reward</th></tr>"
-                        f"{rows}</table>", live=True)
+                        f"{rows}</table>", live=EpisodeFilter())
 
 
 def run_page(index: RunIndex, run: str, where: EpisodeFilter) -> str:
@@ -32,7 +32,7 @@ def run_page(index: RunIndex, run: str, where: EpisodeFilter) -> str:
             f"{heatmap(run_views.heatmap(index, run))}<h2>Steps</h2><table id='steps'><tr><th>step</th><th>episodes</th>"
             "<th>scored</th><th>mean reward</th><th>pass@1</th><th>groups</th><th>zero-variance groups</th></tr>"
             f"{step_rows}</table>{episodes_table(index, where)}")
-    return page(f"Run {run}", body, live=True)
+    return page(f"Run {run}", body, live=where)
 
 
 def episodes_table(index: RunIndex, where: EpisodeFilter) -> str:
@@ -45,7 +45,7 @@ def episodes_table(index: RunIndex, where: EpisodeFilter) -> str:
         f"<td>{escape(e.status or '-')}</td><td>{escape(e.cause or '-')}</td><td>{number(e.seconds, 1)}</td>"
         f"<td>{flags(e.flags)}</td></tr>" for e in rows)
     action = f"/runs/{quote(where.run or '')}"
-    downloads = " · ".join(f"<a class='export' href='{action}/export.jsonl?{escape(query(where))}&amp;kind={kind}'>"
+    downloads = " · ".join(f"<a class='export' href='{action}/export.jsonl?{escape(query(where, run=False))}&amp;kind={kind}'>"
                            f"{label}</a>" for kind, label in (("sft", "SFT rows"), ("prompts", "RL prompts")))
     return (f"<h2>Episodes</h2>{filter_form(where, action)}"
             f"<p><span id='episode-count'>{total}</span> episodes match (newest {len(rows)} shown) · download "
@@ -67,4 +67,4 @@ def step_page(index: RunIndex, run: str, step: int) -> str:
                     f"<td>{''.join(flags(m.flags) for m in group.members)}</td></tr>")
     body = ("<table id='groups'><tr><th>group</th><th>task</th><th>rewards</th><th>advantages</th><th></th>"
             f"<th>flags</th></tr>{''.join(rows)}</table>")
-    return page(f"Run {run} · step {step}", body, live=True)
+    return page(f"Run {run} · step {step}", body, live=EpisodeFilter(run=run, min_step=step, max_step=step))
