@@ -20,3 +20,11 @@ def tokenizer(model_dir: Path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_dir)
+
+
+@pytest.fixture(scope="session")
+def grpo_run(tmp_path_factory: pytest.TempPathFactory):
+    """A real tiny GRPO run through a served bundle, both sides recorded (see `grpo_run.py`)."""
+    from tests.e2e.grpo_run import record_grpo_run
+
+    return record_grpo_run(tmp_path_factory.mktemp("grpo-run"))

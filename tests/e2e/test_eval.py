@@ -106,6 +106,9 @@ def test_corral_eval_plays_the_tiny_model_on_a_served_bundle(model_dir: Path, co
     assert 0.0 <= result["mean_reward"] <= 1.0 and set(result["pass_at"]) == {"1", "2"}
     with EpisodeStore(tmp_path / "records") as store:  # a remote server: only the client's side is here
         assert store.tally(kind="rollouts").records == 6
+        # Each task's k samples are a group, its samples numbered; a folder no trainer saved has no step.
+        placed = sorted((r.group, r.group_index, r.task_id, r.step) for r in store.records(store.find(kind="rollouts")))
+        assert placed == [(g, i, f"codeword-060{g}", None) for g in range(3) for i in range(2)]
 
 
 def test_a_rollouts_tokens_join_the_servers_record_by_episode_id(tokenizer, tmp_path: Path) -> None:

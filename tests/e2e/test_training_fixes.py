@@ -72,12 +72,14 @@ def fake_trainer(tokenizer, **args: Any) -> SimpleNamespace:
         "vllm_mode": "server", "vllm_server_base_url": None, "vllm_server_host": "0.0.0.0",
         "vllm_server_port": 8000, "mask_truncated_completions": False, "temperature": 1.0, "top_p": 1.0,
         "top_k": 0, "off_policy_mask_threshold": None, "vllm_importance_sampling_correction": True,
-        **args,
+        "multi_objective_aggregation": "sum_then_normalize", **args,
     }
     eos = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")]
     return SimpleNamespace(args=SimpleNamespace(**settings), processing_class=tokenizer, eos_token_ids=eos,
                            model=SimpleNamespace(training=True), num_generations=2, num_generations_eval=2,
-                           _metrics=defaultdict(lambda: defaultdict(list)))
+                           _metrics=defaultdict(lambda: defaultdict(list)), state=SimpleNamespace(global_step=0),
+                           accelerator=SimpleNamespace(process_index=0), reward_funcs=[episode_reward],
+                           reward_weights=torch.ones(1), scale_rewards="group")
 
 
 def test_the_vllm_generator_asks_the_server_for_the_name_it_serves_the_model_under(model_dir, tokenizer) -> None:

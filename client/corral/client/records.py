@@ -84,8 +84,22 @@ class EpisodeRecord(_Record):
     ended_at: float = Field(default_factory=time.time)
 
 
-class RolloutRecord(_Record):
-    """One rollout as a trainer (or `corral eval`) played it: the tokens behind the server's record.
+class TrainingContext(_Record):
+    """Where a rollout sits in a training run: the trainer's global `step` when it was generated,
+    its `group` (the rows the trainer sampled together for one prompt, numbered within the step)
+    and its `group_index` in it, the `policy_version` (the step whose weights generated it), and
+    its `advantage` when the trainer computes one. An eval's `step` is its checkpoint's."""
+
+    step: int | None = None
+    group: int | None = None
+    group_index: int | None = None
+    policy_version: int | None = None
+    advantage: float | None = None
+
+
+class RolloutRecord(TrainingContext):
+    """One rollout as a trainer (or `corral eval`) played it: the tokens behind the server's record,
+    and where it sits in the run (`TrainingContext`).
 
     `completion_ids[i]` was sampled by the model where `env_mask[i]` is 1, with `logprobs[i]`
     (NaN when not computed), and rendered from the server's answer where it is 0.

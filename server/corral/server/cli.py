@@ -255,16 +255,45 @@ def episodes(
     out: Annotated[Path | None, typer.Option(help="The file --export writes.")] = None,
     per_task: Annotated[int, typer.Option(min=1, help="--export sft: the most episodes kept per task (the best first).")] = 1,
     seed: Annotated[int, typer.Option(help="--export sft: the draw among episodes of equal reward.")] = 0,
+    min_pass: Annotated[float | None, typer.Option(help="--export sft/prompts by difficulty: keep tasks whose pass rate is at least this.")] = None,
+    max_pass: Annotated[float | None, typer.Option(help="... and at most this.")] = None,
+    min_step: Annotated[int | None, typer.Option(help="... pass rates over the steps from this one (default: the whole run).")] = None,
+    max_step: Annotated[int | None, typer.Option(help="... up to this one.")] = None,
+    per_prompt: Annotated[int, typer.Option(min=1, help="... the most rows one prompt gives.")] = 1,
+    target: Annotated[int | None, typer.Option(min=1, help="... rows in all, every prompt's first before any second.")] = None,
+    by_tool_calls: Annotated[bool, typer.Option("--by-tool-calls", help="... draw a prompt's rows weighted by their tool calls.")] = False,
+    success: Annotated[float, typer.Option(help="... the reward at which an episode passes.")] = 1.0,
 ) -> None:
     """List recorded episodes (newest first, filtered), show one as a transcript, or export them."""
-    from corral.server.episode_list import Filters, Request, answer
+    from corral.server.episode_list import Filters, Request, answer, by_difficulty
 
     filters = Filters(run=run, task=task, split=split, status=status, min_reward=min_reward, max_reward=max_reward)
     try:
         typer.echo(answer(Request(folder, episode, filters, limit=limit, runs=runs, rollouts=rollouts, export=export,
-                                  out=out, per_task=per_task, seed=seed)))
+                                  out=out, per_task=per_task, seed=seed, difficulty=by_difficulty(
+                                      min_pass, max_pass, min_step, max_step, per_prompt, target, by_tool_calls,
+                                      success, seed))))
     except ConfigError as error:
         _fail(str(error))
+
+
+@app.command()
+def view(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="The folder episodes and rollouts were recorded in.", show_default=False)],
+    rollouts: Annotated[Path | None, typer.Option(help="The trainer's records, when it recorded into another folder.")] = None,
+    host: Annotated[str, typer.Option(help="The address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="The port to listen on.")] = 8765,
+    success: Annotated[float, typer.Option(help="The reward at which an episode passes (pass@1, pass rates).")] = 1.0,
+) -> None:
+    """Browse training runs in a local web app: reward over steps, groups, episodes (docs/viewer.md)."""
+    from corral.server.viewer.app import create_viewer
+
+    try:
+        viewer = create_viewer(folder, rollouts, success=success)
+    except ConfigError as error:
+        _fail(str(error))
+    typer.echo(f"corral view: http://{host}:{port}/")
+    uvicorn.run(viewer, host=host, port=port, log_level="warning")
 
 
 @app.command(name="eval")

@@ -6,17 +6,20 @@ lists as fast as one of ten; a transcript reads the one record it shows.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from corral.client.difficulty_exports import Difficulty, rl_prompts, sft_rows
 from corral.client.display import record_doc
 from corral.client.record_exports import rl_dataset, sft_dataset, write_jsonl
 from corral.client.record_store import EpisodeStore
+from corral.client.run_index import EpisodeFilter, RunIndex
 from corral.errors import ConfigError
 
 STATUSES = ("scored", "failed", "unscored")
-EXPORTS = ("sft", "rl")
+EXPORTS = ("sft", "rl", "prompts")
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Request:
     out: Path | None = None
     per_task: int = 1
     seed: int = 0
+    difficulty: Difficulty | None = None  # export by each task's pass rate (--min-pass, --target, ...)
 
 
 def answer(request: Request) -> str:
@@ -53,6 +57,8 @@ def answer(request: Request) -> str:
         raise ConfigError("--export writes to a file: add --out FILE")
     if request.filters.status not in (None, *STATUSES):
         raise ConfigError(f"unknown --status {request.filters.status!r}; choose one of: {', '.join(STATUSES)}")
+    if request.export == "prompts" or (request.export == "sft" and request.difficulty is not None):
+        return export_by_difficulty(request, request.difficulty or Difficulty(seed=request.seed))
     with EpisodeStore(request.folder, rollouts=request.rollouts) as store:
         if request.runs:
             return runs(store)
@@ -105,3 +111,37 @@ def export(store: EpisodeStore, kind: str, path: Path, filters: Filters, *, per_
         data = rl_dataset(store, run=filters.run, split=filters.split)
     written = write_jsonl(data, path)
     return f"wrote {written} {'conversations' if kind == 'sft' else 'trajectories'} to {path}"
+
+
+def export_by_difficulty(request: Request, choice: Difficulty) -> str:
+    """Write SFT rows (`sft`) or RL prompts (`prompts`) chosen by each task's pass rate, as JSON lines."""
+    filters = request.filters
+    where = EpisodeFilter(task=filters.task, split=filters.split, min_reward=filters.min_reward,
+                          max_reward=filters.max_reward)
+    runs = [filters.run] if filters.run else None
+    index = RunIndex(request.folder, request.rollouts, success=choice.success)
+    try:
+        refused: list[str] = []
+        if request.export == "sft":
+            rows, refused = sft_rows(index, choice, runs, where)
+        else:
+            rows = rl_prompts(index, choice, runs, where)
+    finally:
+        index.close()
+    assert request.out is not None
+    with open(request.out, "w", encoding="utf-8") as file:
+        file.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    left_out = f"; {len(refused)} left out: a tool call without a function name ({', '.join(refused[:3])})" if refused else ""
+    return f"wrote {len(rows)} {'conversations' if request.export == 'sft' else 'prompts'} to {request.out}{left_out}"
+
+
+def by_difficulty(min_pass: float | None, max_pass: float | None, min_step: int | None, max_step: int | None,
+                  per_prompt: int, target: int | None, by_tool_calls: bool, success: float, seed: int
+                  ) -> Difficulty | None:
+    """The difficulty export `corral episodes` was asked for; None when no option of it was given."""
+    given = (min_pass, max_pass, min_step, max_step, target)
+    if all(value is None for value in given) and per_prompt == 1 and not by_tool_calls:
+        return None
+    return Difficulty(min_pass=0.0 if min_pass is None else min_pass, max_pass=1.0 if max_pass is None else max_pass,
+                      min_step=min_step, max_step=max_step, per_prompt=per_prompt, target=target,
+                      by_tool_calls=by_tool_calls, seed=seed, success=success)

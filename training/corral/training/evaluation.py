@@ -30,6 +30,7 @@ from corral.training.generation import Generator, SamplingParams, VLLMGenerator
 from corral.training.processors import HermesProcessor, Processor
 from corral.training.rollout_player import Rollout
 from corral.training.rollouts import CorralRollout
+from corral.training.run_context import checkpoint_step, group_contexts
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -179,6 +180,7 @@ def evaluate(
 
     disable_progress_bar()  # the dataset's map bars would cut through the episodes' bar
     opened = _open_bundle(bundle, split, sandbox, concurrency, record_dir)
+    step = checkpoint_step(model)  # the records' step: a checkpoint's, when the model is one
     try:
         policy = _policy(model, tokenizer, sampling or SamplingParams())
         processor = processor or HermesProcessor.for_trainer(
@@ -192,7 +194,7 @@ def evaluate(
         bar = _bar(len(prompts), f"eval {split}") if progress else None
         started = time.monotonic()
         try:
-            played = rollout.play(prompts, concurrency=concurrency,
+            played = rollout.play(prompts, concurrency=concurrency, contexts=group_contexts(len(prompts), k, step),
                                   on_rollout=(lambda _: bar.update(1)) if bar is not None else None)
         finally:
             policy.restore()

@@ -13,7 +13,7 @@ from typing import Any
 from corral.client import EnvironmentSpec, Episode, Session
 from corral.client.catalog import Toolset
 from corral.client.protocol import ResetData
-from corral.client.records import RolloutRecord
+from corral.client.records import RolloutRecord, TrainingContext
 from corral.training.generation import Generator
 from corral.training.processors import Message, Processor, Turn
 
@@ -45,6 +45,7 @@ class Rollout:
     truncated: str | None = None  # the limit that stopped it: "completion_length" or "tool_calls"
     tool_calls: int = 0
     tool_errors: int = 0
+    context: TrainingContext = field(default_factory=TrainingContext)  # its step, group, policy version
 
     def add(self, ids: list[int], *, sampled: bool, logprobs: Sequence[float] | None = None) -> None:
         self.completion_ids += ids
@@ -54,7 +55,7 @@ class Rollout:
     def record(self) -> RolloutRecord:
         """The client's side of the episode's record (joined to the server's by `episode_id`)."""
         return RolloutRecord(
-            episode_id=self.episode_id, task_id=self.task_id, split=self.split, toolset=self.toolset,
+            **self.context.model_dump(), episode_id=self.episode_id, task_id=self.task_id, split=self.split, toolset=self.toolset,
             prompt_ids=self.prompt_ids, completion_ids=self.completion_ids, env_mask=self.env_mask,
             logprobs=self.logprobs, messages=self.messages, tools=self.tools, reward=self.reward,
             status=self.status, reason=self.unscored_reason, truncated=self.truncated, tool_calls=self.tool_calls,

@@ -12,7 +12,8 @@ masked out of the loss (`env_mask` 0, logprob 0). The episode's reward is the se
 under `episode_reward` for the `episode_reward` reward function. Each step's rollouts, gathered
 from every process, are counted (`accounting.StepAccount`) and logged by that reward function
 through TRL's `log_metric`. With `record_dir`, each rollout's tokens are recorded beside the
-server's record of its episode (`corral.client.record_store`).
+server's record of its episode (`corral.client.record_store`), with its place in the run: the
+trainer's step, its GRPO group, the policy version and its advantage (`run_context`).
 
 TRL hands `rollout_func` the prompts only, not the dataset rows, so a prompt must say which task
 it is: `rollout.dataset` tags each row's last message with its `task_id` (chat templates ignore
@@ -24,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -33,11 +34,13 @@ from accelerate.utils import gather_object
 
 from corral.client import Bundle, EnvironmentSpec, Session
 from corral.client.record_store import RecordWriter
+from corral.client.records import TrainingContext
 from corral.errors import ConfigError
 from corral.training.accounting import Outcome, StepAccount
 from corral.training.generation import Generator, episode_on, playing
 from corral.training.processors import HermesProcessor, Message, Processor
 from corral.training.rollout_player import Rollout, RolloutLimits, RolloutPlayer, chat_tools
+from corral.training.run_context import trainer_advantages, trainer_contexts
 from corral.training.trainer_sampling import trainer_policy
 
 __all__ = ["TASK_KEY", "CorralRollout", "Rollout", "RolloutLimits", "chat_tools", "episode_reward"]
@@ -135,11 +138,18 @@ class CorralRollout:
                                                          stop_token_ids=trainer.eos_token_ids)
         length = self.max_completion_length or args.max_completion_length
         with trainer_policy(trainer, self.generator) as generator:
-            rollouts = self.play(prompts, generator=generator, max_completion_length=length)
+            rollouts = self.play(prompts, generator=generator, max_completion_length=length,
+                                 contexts=trainer_contexts(trainer, len(prompts)), record=False)
         training = trainer.model.training
         # Groups may span processes: count the step over every process's rollouts.
-        account = StepAccount.of(gather_object([Outcome.of(r) for r in rollouts]),
-                                 trainer.num_generations if training else trainer.num_generations_eval)
+        outcomes = gather_object([Outcome.of(r) for r in rollouts])
+        account = StepAccount.of(outcomes, trainer.num_generations if training else trainer.num_generations_eval)
+        advantages = trainer_advantages(trainer, [o.reward for o in outcomes])
+        first = trainer.accelerator.process_index * len(rollouts)
+        for i, rollout in enumerate(rollouts):
+            rollout.context.advantage = None if advantages is None else advantages[first + i]
+            if self.records is not None:
+                self.records.write(rollout.record())
         self.history.append(account)
         if account.unscored or account.failed or account.truncated:
             log.warning("rollouts: %s", account.summary())
@@ -157,14 +167,17 @@ class CorralRollout:
 
     def play(self, prompts: list[list[Message]], *, generator: Generator | None = None,
              max_completion_length: int | None = None, concurrency: int | None = None,
-             on_rollout: Callable[[Rollout], None] | None = None) -> list[Rollout]:
+             on_rollout: Callable[[Rollout], None] | None = None,
+             contexts: Sequence[TrainingContext] | None = None, record: bool = True) -> list[Rollout]:
         """Play one episode per prompt, `concurrency` at once (all by default), one session each;
         also usable by hand.
 
         Needs a processor (the trainer's default is filled in by the first `__call__`) and a
         generator (this call's, else the one this rollout_func was made with);
         `max_completion_length` defaults to the one it was made with. `on_rollout` is called
-        with each rollout as it ends (from its thread).
+        with each rollout as it ends (from its thread). `contexts` (one per prompt) place the
+        rollouts in a run; with `record`, each is recorded as it ends (a trainer records its
+        batch once the advantages are known).
         """
         generator = generator or self.generator
         if self.processor is None or generator is None:
@@ -174,6 +187,7 @@ class CorralRollout:
             raise ConfigError("play needs max_completion_length (the trainer's, when called as rollout_func)")
         limits = RolloutLimits(length, self.max_tool_calls)
         tasks = [self.task_of(prompt) for prompt in prompts]
+        contexts = list(contexts) if contexts is not None else [TrainingContext() for _ in prompts]
         workers = max(1, min(concurrency or len(prompts), len(prompts)))
         while len(self._sessions) < workers:
             spec = next(iter(self._specs.values()))
@@ -183,7 +197,7 @@ class CorralRollout:
             free.put(session)
         processor = self.processor
 
-        def play_one(task: dict[str, Any], prompt: list[Message]) -> Rollout:
+        def play_one(task: dict[str, Any], prompt: list[Message], context: TrainingContext) -> Rollout:
             session = free.get()
             try:
                 with episode_on(generator):
@@ -191,7 +205,8 @@ class CorralRollout:
                                             limits).play(prompt)
             finally:
                 free.put(session)
-            if self.records is not None:
+            rollout.context = context
+            if record and self.records is not None:
                 self.records.write(rollout.record())
             if on_rollout is not None:
                 on_rollout(rollout)
@@ -199,7 +214,7 @@ class CorralRollout:
 
         with playing(generator, len(prompts), workers), \
                 ThreadPoolExecutor(max_workers=workers, thread_name_prefix="corral-episode") as pool:
-            rollouts = list(pool.map(play_one, tasks, prompts))
+            rollouts = list(pool.map(play_one, tasks, prompts, contexts))
         self.last_rollouts = rollouts
         return rollouts
 

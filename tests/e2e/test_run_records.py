@@ -1,0 +1,50 @@
+"""A GRPO run's records say where each rollout sat in the run: step, group, policy version, advantage."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+
+import pytest
+
+if os.environ.get("CI") != "true":
+    pytest.importorskip("trl")
+
+from corral.client.record_store import EpisodeStore
+from corral.client.records import RolloutRecord
+
+pytestmark = [pytest.mark.trl]
+
+
+def _rollouts(grpo_run) -> list[RolloutRecord]:
+    with EpisodeStore(grpo_run.records) as store:
+        rows = store.find(kind="rollouts", run=grpo_run.run)
+        return [store.read(row) for row in reversed(rows)]  # type: ignore[misc]
+
+
+def test_every_rollout_record_carries_its_step_group_and_policy_version(grpo_run) -> None:
+    records = _rollouts(grpo_run)
+    assert len(records) == grpo_run.steps * 4
+    assert sorted({r.step for r in records}) == list(range(grpo_run.steps))
+    assert all(r.policy_version == r.step for r in records)  # GRPO generates with the step's own weights
+    groups: dict[tuple[int, int], list[RolloutRecord]] = defaultdict(list)
+    for record in records:
+        groups[record.step, record.group].append(record)
+    for members in groups.values():
+        assert len(members) == grpo_run.num_generations
+        assert sorted(m.group_index for m in members) == list(range(grpo_run.num_generations))
+        assert len({m.task_id for m in members}) == 1  # a group is one prompt's samples
+
+
+def test_the_recorded_advantages_are_the_ones_trl_trained_on(grpo_run) -> None:
+    records = _rollouts(grpo_run)
+    assert any(a != 0 for logged in grpo_run.advantages for a in logged)  # the members of some group differed
+    for step, logged in enumerate(grpo_run.advantages):
+        batch = sorted((r for r in records if r.step == step), key=lambda r: (r.group, r.group_index))
+        assert [r.advantage for r in batch] == pytest.approx(logged, abs=1e-5)
+
+
+def test_the_servers_records_join_the_rollouts_by_episode_id(grpo_run) -> None:
+    with EpisodeStore(grpo_run.records) as store:
+        for record in _rollouts(grpo_run):
+            assert store.episode(record.episode_id).reward == record.reward
