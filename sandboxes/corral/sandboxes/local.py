@@ -1,17 +1,28 @@
 """The local provider: one child process per episode, on this machine.
 
-This is the embedded default for laptops and CI. It is NOT an isolation boundary: an env
-shares this machine's network, kernel and every file its user may read. What it does:
+The embedded default for laptops and CI. Where bubblewrap runs (local_namespace), each
+episode is an isolation boundary for files, processes and the network: its env and all it
+starts see no network (loopback included: not corral's own API), their own processes alone,
+a fresh root with the system read-only, private /tmp, /var/tmp and /dev/shm, the env's folder
+and corral's SDK read-only and its work folder writable; nothing else of this machine's files
+(not the bundle's tests, not other episodes); and every process goes with the namespace when
+the episode ends. Not isolated even then: the kernel, CPU and memory (no limits), and what
+the system's folders and /etc show its user. Where bubblewrap cannot run, an env shares this
+machine's network and every file its user may read, so an env whose tools give the agent a
+shell (`SandboxSpec.agent_shell`) is refused unless the operator opts out
+(`unsafe_local_shell`). Either way:
 
 - Each episode gets a folder of its own under the instance's root,
-  `$TMPDIR/corral-<instance>/<env>-<id>/`, and its env runs in `work/` there (also its HOME)
-  with a minimal environment: PATH, LANG, the PYTHONPATH the SDK needs, and a marker
-  (`CORRAL_SANDBOX`, see local_procs); never the server's own variables (CORRAL_TOKEN...).
+  `$TMPDIR/corral-<instance>/<env>-<id>/` (the root made or checked by runtime_dirs), and its
+  env runs in `work/` there (also its HOME) with a minimal environment: PATH, LANG, the
+  PYTHONPATH the SDK needs, and a marker (`CORRAL_SANDBOX`, see local_procs); never the
+  server's own variables (CORRAL_TOKEN...).
 - A server running as root runs each episode's env as a uid of its own (local_procs), whose
-  folder (mode 0700) no other episode can read. A server running as another user runs every
-  env as itself: folders are 0700, which keeps other users out, not other episodes.
+  folder (mode 0700) no other episode can read; bwrap runs as that uid. A server running as
+  another user runs every env as itself.
 - When the episode ends, or before its command verifiers run, every process of the episode
-  goes: its process group, and every process carrying its marker (or, as root, its uid).
+  goes: its namespace; without one, its process group and every process carrying its marker
+  (or, as root, its uid). Command verifiers run on a copy, in fresh namespaces (local_verify).
 - A server holds its instance's root with a lock while it serves; a second server of the same
   instance refuses, and a restarted one removes what a killed one left (`reap_leftovers`).
 - With a warm pool (`warm_pool`), started envs that have answered `ping` wait for their

@@ -19,7 +19,6 @@ from typing import Annotated, NoReturn
 
 import typer
 import uvicorn
-from click.core import ParameterSource
 
 from corral.errors import BundleInvalid, ConfigError, CorralError, ImageError
 from corral.sandboxes import KINDS, make_provider
@@ -352,8 +351,10 @@ def _open_or_exit(bundle: Path, options: ServeOptions) -> ServedBundle:
 def _token(ctx: typer.Context, token: str | None, token_file: Path | None) -> str | None:
     """The server's token: from --token-file, CORRAL_TOKEN or --token (warned about: every
     process on this machine can read a command line)."""
+    # By name: typer carries a copy of click whose ParameterSource is not click's own.
+    on_command_line = getattr(ctx.get_parameter_source("token"), "name", None) == "COMMANDLINE"
     if token_file is not None:
-        if ctx.get_parameter_source("token") is ParameterSource.COMMANDLINE:
+        if on_command_line:
             _fail("give the token one way: --token-file FILE, or CORRAL_TOKEN")
         try:
             token = token_file.read_text().split("\n", 1)[0].strip()
@@ -362,7 +363,7 @@ def _token(ctx: typer.Context, token: str | None, token_file: Path | None) -> st
         if not token:
             _fail(f"--token-file {token_file} is empty; write the token on its first line")
         return token
-    if token is not None and ctx.get_parameter_source("token") is ParameterSource.COMMANDLINE:
+    if token is not None and on_command_line:
         logging.getLogger("corral.server").warning(
             "--token on the command line can be read by every process on this machine (/proc/PID/cmdline), "
             "an env's included where it is not isolated; pass it with --token-file FILE or CORRAL_TOKEN instead")
