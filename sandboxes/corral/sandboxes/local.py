@@ -53,7 +53,7 @@ from corral.sandboxes.base import (
     SandboxProvider,
     SandboxSpec,
 )
-from corral.sandboxes.local_namespace import Bubblewrap, Contained, find_bubblewrap
+from corral.sandboxes.local_namespace import SYSTEM_FOLDERS, Bubblewrap, Contained, find_bubblewrap
 from corral.sandboxes.local_procs import (
     UidPool,
     as_uid,
@@ -223,6 +223,21 @@ class LocalSandbox(Sandbox):
         return self._env.process
 
 
+def installation_of(program: str) -> list[Path]:
+    """The folders a program named by its absolute path needs to run in a namespace, outside
+    the system's: the installation it sits in (the folder above its `bin/`, else its own), and
+    that of the file it links to. So `/venv/bin/python` brings its virtualenv and the
+    interpreter that links to; `python3` (looked up on PATH) brings nothing."""
+    if not os.path.isabs(program):
+        return []
+    found = []
+    for path in dict.fromkeys((Path(program), Path(os.path.realpath(program)))):
+        top = path.parent.parent if path.parent.name == "bin" else path.parent
+        if not any(top.is_relative_to(folder) for folder in SYSTEM_FOLDERS) and top != Path("/"):
+            found.append(top)
+    return found
+
+
 class LocalProvider(SandboxProvider):
     """Runs each episode's env as a child process in a fresh folder (see the module docstring)."""
 
@@ -311,10 +326,11 @@ class LocalProvider(SandboxProvider):
         return list(self._copies.get(spec, (spec.context_dir, _SDK_ROOT)))
 
     def visible(self, spec: SandboxSpec) -> list[Path]:
-        """What an env's namespace sees read-only besides the system: its folder and corral's SDK
-        (the env package and errors.py alone, not the rest of corral)."""
+        """What an env's namespace sees read-only besides the system: its folder, corral's SDK
+        (the env package and errors.py alone, not the rest of corral), and the installation of
+        a program its command names by an absolute path (installation_of)."""
         env, sdk = self.import_path(spec)
-        return [env, sdk / "corral" / "env", sdk / "corral" / "errors.py"]
+        return [env, sdk / "corral" / "env", sdk / "corral" / "errors.py", *installation_of(spec.command[0])]
 
     def _copy_readable(self, spec: SandboxSpec) -> None:
         self._make_root()
