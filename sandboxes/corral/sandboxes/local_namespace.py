@@ -127,7 +127,11 @@ class Contained:
                                                            start_new_session=True, **popen)
             os.close(write)
             write = -1
-            info = await _read_to_end(read)
+            try:
+                info = await _read_to_end(read)
+            except BaseException:  # cancelled while it started: bwrap dies, its namespace with it (--die-with-parent)
+                kill_group(process.pid)
+                raise
         finally:
             os.close(read)
             if write >= 0:
