@@ -52,11 +52,22 @@ def one_host_pid(word: str, timeout_s: float = 10.0) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         pids = host_pids(word)
-        if pids:
-            assert len(pids) == 1, pids
-            return pids[0]
+        # A shell's fork, before it runs its command, has the shell's command line too.
+        parents = {pid: parent_of(pid) for pid in pids}
+        shells = [pid for pid, parent in parents.items() if parent is not None and parent not in parents]
+        if shells:
+            assert len(shells) == 1, shells
+            return shells[0]
         time.sleep(0.05)
     raise AssertionError(f"no process with {word} on its command line started within {timeout_s:.0f}s")
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent of `pid`, None once it has ended."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
 
 
 def gone(pid: int, timeout_s: float = 10.0) -> bool:
