@@ -29,6 +29,7 @@ from corral.server.harbor.hosted import HarborProvider
 from corral.server.harbor.loader import POLICIES
 from corral.server.harbor.oracle import check_tasks, report
 from corral.server.scaffold import starter_files, write_starter
+from corral.server.serve_token import serve_token
 from corral.server.served import ServedBundle, ServeOptions, default_instance
 
 app = typer.Typer(
@@ -148,7 +149,11 @@ def serve(
 ) -> None:
     """Serve every task of a bundle over OpenEnv's WebSocket protocol and Task API."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    token = _token(ctx, token, token_file)
+    try:  # by its name: typer carries a copy of click whose ParameterSource is not click's own
+        token = serve_token(token, token_file,
+                            on_command_line=getattr(ctx.get_parameter_source("token"), "name", "") == "COMMANDLINE")
+    except ConfigError as error:
+        _fail(str(error))
     options = ServeOptions(
         sandbox=sandbox, max_concurrent_envs=max_concurrent_envs, reward=reward,
         tool_timeout_s=tool_timeout, reset_timeout_s=reset_timeout, token=token,
@@ -346,28 +351,6 @@ def _open_or_exit(bundle: Path, options: ServeOptions) -> ServedBundle:
         raise typer.Exit(1) from None
     except ConfigError as error:
         _fail(str(error))
-
-
-def _token(ctx: typer.Context, token: str | None, token_file: Path | None) -> str | None:
-    """The server's token: from --token-file, CORRAL_TOKEN or --token (warned about: every
-    process on this machine can read a command line)."""
-    # By name: typer carries a copy of click whose ParameterSource is not click's own.
-    on_command_line = getattr(ctx.get_parameter_source("token"), "name", None) == "COMMANDLINE"
-    if token_file is not None:
-        if on_command_line:
-            _fail("give the token one way: --token-file FILE, or CORRAL_TOKEN")
-        try:
-            token = token_file.read_text().split("\n", 1)[0].strip()
-        except OSError as error:
-            _fail(f"cannot read --token-file {token_file} ({error.strerror or error}); give a file this user may read")
-        if not token:
-            _fail(f"--token-file {token_file} is empty; write the token on its first line")
-        return token
-    if token is not None and on_command_line:
-        logging.getLogger("corral.server").warning(
-            "--token on the command line can be read by every process on this machine (/proc/PID/cmdline), "
-            "an env's included where it is not isolated; pass it with --token-file FILE or CORRAL_TOKEN instead")
-    return token
 
 
 def _refuse_bad_call(bundle: Path, sandbox: str, network: str | None = None) -> None:
