@@ -4,8 +4,9 @@
     .venv/bin/python bench/sandboxes.py --concurrent 64    # a lighter hold test
 
 Serves the `plain` task of tests/fixtures/dockerbox (one tool, `say`) in this process and
-plays it over raw WebSocket frames, for the local provider, docker cold (no pool) and docker
-with a warm pool:
+plays it over raw WebSocket frames, for the local provider (in its namespaces, and without
+them: bwrap hidden from PATH, as on a machine without bubblewrap), docker cold (no pool) and
+docker with a warm pool:
 
 1. reset-to-first-prompt p50 and p95 over `--resets` sequential resets (for the warm pool,
    each reset waits until the pool is full again, so every reset finds a warm container);
@@ -21,8 +22,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
+import shutil
 import statistics
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from websockets.asyncio.client import connect
@@ -116,6 +122,29 @@ async def hold(server: EmbeddedServer, count: int) -> tuple[int, int, float]:
     return scored, errors, opening
 
 
+@contextlib.contextmanager
+def path_without_bubblewrap() -> Iterator[None]:
+    """PATH as it is, less bwrap: a folder linking every other program of the folders that hold
+    it, in their place. The local provider then finds no bwrap, as where it is not installed."""
+    saved = os.environ["PATH"]
+    farm = Path(tempfile.mkdtemp(prefix="corral-bench-no-bwrap-"))
+    farm.chmod(0o755)  # a server running as root runs envs as other uids
+    kept = []
+    for folder in saved.split(os.pathsep):
+        if not (Path(folder) / "bwrap").exists():
+            kept.append(folder)
+            continue
+        for program in Path(folder).iterdir():
+            if program.name != "bwrap" and not (farm / program.name).exists():
+                (farm / program.name).symlink_to(program)
+    os.environ["PATH"] = os.pathsep.join([str(farm), *kept])
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = saved
+        shutil.rmtree(farm)
+
+
 def quantiles(latencies: list[float]) -> str:
     ordered = sorted(latencies)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
@@ -128,23 +157,30 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0, help="how long the 8 sessions play")
     parser.add_argument("--concurrent", type=int, default=256, help="docker episodes held at once")
     parser.add_argument("--warm-pool", type=int, default=SESSIONS, help="warm containers per env")
-    parser.add_argument("--only", choices=["local", "docker cold", "docker warm"], action="append",
+    parser.add_argument("--only", choices=["local", "local, no namespace", "docker cold", "docker warm"], action="append",
                         help="measure only these configurations (repeatable)")
     args = parser.parse_args()
 
-    configurations = [("local", "local", 0), ("docker cold", "docker", 0), ("docker warm", "docker", args.warm_pool)]
+    configurations = [("local", "local", 0), ("local, no namespace", "local", 0), ("docker cold", "docker", 0),
+                      ("docker warm", "docker", args.warm_pool)]
     configurations = [c for c in configurations if not args.only or c[0] in args.only]
     medians = {}
     for label, sandbox, pool in configurations:
-        server = EmbeddedServer(BUNDLE, ServeOptions(sandbox=sandbox, warm_pool=pool, max_concurrent_envs=SESSIONS))
+        hidden = path_without_bubblewrap() if label == "local, no namespace" else contextlib.nullcontext()
+        with hidden:  # the provider looks for bwrap once, when it is made
+            server = EmbeddedServer(BUNDLE, ServeOptions(sandbox=sandbox, warm_pool=pool, max_concurrent_envs=SESSIONS,
+                                                         unsafe_local_shell=label == "local, no namespace"))
         try:
             latencies = asyncio.run(reset_latencies(server, args.resets, pool))
             rate = asyncio.run(throughput(server, args.seconds))
         finally:
             server.stop()
         medians[label] = statistics.median(latencies)
-        print(f"{label:12s} reset-to-first-prompt {quantiles(latencies)}   {SESSIONS} sessions: {rate:6.1f} episodes/s",
+        print(f"{label:20s} reset-to-first-prompt {quantiles(latencies)}   {SESSIONS} sessions: {rate:6.1f} episodes/s",
               flush=True)
+    if {"local", "local, no namespace"} <= medians.keys():
+        print(f"local reset p50 in namespaces is {medians['local'] / medians['local, no namespace']:.2f}x "
+              "that without them")
     if {"docker cold", "docker warm"} <= medians.keys():
         print(f"warm-pool reset is {medians['docker cold'] / medians['docker warm']:.0f}x faster than a cold deploy")
 

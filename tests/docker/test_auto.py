@@ -25,8 +25,8 @@ def test_auto_falls_back_to_local_processes_when_no_engine_answers(monkeypatch, 
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
     with caplog.at_level(logging.INFO, logger="corral.sandboxes"):
         provider = make_provider("auto")
-    assert (provider.kind, provider.isolated) == ("local", False)
-    assert "sandbox: local processes (the embedded default; not an isolation boundary)" in caplog.text
+    assert (provider.kind, provider.isolated) == ("local", True)  # bubblewrap runs here (CI installs it)
+    assert "sandbox: local processes, each episode in namespaces of its own (bubblewrap)" in caplog.text
 
 
 def test_docker_without_an_engine_is_refused_with_the_fix(monkeypatch, tmp_path):

@@ -21,7 +21,7 @@ def test_health_counts_the_sandboxes_running_episodes(serve, no_leftover_env_pro
         "status": "healthy",
         "sessions": 0,
         "max_sessions": 3,
-        "sandbox": {"kind": "local", "isolated": False, "live": 0, "warm": {}},
+        "sandbox": {"kind": "local", "isolated": True, "live": 0, "warm": {}},  # bubblewrap runs here (CI installs it)
     }
     assert get(server, "/metadata")["sandbox"] == "local"
     with Bundle(server.url, split="toy") as env:
@@ -35,4 +35,4 @@ def test_health_counts_the_sandboxes_running_episodes(serve, no_leftover_env_pro
     while (health := get(server, "/health"))["sessions"] + health["sandbox"]["live"] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert health["sessions"] == 0
-    assert health["sandbox"] == {"kind": "local", "isolated": False, "live": 0, "warm": {}}
+    assert health["sandbox"] == {"kind": "local", "isolated": True, "live": 0, "warm": {}}

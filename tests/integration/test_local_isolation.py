@@ -1,9 +1,10 @@
-"""What the local sandbox keeps apart, though it is no isolation boundary (docs/sandboxes.md).
+"""What the local sandbox keeps beside its namespaces (tests/integration/test_local_namespace.py;
+docs/sandboxes.md).
 
-An env gets none of the server's environment; as root, each episode's env runs as a uid of
-its own, so no episode reads another's folder; nothing an episode started outlives it; a
-restarted server removes what a killed one of its instance left; and a second server of an
-instance that is served already refuses. Played with shellfix's `bash` tool, as an agent would.
+An env gets none of the server's environment; a server killed with SIGKILL takes its episodes'
+processes with it, and a restarted one removes the folders it left; a server of another user
+than root works the same; and a second server of an instance that is served already refuses.
+Played with shellfix's `bash` tool, as an agent would.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import os
 import re
 import stat
 import subprocess
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from tests.conftest import BUNDLES, FIXTURES, serving, skip_or_fail_under_ci
+from tests.episode_processes import bash, detached, gone
 from tests.servers import (
     NOBODY,
     corral_command,
@@ -29,7 +30,7 @@ from tests.servers import (
     stop,
     wait_until_serving,
 )
-from tests.wire import called, opened, ws
+from tests.wire import opened, ws
 
 SHELLFIX = BUNDLES / "shellfix"
 
@@ -42,31 +43,6 @@ def as_root() -> None:
 
 as_root_only = pytest.mark.usefixtures("as_root")
 SERVER_USERS = [pytest.param(None, id="root"), pytest.param(NOBODY, id="nobody")]
-
-
-def bash(socket, command: str) -> str:
-    """The output of `command` run by the episode's env, without its exit status line."""
-    return called(socket, "bash", command=command).result.rsplit("\n", 1)[0]
-
-
-def detached(socket, command: str, escape: str = "setsid") -> int:
-    """Start `command` in a session of its own from the episode's env; its pid, once it has
-    left bash's process group (killed before, it would not outlive the call)."""
-    return int(bash(socket, f"{escape} {command} < /dev/null > /dev/null 2>&1 & p=$!; "
-                            'until [ "$(cut -d" " -f6 /proc/$p/stat)" = "$p" ]; do sleep 0.01; done; echo $p'))
-
-
-def gone(pid: int, timeout_s: float = 10.0) -> bool:
-    """Whether `pid` has ended (a zombie waiting for its parent counts) within `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                return True
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.fixture(scope="module")
@@ -89,34 +65,6 @@ def test_an_env_gets_none_of_the_server_s_environment(monkeypatch):
 
 
 @as_root_only
-def test_as_root_an_episode_cannot_read_another_s_folder(shellfix):
-    with ws(shellfix) as first, ws(shellfix) as second:
-        opened(first, task_id="shellfix-median")
-        opened(second, task_id="shellfix-median")
-        folder = bash(first, "echo secret > secret.txt; pwd")
-
-        uids = {bash(first, "id -u"), bash(second, "id -u")}
-        read = bash(second, f"cat {folder}/secret.txt; ls {folder}; ls {Path(folder).parent.parent}")
-
-    assert len(uids) == 2 and "0" not in uids
-    assert read.count("Permission denied") == 3 and "secret" not in read.replace("secret.txt", "")
-
-
-@pytest.mark.parametrize("escape", ["setsid", "setsid env -i"])
-def test_a_detached_process_is_gone_once_its_episode_ends(shellfix, escape):
-    if escape == "setsid env -i" and os.geteuid() != 0:
-        skip_or_fail_under_ci("a process that clears its environment escapes a server that is not root "
-                              "(docs/sandboxes.md; CI runs the tests as root)")
-    with ws(shellfix) as socket:
-        opened(socket, task_id="shellfix-median")
-        pid = detached(socket, "sleep 600", escape)
-        assert not gone(pid, timeout_s=0.5)  # it outlived its bash call
-        called(socket, "end_turn", response="done")
-
-    assert gone(pid)
-
-
-@as_root_only
 @pytest.mark.parametrize("uid", SERVER_USERS)
 def test_a_restarted_server_removes_what_a_killed_one_of_its_instance_left(uid, tmp_path):
     port, instance = free_port(), f"isolation-{os.getpid()}-{uid}"
@@ -124,7 +72,7 @@ def test_a_restarted_server_removes_what_a_killed_one_of_its_instance_left(uid, 
     try:
         with ws(SimpleNamespace(url=wait_until_serving(first, port))) as socket:
             opened(socket, task_id="shellfix-median")
-            pid = detached(socket, "sleep 600")
+            pid = detached(socket)
             folder = Path(bash(socket, "pwd")).parent
             # The instance's folder: as root, each env's uid may pass through it to its own and
             # list nothing; a server of another user keeps it to itself.
@@ -132,12 +80,13 @@ def test_a_restarted_server_removes_what_a_killed_one_of_its_instance_left(uid, 
             assert stat.S_IMODE(folder.stat().st_mode) == (0o711 if uid is None else 0o700)  # the episode's
             assert stat.S_IMODE((folder / "stderr").stat().st_mode) == 0o600  # the env's last words: the server's
             kill(first)
-        assert folder.is_dir() and not gone(pid, timeout_s=0.5)  # SIGKILL: nothing removed them
+        # SIGKILL: nothing removed the folders; the episode's namespace died with the server
+        assert folder.is_dir() and gone(pid)
 
         second = corral_serve(SHELLFIX, port, "--sandbox", "local", "--instance", instance, uid=uid)
         try:
             wait_until_serving(second, port)
-            assert gone(pid, timeout_s=1) and not folder.exists()
+            assert not folder.exists()
         finally:
             stop(second)
     finally:
@@ -179,7 +128,8 @@ def test_a_user_other_than_root_checks_a_bundle_and_starts_envs_in_a_folder_of_i
     ran = subprocess.run(command, env=environ, cwd="/", capture_output=True, text=True, timeout=120, check=False)
     assert (ran.returncode, ran.stdout.splitlines()) == (0, [
         "True 0o700",
-        "could not start '/no-such-command' for env missing: [Errno 2] No such file or directory: '/no-such-command'",
+        ("could not start '/no-such-command' for env missing: [Errno 2] No such file or directory in the sandbox's "
+         "view: '/no-such-command'"),
     ]), ran.stderr
 
 

@@ -97,12 +97,12 @@ def test_the_local_provider_counts_its_live_sandboxes_and_builds_nothing(no_left
             prepared = await provider.prepare(TOY_SPEC)
             assert (prepared.image, prepared.built) == (None, False)
             assert 0 <= prepared.seconds <= time.monotonic() - began
-            assert provider.status() == ProviderStatus("local", isolated=False, live=0, warm={})
+            assert provider.status() == ProviderStatus("local", isolated=True, live=0, warm={})
             first = await provider.start(TOY_SPEC, {"corral.session": "s1", "corral.episode": "e1"})
             second = await provider.start(TOY_SPEC)
             assert provider.status().live == 2
             await first.close()
-            assert provider.status() == ProviderStatus("local", isolated=False, live=1, warm={})
+            assert provider.status() == ProviderStatus("local", isolated=True, live=1, warm={})
             await second.close()
             assert provider.status().live == 0
         finally:

@@ -116,13 +116,16 @@ class Bundle:
         keepalive: float = 20.0,
         warm_pool: int = 0,
         record_dir: str | Path | None = None,
+        unsafe_local_shell: bool = False,
     ) -> Bundle:
         """Serve the bundle at `path` in this process (on a free loopback port) and open it.
 
         `sandbox` is `auto` (docker when an engine answers, else local processes), `docker`,
         `local` or `modal` (Modal's cloud, with Modal's credentials); `warm_pool` keeps that many started sandboxes per env; `record_dir`
         records every episode there (`corral serve --record`). `reward`, `tool_timeout` and
-        `reset_timeout` are the server's settings here."""
+        `reset_timeout` are the server's settings here. `unsafe_local_shell=True` lets local
+        processes serve envs that give the agent a shell where bubblewrap cannot contain them
+        (`corral serve --unsafe-local-shell`; docs/sandboxes.md)."""
         try:  # imported here: the server is optional for a client
             from corral.server.embedded import EmbeddedServer
             from corral.server.served import ServeOptions
@@ -133,7 +136,8 @@ class Bundle:
             ) from None
         options = ServeOptions(sandbox=sandbox, max_concurrent_envs=max_concurrent_envs, reward=reward,
                                tool_timeout_s=tool_timeout, reset_timeout_s=reset_timeout, warm_pool=warm_pool,
-                               record_dir=Path(record_dir) if record_dir is not None else None)
+                               record_dir=Path(record_dir) if record_dir is not None else None,
+                               unsafe_local_shell=unsafe_local_shell)
         server = EmbeddedServer(Path(path), options, ws_ping_interval=keepalive, ws_ping_timeout=keepalive)
         try:
             bundle = cls(server.url, split=split, keepalive=keepalive)

@@ -39,13 +39,15 @@ DOCKER_SOCKET = Path("/var/run/docker.sock")
 log = logging.getLogger("corral.sandboxes")
 
 
-def make_provider(kind: str, *, instance: str | None = None, warm_pool: int = 0) -> SandboxProvider:
+def make_provider(kind: str, *, instance: str | None = None, warm_pool: int = 0,
+                  unsafe_local_shell: bool = False) -> SandboxProvider:
     """The provider of `kind`; `auto` is docker when an engine answers, else local (never
     modal: a cloud that bills is chosen by name).
 
     `instance` is the server instance whose leftovers (containers, sandboxes, local folders
     and processes) the reaper may remove, and that no other live server may hold; `warm_pool`
-    is how many started sandboxes wait per env. Raises ConfigError for an unknown kind, for
+    is how many started sandboxes wait per env; `unsafe_local_shell` lets the local provider
+    serve envs that give the agent a shell where it cannot contain them (LocalProvider). Raises ConfigError for an unknown kind, for
     docker without the docker package or an engine that answers, and for modal without the
     modal package or Modal credentials.
     """
@@ -86,10 +88,13 @@ def make_provider(kind: str, *, instance: str | None = None, warm_pool: int = 0)
                     "--sandbox docker: no Docker engine answers (DOCKER_HOST, else /var/run/docker.sock); "
                     "start the engine, or serve with --sandbox local"
                 )
-        log.info("sandbox: local processes (the embedded default; not an isolation boundary)")
+    provider = LocalProvider(instance=instance, warm_pool=warm_pool, unsafe_local_shell=unsafe_local_shell)
+    if provider.isolated:
+        log.info("sandbox: local processes, each episode in namespaces of its own (bubblewrap)")
     else:
-        log.info("sandbox: local processes (not an isolation boundary)")
-    return LocalProvider(instance=instance, warm_pool=warm_pool)
+        log.warning("sandbox: local processes, NOT isolated (%s); envs that give the agent a shell are refused "
+                    "unless served with --unsafe-local-shell", provider.why_not_isolated)
+    return provider
 
 
 def _engine_address() -> str | None:

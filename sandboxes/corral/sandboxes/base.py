@@ -55,6 +55,9 @@ class SandboxSpec:
     scratch_mb: int = 64  # the size of each writable folder, where the provider limits it
     resources: Resources = field(default_factory=Resources)
     network: NetworkPolicy = "none"
+    # Whether a tool of the env runs what the agent writes or reads and writes files it names
+    # (a shell, an editor): the local provider serves such an env only where it can contain it.
+    agent_shell: bool = True
     # An image run as a whole machine (a Harbor task's): its own user, working folder and
     # variables, and a root filesystem the agent may write anywhere in, which a verifier's copy
     # then holds whole. None and False are corral's envs: a non-root user of the provider's, a
@@ -81,7 +84,7 @@ class ProviderStatus:
     """A provider's state for logs and /health."""
 
     kind: str  # "local", "docker", ...
-    isolated: bool  # whether a sandbox is an isolation boundary
+    isolated: bool  # whether a sandbox is an isolation boundary (local: whether its namespaces run here)
     live: int  # sandboxes started for episodes and not yet closed
     warm: dict[str, int] = field(default_factory=dict)  # started sandboxes waiting, per env name
 

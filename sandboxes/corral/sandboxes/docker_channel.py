@@ -12,7 +12,8 @@ The attach stream remains for start-up (the SDK goes in over stdin) and for stde
   nothing can connect after the env did. Before that, only a process that can list the
   folder's parent could find it: the parent is 0711 and the folder's name is random.
 - Paths: the engine resolves a bind mount's source on its own host. A server on the host uses
-  `$TMPDIR` (or `CORRAL_CHANNEL_DIR`); a server in a container needs a host folder mounted at
+  `$TMPDIR` (or `CORRAL_CHANNEL_DIR`), in a folder of its own it made or checked (runtime_dirs:
+  one another user made first is refused at start); a server in a container needs a host folder mounted at
   the same path in its container, named by `CORRAL_CHANNEL_DIR` (compose.yaml does this).
   When the engine lacks the folder (a bind source it cannot find), the provider falls back to
   the attach stream for every container, and says so once.
@@ -29,6 +30,9 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
+
+from corral.errors import ConfigError
+from corral.sandboxes.runtime_dirs import private_folder
 
 log = logging.getLogger("corral.sandboxes.docker")
 
@@ -47,10 +51,14 @@ class Channels:
         base = Path(directory or os.environ.get(DIRECTORY_VARIABLE) or tempfile.gettempdir())
         self.root = base / f"corral-channels-{instance}"
         self.usable = True  # until the engine shows it cannot see this folder
+        self._claimed = False
 
     def reap(self) -> int:
-        """Remove every channel folder a killed server of this instance left (blocking)."""
-        if not self.root.is_dir():
+        """Claim this instance's folder (ConfigError when it is another user's: see
+        runtime_dirs) and remove every channel folder a killed server of it left (blocking)."""
+        try:
+            self._claim()
+        except OSError:  # a folder it may not write: open() falls back to the attach stream, saying why
             return 0
         left = list(self.root.iterdir())
         for folder in left:
@@ -62,7 +70,11 @@ class Channels:
         attach stream from now on, when this server cannot make one here."""
         folder = self.root / secrets.token_hex(16)
         try:
-            self.root.mkdir(mode=0o711, parents=True, exist_ok=True)
+            self._claim()
+        except (ConfigError, OSError) as error:  # never a folder someone else could read or replace sockets in
+            self._give_up(str(error))
+            return None
+        try:
             folder.mkdir(mode=0o755)
             return Channel(folder)
         except OSError as error:  # a folder it may not write, a path too long for a socket (108 bytes)
@@ -70,6 +82,12 @@ class Channels:
             self._give_up(f"this server cannot make a socket in {self.root} ({error}); set {DIRECTORY_VARIABLE} "
                           "to a short folder it may write")
             return None
+
+    def _claim(self) -> None:
+        if not self._claimed:
+            self.root.parent.mkdir(parents=True, exist_ok=True)
+            private_folder(self.root, 0o711, fix=f"set {DIRECTORY_VARIABLE} to a folder of this user's")
+            self._claimed = True
 
     def unreachable(self, detail: str) -> None:
         """The engine cannot see this server's folders: every container from now on talks over

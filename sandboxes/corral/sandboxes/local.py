@@ -1,17 +1,28 @@
 """The local provider: one child process per episode, on this machine.
 
-This is the embedded default for laptops and CI. It is NOT an isolation boundary: an env
-shares this machine's network, kernel and every file its user may read. What it does:
+The embedded default for laptops and CI. Where bubblewrap runs (local_namespace), each
+episode is an isolation boundary for files, processes and the network: its env and all it
+starts see no network (loopback included: not corral's own API), their own processes alone,
+a fresh root with the system read-only, private /tmp, /var/tmp and /dev/shm, the env's folder
+and corral's SDK read-only and its work folder writable; nothing else of this machine's files
+(not the bundle's tests, not other episodes); and every process goes with the namespace when
+the episode ends. Not isolated even then: the kernel, CPU and memory (no limits), and what
+the system's folders and /etc show its user. Where bubblewrap cannot run, an env shares this
+machine's network and every file its user may read, so an env whose tools give the agent a
+shell (`SandboxSpec.agent_shell`) is refused unless the operator opts out
+(`unsafe_local_shell`). Either way:
 
 - Each episode gets a folder of its own under the instance's root,
-  `$TMPDIR/corral-<instance>/<env>-<id>/`, and its env runs in `work/` there (also its HOME)
-  with a minimal environment: PATH, LANG, the PYTHONPATH the SDK needs, and a marker
-  (`CORRAL_SANDBOX`, see local_procs); never the server's own variables (CORRAL_TOKEN...).
+  `$TMPDIR/corral-<instance>/<env>-<id>/` (the root made or checked by runtime_dirs), and its
+  env runs in `work/` there (also its HOME) with a minimal environment: PATH, LANG, the
+  PYTHONPATH the SDK needs, and a marker (`CORRAL_SANDBOX`, see local_procs); never the
+  server's own variables (CORRAL_TOKEN...).
 - A server running as root runs each episode's env as a uid of its own (local_procs), whose
-  folder (mode 0700) no other episode can read. A server running as another user runs every
-  env as itself: folders are 0700, which keeps other users out, not other episodes.
+  folder (mode 0700) no other episode can read; bwrap runs as that uid. A server running as
+  another user runs every env as itself.
 - When the episode ends, or before its command verifiers run, every process of the episode
-  goes: its process group, and every process carrying its marker (or, as root, its uid).
+  goes: its namespace; without one, its process group and every process carrying its marker
+  (or, as root, its uid). Command verifiers run on a copy, in fresh namespaces (local_verify).
 - A server holds its instance's root with a lock while it serves; a second server of the same
   instance refuses, and a restarted one removes what a killed one left (`reap_leftovers`).
 - With a warm pool (`warm_pool`), started envs that have answered `ping` wait for their
@@ -42,6 +53,7 @@ from corral.sandboxes.base import (
     SandboxProvider,
     SandboxSpec,
 )
+from corral.sandboxes.local_namespace import SYSTEM_FOLDERS, Bubblewrap, Contained, find_bubblewrap
 from corral.sandboxes.local_procs import (
     UidPool,
     as_uid,
@@ -49,10 +61,10 @@ from corral.sandboxes.local_procs import (
     kill_marked,
     kill_uid,
     minimal_environment,
-    private_folder,
     remove_tree,
 )
 from corral.sandboxes.local_verify import verify_on_a_copy
+from corral.sandboxes.runtime_dirs import private_folder
 from corral.sandboxes.warm_pool import WarmPools
 
 log = logging.getLogger("corral.sandboxes")
@@ -62,6 +74,7 @@ log = logging.getLogger("corral.sandboxes")
 # works without installing anything.
 _SDK_ROOT = Path(__file__).resolve().parents[2]
 LINE_LIMIT = 64 * 1024 * 1024  # one protocol line may carry a large tool result
+PROBE_UID = 65534  # a server running as root probes bwrap as a user without privileges, as its envs run
 
 
 class LocalSandbox(Sandbox):
@@ -75,41 +88,66 @@ class LocalSandbox(Sandbox):
         self.uid = uid
         self.marker = f"{provider.instance}/{folder.name}/"  # every process of the episode starts with it
         self.verifications = 0
-        self._process: asyncio.subprocess.Process | None = None
+        self._env: Contained | None = None  # the env's process, in namespaces where bwrap runs
         self._stderr = -1
         self._agent_stopped = False
         self._closed = False
 
     async def launch(self) -> None:
         """Make the episode's folders and start its env; raise SandboxError when it cannot start."""
-        spec = self.spec
+        spec, contained = self.spec, self.provider.bubblewrap is not None
         tmp, stderr_path = self.folder / "tmp", self.folder / "stderr"
         try:
             # As root, 0711: the episode's uid may pass through to its own folders, and list none.
             self.folder.mkdir(mode=0o711 if self.uid is not None else 0o700)
-            for path in (self.workdir, tmp):
-                self.own(path)
+            self.own(self.workdir)
+            if not contained:  # in namespaces, /tmp is a tmpfs of the episode's own
+                self.own(tmp)
             # The env writes it, the server reads it by position through the same descriptor:
             # the env cannot swap the file for a link to a secret.
             self._stderr = os.open(stderr_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         except OSError as error:
             raise SandboxError(f"could not make the folders of an episode of env {spec.env_name} in "
                                f"{self.provider.root}: {error}") from None
-        environ = minimal_environment(self.workdir, tmp, self.marker + "env")
-        environ.update(PYTHONPATH=os.pathsep.join(self.provider.import_path(spec)), PYTHONUNBUFFERED="1")
+        environ = minimal_environment(self.workdir, Path("/tmp") if contained else tmp, self.marker + "env")
+        environ.update(PYTHONPATH=os.pathsep.join(str(path) for path in self.provider.import_path(spec)),
+                       PYTHONUNBUFFERED="1")
         try:
-            self._process = await asyncio.create_subprocess_exec(
-                *as_uid(self.uid, spec.command), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=self._stderr, cwd=self.workdir, env=environ, start_new_session=True, limit=LINE_LIMIT,
-            )
+            self._env = await self.spawn(spec.command, cwd=self.workdir, environ=environ,
+                                         read_only=self.provider.visible(spec), writable=[self.workdir],
+                                         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                                         stderr=self._stderr, limit=LINE_LIMIT)
         except OSError as error:
             as_whom = (f" as uid {self.uid} (a server running as root runs each env as its own user: the bundle, "
                        "corral and the command must be readable by every user)") if self.uid is not None else ""
             raise SandboxError(f"could not start {spec.command[0]!r} for env {spec.env_name}{as_whom}: {error}") from None
 
+    async def spawn(self, command: Sequence[str], *, cwd: Path, environ: dict[str, str], read_only: Sequence[Path] = (),
+                    writable: Sequence[Path] = (), **popen) -> Contained:
+        """`command` as the episode's user: where bwrap runs, in namespaces of its own that see
+        the system, `read_only` and `writable` alone (local_namespace); else in a process group
+        of its own. `popen` goes to create_subprocess_exec. OSError when it cannot start."""
+        bubblewrap = self.provider.bubblewrap
+        if bubblewrap is not None:
+            return await Contained.start(bubblewrap, self.uid, command, cwd=cwd, read_only=read_only,
+                                         writable=writable, tmp_mb=self.spec.scratch_mb,
+                                         network=self.spec.network == "egress", env=environ, **popen)
+        process = await asyncio.create_subprocess_exec(*as_uid(self.uid, command), cwd=cwd, env=environ,
+                                                       start_new_session=True, **popen)
+        return Contained(process, None)
+
+    async def end(self, started: Contained, marker: str) -> None:
+        """End `started` and every process it started: its namespaces, else every process of
+        the episode marked `marker` (as root: of the episode's uid) and its process group."""
+        if self.provider.bubblewrap is not None:
+            await started.end()
+        else:
+            await self.stop(marker, pgid=started.process.pid)
+            await started.process.wait()
+
     @property
     def alive(self) -> bool:
-        return not self._closed and self._process is not None and self._process.returncode is None
+        return not self._closed and self._env is not None and self._env.process.returncode is None
 
     def own(self, path: Path, mode: int = 0o700) -> None:
         """Make `path` a folder of the episode's user."""
@@ -148,14 +186,14 @@ class LocalSandbox(Sandbox):
                      timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
         """On a copy of the env's folder, once every process of the episode is gone: see local_verify."""
         if not self._agent_stopped:
-            await self.stop(self.marker)
+            if self._env is not None:
+                await self.end(self._env, self.marker)
             self._agent_stopped = True
         return await verify_on_a_copy(self, files, command, timeout_s=timeout_s, keep=max_output_chars)
 
     async def stop(self, marker: str, pgid: int | None = None) -> None:
-        """Kill every process of the episode marked with `marker` (the env's process group too)."""
-        if self._process is not None:
-            kill_group(self._process.pid)
+        """Without namespaces: kill every process marked with `marker` (as root: of the
+        episode's uid), and the process group `pgid`."""
         if pgid is not None:
             kill_group(pgid)
         if self.uid is not None:
@@ -170,9 +208,8 @@ class LocalSandbox(Sandbox):
         self.provider.running.discard(self)
         self.provider.waiting.discard(self)
         try:
-            await self.stop(self.marker)
-            if self._process is not None:
-                await self._process.wait()
+            if self._env is not None:
+                await self.end(self._env, self.marker)
         finally:
             if self._stderr >= 0:
                 os.close(self._stderr)
@@ -182,22 +219,41 @@ class LocalSandbox(Sandbox):
                 self.provider.uids.release(self.uid)
 
     def _running(self) -> asyncio.subprocess.Process:
-        assert self._process is not None
-        return self._process
+        assert self._env is not None
+        return self._env.process
+
+
+def installation_of(program: str) -> list[Path]:
+    """The folders a program named by its absolute path needs to run in a namespace, outside
+    the system's: the installation it sits in (the folder above its `bin/`, else its own), and
+    that of the file it links to. So `/venv/bin/python` brings its virtualenv and the
+    interpreter that links to; `python3` (looked up on PATH) brings nothing."""
+    if not os.path.isabs(program):
+        return []
+    found = []
+    for path in dict.fromkeys((Path(program), Path(os.path.realpath(program)))):
+        top = path.parent.parent if path.parent.name == "bin" else path.parent
+        if not any(top.is_relative_to(folder) for folder in SYSTEM_FOLDERS) and top != Path("/"):
+            found.append(top)
+    return found
 
 
 class LocalProvider(SandboxProvider):
     """Runs each episode's env as a child process in a fresh folder (see the module docstring)."""
 
     kind = "local"
-    isolated = False
 
-    def __init__(self, *, instance: str | None = None, warm_pool: int = 0) -> None:
+    def __init__(self, *, instance: str | None = None, warm_pool: int = 0, unsafe_local_shell: bool = False) -> None:
         # Without a name (a one-off `corral check`), a unique one: it must never reap a server's.
         self.named = instance is not None
         self.instance = "".join(c if c.isalnum() or c in "_.-" else "-" for c in instance or f"once-{uuid.uuid4().hex[:8]}")
         self.root = Path(tempfile.gettempdir()) / f"corral-{self.instance}"
         self.uids = UidPool() if local_procs.running_as_root() else None
+        found = find_bubblewrap(PROBE_UID if self.uids is not None else None)  # as the envs will run it
+        self.bubblewrap = found if isinstance(found, Bubblewrap) else None
+        self.why_not_isolated = found if isinstance(found, str) else ""
+        self.isolated = self.bubblewrap is not None
+        self.unsafe_local_shell = unsafe_local_shell
         self.running: set[LocalSandbox] = set()
         self._pools: WarmPools[LocalSandbox] = WarmPools(warm_pool, self._start_warm)
         self.waiting: set[LocalSandbox] = set()  # started for a pool, not yet taken: not live
@@ -237,18 +293,44 @@ class LocalProvider(SandboxProvider):
         self._root_made = True
 
     async def prepare(self, spec: SandboxSpec, progress: Progress = log.info) -> Prepared:
-        """As root: copy the env's folder and corral's SDK where every env's uid can read them
+        """Refuse an env that gives the agent a shell where it would not be contained (below).
+        As root: copy the env's folder and corral's SDK where every env's uid can read them
         (the originals may sit in a folder of root's, as pytest's and pyenv's do); an edit
         takes effect on restart, as with docker's images. Otherwise nothing: the env imports
         its folder as it is."""
         began = time.monotonic()
+        self._refuse_uncontained_shell(spec)
         if self.uids is not None and spec not in self._copies:
             await asyncio.to_thread(self._copy_readable, spec)
         return Prepared(spec.env_name, image=None, built=False, seconds=time.monotonic() - began)
 
-    def import_path(self, spec: SandboxSpec) -> list[str]:
+    def _refuse_uncontained_shell(self, spec: SandboxSpec) -> None:
+        """ConfigError for an env whose tools give the agent a shell or files (`agent_shell`)
+        when its processes would share this machine's files and network: bwrap cannot run, or
+        the env asks for egress (which shares loopback too); unless the operator said so."""
+        if not spec.agent_shell or self.unsafe_local_shell:
+            return
+        if self.bubblewrap is None:
+            why = f"the local sandbox cannot isolate it here: {self.why_not_isolated}"
+            fix = "install bubblewrap (apt-get install bubblewrap)"
+        elif spec.network == "egress":
+            why = "it asks for network egress, which a local env shares with this machine, loopback included"
+            fix = "set network = \"none\" in its env.toml"
+        else:
+            return
+        raise ConfigError(f"env {spec.env_name} gives the agent a shell or files (agent_shell in its env.toml) and "
+                          f"{why}; {fix}, serve with --sandbox docker, or accept the risk with --unsafe-local-shell")
+
+    def import_path(self, spec: SandboxSpec) -> list[Path]:
         """The env's PYTHONPATH: its folder, then the folder that holds corral's SDK."""
-        return [str(path) for path in self._copies.get(spec, (spec.context_dir, _SDK_ROOT))]
+        return list(self._copies.get(spec, (spec.context_dir, _SDK_ROOT)))
+
+    def visible(self, spec: SandboxSpec) -> list[Path]:
+        """What an env's namespace sees read-only besides the system: its folder, corral's SDK
+        (the env package and errors.py alone, not the rest of corral), and the installation of
+        a program its command names by an absolute path (installation_of)."""
+        env, sdk = self.import_path(spec)
+        return [env, sdk / "corral" / "env", sdk / "corral" / "errors.py", *installation_of(spec.command[0])]
 
     def _copy_readable(self, spec: SandboxSpec) -> None:
         self._make_root()

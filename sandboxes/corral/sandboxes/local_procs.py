@@ -25,7 +25,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from corral.errors import ConfigError, SandboxError
+from corral.errors import SandboxError
+from corral.sandboxes.runtime_dirs import private_folder
 
 MARKER = "CORRAL_SANDBOX"
 KILL_ROUNDS = 5  # a process may fork while the last round went by: look again, a few times
@@ -136,17 +137,6 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def private_folder(path: Path, mode: int) -> None:
-    """Make `path` a folder of this user's with `mode`; refuse one that is someone else's or a
-    link (in a shared /tmp another user could have made it first)."""
-    path.mkdir(mode=mode, exist_ok=True)
-    info = path.lstat()
-    if not path.is_dir() or path.is_symlink() or info.st_uid != os.geteuid():
-        raise ConfigError(f"{path} exists and is not a folder of this user's; remove it, or serve with "
-                          "another --instance")
-    path.chmod(mode)
-
-
 class UidPool:
     """Uids for episodes of a root server: one each, held (a lock on a file) while it lives."""
 
@@ -168,7 +158,7 @@ class UidPool:
             os.close(fd)  # closing the file drops its lock
 
     def _lock_one(self) -> int:
-        private_folder(UIDS_DIR, 0o700)
+        private_folder(UIDS_DIR, 0o700, fix="set TMPDIR to a folder of root's alone")
         # The lowest free one: a few lock files cover a server's life, whatever its episode count.
         for uid in range(UID_BASE, UID_BASE + UID_COUNT):
             if uid in self._held or _is_a_user(uid):

@@ -11,11 +11,15 @@
   (`scratch_mb` per writable folder); more is the agent's doing and fails the verifier.
 - `tmp/`: the command's TMPDIR; `home/`: its HOME.
 
-Bytecode is removed from the copy (pristine.BYTECODE). The command runs in `work/` as the
-env's user, with the minimal environment envs get made pristine (pristine.py), in a
-process group of its own; at its deadline, or when it ends, every process marked as the
-verifier's (or, as root, of the env's uid) is killed. The verdict is its exit status, which
-the server reads as the command's parent.
+Bytecode is removed from the copy (pristine.BYTECODE). The copy and the command each run as
+the env's user, with the minimal environment envs get, made pristine (pristine.py).
+Where bwrap runs (local_namespace), each in fresh namespaces that see the system read-only
+and nothing of this machine's files but what it needs: the copy, the agent's `work/`
+(read-only) and the new `work/`; the command, `files/` (read-only), the new `work/` and
+`tmp/` and `home/`; so nothing the agent left can reach them, and when each ends its namespace goes with
+every process in it. Elsewhere, in a process group of their own, and at the deadline or the
+end every process marked as the verifier's (or, as root, of the env's uid) is killed. The
+verdict is the command's exit status, which the server reads as its parent.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from pathlib import Path
 from typing import Protocol
 
 from corral.sandboxes.base import CommandResult, SandboxSpec
-from corral.sandboxes.local_procs import as_uid, minimal_environment, remove_tree
+from corral.sandboxes.local_namespace import Contained
+from corral.sandboxes.local_procs import minimal_environment, remove_tree
 from corral.sandboxes.pristine import pristine_environment, remove_bytecode
 
 SETUP_TIMEOUT_S = 120.0  # copying the env's folder: the platform's part, apart from the command's deadline
@@ -47,7 +52,10 @@ class Episode(Protocol):
 
     def own(self, path: Path, mode: int = 0o700) -> None: ...
 
-    async def stop(self, marker: str, pgid: int | None = None) -> None: ...
+    async def spawn(self, command: Sequence[str], *, cwd: Path, environ: dict[str, str],
+                    read_only: Sequence[Path] = (), writable: Sequence[Path] = (), **popen) -> Contained: ...
+
+    async def end(self, started: Contained, marker: str) -> None: ...
 
 
 async def verify_on_a_copy(sandbox: Episode, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]],
@@ -56,40 +64,42 @@ async def verify_on_a_copy(sandbox: Episode, files: Mapping[str, bytes], command
     sandbox.verifications += 1
     where = sandbox.folder / f"verify-{sandbox.verifications}"
     where.mkdir(mode=0o755)  # listable by the env's uid: Landlock-using runners grant what they can list
+    files_dir, work, tmp, home = where / "files", where / "work", where / "tmp", where / "home"
     try:
-        await asyncio.to_thread(write_files, where / "files", files)
-        sandbox.own(where / "work")
-        sandbox.own(where / "tmp")
+        await asyncio.to_thread(write_files, files_dir, files)
+        for folder in (work, tmp, home):
+            sandbox.own(folder)
         most = sandbox.spec.scratch_mb * max(1, len(sandbox.spec.writable))
         if await asyncio.to_thread(larger_than, sandbox.workdir, most * 2**20):
             return CommandResult(1, f"[corral] the env's folder holds more than {most} MB (scratch_mb in env.toml "
                                     "bounds each writable folder); nothing was verified")
         marker = f"{sandbox.marker}verify-{sandbox.verifications}"
-        sandbox.own(where / "home")
-        environ = pristine_environment(minimal_environment(where / "work", where / "tmp", marker),
-                                       home=str(where / "home"))
-        copied = await _run(sandbox, ["cp", "-a", f"{sandbox.workdir}/.", str(where / "work")], cwd=Path("/"),
-                            environ=environ, marker=marker, timeout_s=SETUP_TIMEOUT_S, keep=2000)
+        environ = pristine_environment(minimal_environment(work, tmp, marker), home=str(home))
+        copied = await _run(sandbox, ["cp", "-a", f"{sandbox.workdir}/.", str(work)], cwd=work, environ=environ,
+                            read_only=[sandbox.workdir], writable=[work], marker=marker, timeout_s=SETUP_TIMEOUT_S,
+                            keep=2000)
         if copied.exit_code != 0:
             return CommandResult(1, f"[corral] the agent's files could not be copied for verifying: {copied.output}")
-        await asyncio.to_thread(remove_bytecode, where / "work")  # none of the agent's processes is left
-        return await _run(sandbox, list(command(str(where / "files"))), cwd=where / "work", environ=environ,
-                          marker=marker, timeout_s=timeout_s, keep=keep)
+        await asyncio.to_thread(remove_bytecode, work)  # no process of the agent's is left to race it
+        return await _run(sandbox, list(command(str(files_dir))), cwd=work, environ=environ, read_only=[files_dir],
+                          writable=[work, tmp, home], marker=marker, timeout_s=timeout_s, keep=keep)
     finally:
         await asyncio.to_thread(remove_tree, where)
 
 
-async def _run(sandbox: Episode, command: Sequence[str], *, cwd: Path, environ: dict[str, str], marker: str,
-               timeout_s: float, keep: int) -> CommandResult:
-    """`command` as the episode's user; its exit code (None at the deadline) and output's tail.
-    Everything it started is killed when it ends."""
+async def _run(sandbox: Episode, command: Sequence[str], *, cwd: Path, environ: dict[str, str],
+               read_only: Sequence[Path], writable: Sequence[Path], marker: str, timeout_s: float,
+               keep: int) -> CommandResult:
+    """`command` as the episode's user, seeing `read_only` and `writable` where it runs in
+    namespaces (else everything its user may); its exit code (None at the deadline) and its
+    output's tail. Everything it started is killed when it ends."""
     try:
-        process = await asyncio.create_subprocess_exec(
-            *as_uid(sandbox.uid, command), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, cwd=cwd, env=environ, start_new_session=True,
-        )
+        started = await sandbox.spawn(command, cwd=cwd, environ=environ, read_only=read_only, writable=writable,
+                                      stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                                      stderr=asyncio.subprocess.STDOUT)
     except OSError as error:
         return CommandResult(exit_code=127, output=f"could not run {command[0]!r}: {error}")
+    process = started.process
     output = bytearray()
 
     async def read() -> None:
@@ -108,8 +118,7 @@ async def _run(sandbox: Episode, command: Sequence[str], *, cwd: Path, environ: 
         exit_code = None
     finally:
         # Also on cancellation (the session went away): nothing the command started stays.
-        await sandbox.stop(marker, pgid=process.pid)
-        await process.wait()
+        await sandbox.end(started, marker)
         await asyncio.wait([reader], timeout=OUTPUT_GRACE_S)
         reader.cancel()
     return CommandResult(exit_code, output.decode("utf-8", errors="replace")[-keep:])

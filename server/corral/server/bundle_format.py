@@ -51,6 +51,10 @@ class EnvConfig(_Strict):
     # where the agent edits a repository) is a writable tmpfs of scratch_mb (docs/sandboxes.md)
     writable: list[Annotated[str, Field(pattern=r"^/.+$")]] = Field(default_factory=list)
     scratch_mb: int = Field(default=64, ge=1)
+    # Whether a tool runs what the agent writes, or reads and writes files it names (a shell,
+    # an editor). corral cannot tell what a tool does, so it assumes so unless told otherwise;
+    # where the local sandbox cannot contain such an env, it refuses to serve it (docs/sandboxes.md).
+    agent_shell: bool = True
 
 
 class Task(_Strict):

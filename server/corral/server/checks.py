@@ -37,6 +37,7 @@ def sandbox_spec(env: BundleEnv) -> SandboxSpec:
         scratch_mb=config.scratch_mb,
         resources=env.resources,
         network=config.network,
+        agent_shell=config.agent_shell,
     )
 
 

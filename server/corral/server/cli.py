@@ -29,6 +29,7 @@ from corral.server.harbor.hosted import HarborProvider
 from corral.server.harbor.loader import POLICIES
 from corral.server.harbor.oracle import check_tasks, report
 from corral.server.scaffold import starter_files, write_starter
+from corral.server.serve_token import serve_token
 from corral.server.served import ServedBundle, ServeOptions, default_instance
 
 app = typer.Typer(
@@ -38,6 +39,8 @@ app = typer.Typer(
 )
 
 BundleArg = Annotated[Path, typer.Argument(help="The bundle folder (it holds bundle.toml), or a folder of Harbor tasks.", show_default=False)]
+UnsafeLocalShellOption = Annotated[bool, typer.Option(
+    "--unsafe-local-shell", help="--sandbox local where bubblewrap cannot run: serve envs whose tools give the agent a shell or files anyway, though their processes then share this machine's files, processes and network (corral's own API included). Never on a machine with anything to protect.")]
 NetworkOption = Annotated[str | None, typer.Option(help="Harbor tasks: none (each runs offline; one that asks for a network is left out, and listed) or egress (each gets the network it asks for). Default: the folder's bundle.toml, else none.")]
 USAGE_ERROR = 2  # the exit status of a mistake in how corral was called
 
@@ -82,11 +85,12 @@ def check(
     network: NetworkOption = None,
     oracle: Annotated[bool, typer.Option("--oracle", help="Harbor tasks: play each task's solution through the agent's tools and its tests; flag each that does not score 1.")] = False,
     null: Annotated[bool, typer.Option("--null", help="Harbor tasks: end each task's turn at once; flag each that does not score 0.")] = False,
+    unsafe_local_shell: UnsafeLocalShellOption = False,
 ) -> None:
     """List every problem of a bundle at once, each with its file and fix; exit 1 if any
     (or, with --oracle or --null, if any task is flagged)."""
     _refuse_bad_call(bundle, sandbox, network)
-    served = _open_or_exit(bundle, ServeOptions(sandbox=sandbox, network=network))
+    served = _open_or_exit(bundle, ServeOptions(sandbox=sandbox, network=network, unsafe_local_shell=unsafe_local_shell))
     if (oracle or null) and served.bundle.harbor is None:
         asyncio.run(served.aclose())
         _fail("--oracle and --null play Harbor tasks (a folder of task.toml folders); this is a corral bundle")
@@ -114,6 +118,7 @@ async def _play_and_close(served: ServedBundle, *, oracle: bool, null: bool) -> 
 
 @app.command()
 def serve(
+    ctx: typer.Context,
     bundle: BundleArg,
     host: Annotated[str, typer.Option(help="Address to listen on; 0.0.0.0 to serve trainers on other machines.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
@@ -130,7 +135,8 @@ def serve(
     reward: Annotated[str | None, typer.Option(help="The score id that is the reward, for tasks that record several scores.")] = None,
     tool_timeout: Annotated[float | None, typer.Option(help="Seconds one tool call may take before its episode ends unscored (default: the bundle's, else 60).")] = None,
     reset_timeout: Annotated[float | None, typer.Option(help="Seconds a reset (deploy and task load) or an end_turn may take (default: the bundle's, else 600).")] = None,
-    token: Annotated[str | None, typer.Option(envvar="CORRAL_TOKEN", help="Require 'Authorization: Bearer TOKEN' on every request.")] = None,
+    token: Annotated[str | None, typer.Option(envvar="CORRAL_TOKEN", help="Require 'Authorization: Bearer TOKEN' on every request. On the command line any process on this machine can read it (/proc/PID/cmdline): prefer CORRAL_TOKEN or --token-file.")] = None,
+    token_file: Annotated[Path | None, typer.Option(help="Read the token from FILE (its first line), so it is on no command line.", dir_okay=False)] = None,
     max_frame_mb: Annotated[float, typer.Option(
         min=0.01, help="The largest WebSocket frame a client may send, in MB; a larger one closes its socket (1009).")] = 4.0,
     verifier_workers: Annotated[int, typer.Option(min=1, help="Processes that run the bundle's Python verifiers.")] = 2,
@@ -139,15 +145,21 @@ def serve(
     network: NetworkOption = None,
     record: Annotated[Path | None, typer.Option(
         help="Record every episode in DIR (JSON lines and an SQLite index; list them with `corral episodes DIR`); default: the bundle's [serve] record.")] = None,
+    unsafe_local_shell: UnsafeLocalShellOption = False,
 ) -> None:
     """Serve every task of a bundle over OpenEnv's WebSocket protocol and Task API."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:  # by its name: typer carries a copy of click whose ParameterSource is not click's own
+        token = serve_token(token, token_file,
+                            on_command_line=getattr(ctx.get_parameter_source("token"), "name", "") == "COMMANDLINE")
+    except ConfigError as error:
+        _fail(str(error))
     options = ServeOptions(
         sandbox=sandbox, max_concurrent_envs=max_concurrent_envs, reward=reward,
         tool_timeout_s=tool_timeout, reset_timeout_s=reset_timeout, token=token,
         warm_pool=warm_pool, instance=instance or default_instance(port),
         max_frame_bytes=int(max_frame_mb * 1024 * 1024), verifier_workers=verifier_workers, network=network,
-        record_dir=record, **({"concurrent_starts": concurrent_starts} if concurrent_starts else {}),
+        record_dir=record, unsafe_local_shell=unsafe_local_shell, **({"concurrent_starts": concurrent_starts} if concurrent_starts else {}),
     )
     _refuse_bad_call(bundle, sandbox, network)
     listener = _listen(host, port)  # before the bundle is opened: a port in use is known at once
@@ -208,6 +220,7 @@ def play_command(
     token: Annotated[str | None, typer.Option(envvar="CORRAL_TOKEN", help="A URL's bearer token.")] = None,
     script: Annotated[Path | None, typer.Option(help='Replay the calls in FILE (one JSON object a line, {"tool": NAME, "arguments": {...}}) instead of reading them from the terminal; exit 1 if the episode ends unscored.')] = None,
     record: Annotated[Path | None, typer.Option(help="Write the calls played to FILE, as a --script replays them.")] = None,
+    unsafe_local_shell: UnsafeLocalShellOption = False,
 ) -> None:
     """Play one task by hand in the terminal (or replay a script of calls): the prompts, the
     tools, each call's answer, and at the end the scores, the reward and any verifier output."""
@@ -226,7 +239,7 @@ def play_command(
     try:
         calls = read_script(script) if script is not None else None
         options = PlayOptions(target=target, task_id=task, split=split, index=index, sandbox=sandbox,
-                              token=token, script=calls, record=record)
+                              token=token, script=calls, record=record, unsafe_local_shell=unsafe_local_shell)
         status = play(options, Console(highlight=False))
     except BundleInvalid as error:
         typer.echo(str(BundleInvalid(target, merge_shared(error.problems))), err=True)

@@ -56,6 +56,7 @@ class PlayOptions:
     token: str | None = None
     script: list[ToolCall] | None = None  # None: play interactively
     record: Path | None = None
+    unsafe_local_shell: bool = False  # Bundle.local's: see `corral serve --unsafe-local-shell`
 
     @property
     def remote(self) -> bool:
@@ -68,7 +69,8 @@ def play(options: PlayOptions, console: Console) -> int:
     if options.remote:
         bundle = Bundle(options.target, split="all", token=options.token)
     else:
-        bundle = Bundle.local(options.target, split="all", sandbox=options.sandbox)
+        bundle = Bundle.local(options.target, split="all", sandbox=options.sandbox,
+                              unsafe_local_shell=options.unsafe_local_shell)
     player = Player(bundle, options, console)
     try:
         player.start()

@@ -58,6 +58,8 @@ class ServeOptions:
     max_output_chars: int = 1_000_000  # a tool's answer; a longer one is cut in the middle, with a note
     network: str | None = None  # Harbor tasks: "none" or "egress" (what they ask); None: the bundle's, else none
     record_dir: Path | None = None  # record every episode there (None: the bundle's [serve] record, else none)
+    # The local sandbox serves envs that give the agent a shell even where it cannot contain them
+    unsafe_local_shell: bool = False
 
 
 @dataclass
@@ -79,7 +81,8 @@ class ServedBundle:
         """Load and check the bundle, prepare and probe its envs; raise BundleInvalid if
         anything is off."""
         bundle = load_bundle(root, network=options.network)
-        provider = make_provider(options.sandbox, instance=options.instance, warm_pool=options.warm_pool)
+        provider = make_provider(options.sandbox, instance=options.instance, warm_pool=options.warm_pool,
+                                 unsafe_local_shell=options.unsafe_local_shell)
         if bundle.harbor is not None:  # its tasks' images and tools are the Harbor provider's to make
             provider = HarborProvider(provider, bundle.harbor.images)
         try:

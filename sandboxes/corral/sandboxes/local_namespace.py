@@ -1,0 +1,188 @@
+"""A local episode's processes in namespaces of their own, through bubblewrap (`bwrap`).
+
+What a process started here sees (`Bubblewrap.command`):
+- no network at all: a network namespace of its own, whose loopback is its own too, so
+  nothing on this machine's 127.0.0.1 (corral's own API included) can be reached;
+- its own PID, IPC and UTS namespaces: /proc lists its processes alone, and when the
+  namespace's first process (bubblewrap's init) dies, the kernel kills every other one in
+  it, `setsid` and `env -i` or not;
+- a fresh root: the system's folders (/usr, /bin, /lib*, /sbin, /etc) read-only, a private
+  /dev and /proc, fresh tmpfs at /tmp, /var/tmp and /dev/shm (gone with the namespace), and
+  only the folders it is given: read-only ones (the env's folder, corral's SDK, a verifier's
+  files) and writable ones (its work folder), each at its own path. Nothing else of this
+  machine's files: not the bundle, not another episode's folder, not the server's home;
+- no new user namespace inside (`--disable-userns`), no privileges (`--new-session`, no
+  capabilities); `--die-with-parent`: it dies with the server.
+
+Whether it can run is found once per provider by a real run (`find_bubblewrap`): bwrap may
+be missing, or the kernel may refuse user namespaces to the user that runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.sandboxes.local_procs import as_uid, kill_group
+
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+PROBE_TIMEOUT_S = 20.0
+END_TIMEOUT_S = 30.0  # the kernel kills a namespace's processes at once; this is only a backstop
+
+
+@dataclass(frozen=True)
+class Bubblewrap:
+    """A bwrap that was seen to make namespaces here."""
+
+    path: str
+
+    def command(self, command: Sequence[str], *, cwd: Path, read_only: Sequence[Path] = (),
+                writable: Sequence[Path] = (), tmp_mb: int = 64, network: bool = False,
+                info_fd: int | None = None) -> list[str]:
+        """`command` run in fresh namespaces (the module docstring), in `cwd`, seeing the system
+        and `read_only` read-only, `writable` writable, and nothing else; `network` shares this
+        machine's network (an env that asks for egress); bwrap writes its init's pid to `info_fd`."""
+        argv = [self.path, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
+        if network:
+            argv.append("--share-net")
+        if info_fd is not None:
+            argv += ["--info-fd", str(info_fd)]
+        for folder in SYSTEM_FOLDERS:
+            if os.path.islink(folder):  # merged /usr: /bin -> usr/bin
+                argv += ["--symlink", os.readlink(folder), folder]
+            elif os.path.isdir(folder):
+                argv += ["--ro-bind", folder, folder]
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        for folder in PRIVATE_TMP:
+            argv += ["--size", str(tmp_mb << 20), "--tmpfs", folder]
+        for path in read_only:
+            argv += ["--ro-bind", str(path), str(path)]
+        for path in writable:
+            argv += ["--bind", str(path), str(path)]
+        return [*argv, "--chdir", str(cwd), "--", *command]
+
+    @staticmethod
+    def finds(name: str, search_path: str, read_only: Sequence[Path]) -> bool:
+        """Whether `name` is a program a namespace seeing the system and `read_only` can run,
+        found as exec would find it on `search_path` (PATH): a missing one is refused before
+        bwrap starts, as a plain process's would be."""
+        seen = [Path(folder) for folder in SYSTEM_FOLDERS] + [Path(path) for path in read_only]
+        candidates = [name] if "/" in name else [os.path.join(folder, name) for folder in search_path.split(os.pathsep)]
+        for candidate in candidates:
+            real = Path(os.path.realpath(candidate))
+            if os.path.isfile(real) and os.access(real, os.X_OK) and any(real.is_relative_to(top) for top in seen):
+                return True
+        return False
+
+
+def find_bubblewrap(uid: int | None) -> Bubblewrap | str:
+    """A bwrap that works for `uid` (None: this process's user), or why there is none: it is
+    looked up on PATH and run once, as the envs will run it."""
+    path = shutil.which("bwrap")
+    if path is None:
+        return "bubblewrap (bwrap) is not installed"
+    bubblewrap = Bubblewrap(path)
+    try:
+        ran = subprocess.run(as_uid(uid, bubblewrap.command(["true"], cwd=Path("/"))), capture_output=True,
+                             text=True, timeout=PROBE_TIMEOUT_S, check=False, cwd="/", env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"{path} could not run ({error})"
+    if ran.returncode != 0:
+        said = (ran.stderr.strip().splitlines() or [f"exit status {ran.returncode}"])[-1]
+        return f"{path} cannot make namespaces here ({said}); user namespaces may be disallowed"
+    return bubblewrap
+
+
+class Contained:
+    """A process started in namespaces of its own; `end()` ends them and all in them."""
+
+    def __init__(self, process: asyncio.subprocess.Process, init_pid: int | None):
+        self.process = process
+        # A pidfd holds the init, not its number: a reused pid is never signalled.
+        self._init = os.pidfd_open(init_pid) if init_pid is not None else -1
+
+    @classmethod
+    async def start(cls, bubblewrap: Bubblewrap, uid: int | None, command: Sequence[str], *, cwd: Path,
+                    read_only: Sequence[Path] = (), writable: Sequence[Path] = (), tmp_mb: int = 64,
+                    network: bool = False, **popen) -> Contained:
+        """Start `command` as `uid` in namespaces (Bubblewrap.command); `popen` goes to
+        create_subprocess_exec. OSError when bwrap, or `command` within it, cannot be started."""
+        if not bubblewrap.finds(command[0], popen["env"].get("PATH", ""), read_only):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory in the sandbox's view", command[0])
+        read, write = os.pipe()
+        try:
+            argv = bubblewrap.command(command, cwd=cwd, read_only=read_only, writable=writable, tmp_mb=tmp_mb,
+                                      network=network, info_fd=write)
+            process = await asyncio.create_subprocess_exec(*as_uid(uid, argv), pass_fds=(write,), cwd="/",
+                                                           start_new_session=True, **popen)
+            os.close(write)
+            write = -1
+            try:
+                info = await _read_to_end(read)
+            except BaseException:  # cancelled while it started: bwrap dies, its namespace with it (--die-with-parent)
+                kill_group(process.pid)
+                raise
+        finally:
+            os.close(read)
+            if write >= 0:
+                os.close(write)
+        try:  # nothing written: bwrap failed before its namespaces existed, and says why on stderr
+            init_pid = int(json.loads(info)["child-pid"]) if info else None
+        except (ValueError, KeyError, TypeError):
+            init_pid = None
+        try:
+            return cls(process, init_pid)
+        except ProcessLookupError:  # the namespace has ended already
+            return cls(process, None)
+
+    async def end(self) -> None:
+        """Kill the namespace's init (the kernel then kills every process in it) and wait for
+        bwrap, which exits once its init has, so nothing of it is left when this returns."""
+        try:
+            if self._init >= 0:
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(self._init, signal.SIGKILL)
+            try:
+                await asyncio.wait_for(self.process.wait(), END_TIMEOUT_S)
+            except TimeoutError:
+                kill_group(self.process.pid)
+                await self.process.wait()
+        finally:
+            if self._init >= 0:
+                os.close(self._init)
+                self._init = -1
+
+
+async def _read_to_end(fd: int) -> bytes:
+    """All of a pipe, until its writers close it, without blocking the loop."""
+    os.set_blocking(fd, False)
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    data = bytearray()
+
+    def readable() -> None:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        if chunk:
+            data.extend(chunk)
+        elif not done.done():
+            done.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+    return bytes(data)
