@@ -1,7 +1,18 @@
-"""The corral server: serves a bundle's tasks as OpenEnv environments."""
+"""The corral server: serves a bundle's tasks as OpenEnv environments.
 
-from corral.errors import BundleInvalid
-from corral.server.app import create_app
-from corral.server.served import ServedBundle, ServeOptions
+Its names load on first use, so a process that needs one module of the server (a verifier
+worker, which imports `corral.server.verifiers`) does not import the web app with it.
+"""
+
+import importlib
+from typing import Any
 
 __all__ = ["BundleInvalid", "ServeOptions", "ServedBundle", "create_app"]
+_HOMES = {"BundleInvalid": "corral.errors", "create_app": "corral.server.app",
+          "ServedBundle": "corral.server.served", "ServeOptions": "corral.server.served"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'corral.server' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)

@@ -209,10 +209,12 @@ class ServedEpisode:
             async with asyncio.timeout(self.limits.reset_timeout_s):
                 checked = await self._run_command_verifiers()
                 await self._close_sandbox()
-                if report is None and python_verifiers:
-                    return await self._end_early(ended, "the agent's time ran out while the env was busy, so it could "
-                                                 "not report what the verifiers grade", cause="time_budget")
-                scores = await self.served.verifiers.score(self.task.model_dump(), report or {}, python_verifiers)
+            if report is None and python_verifiers:
+                return await self._end_early(ended, "the agent's time ran out while the env was busy, so it could "
+                                             "not report what the verifiers grade", cause="time_budget")
+            # The deadline is the verifiers' own run: a wait for a worker other episodes hold is not this one's doing.
+            scores = await self.served.verifiers.score(self.task.model_dump(), report or {}, python_verifiers,
+                                                       timeout_s=self.limits.reset_timeout_s)
         except TimeoutError:
             reason = f"the verifiers did not finish within {self.limits.reset_timeout_s:g}s"
             return await self._end_early(ended, reason, cause="verify_timeout", error_type="timeout")

@@ -29,9 +29,20 @@ class _Worker:
                                                   name="corral-verifier", daemon=True)
         self.process.start()
         child_conn.close()
+        self.booted = False
+
+    async def boot(self) -> None:
+        """Wait until the worker's interpreter has started and loaded the verifiers (once)."""
+        if not self.booted:
+            await self._answer()
+            self.booted = True
 
     async def score(self, request: tuple[Any, ...]) -> tuple[str, Any]:
         self.conn.send(request)
+        return await self._answer()
+
+    async def _answer(self) -> Any:
+        """The worker's next message, waited for on the event loop (no thread)."""
         loop = asyncio.get_running_loop()
         answered: asyncio.Future[None] = loop.create_future()
         loop.add_reader(self.conn.fileno(), lambda: answered.done() or answered.set_result(None))
@@ -49,68 +60,71 @@ class _Worker:
 
 
 class VerifierPool:
-    """`size` workers that run the Python verifiers at `paths` (name -> file)."""
+    """Workers that run the Python verifiers at `paths` (name -> file): `size` of them wait
+    ready, and an episode that finds none idle starts one of its own, so a verifier that hangs
+    holds its own worker until its deadline, never the next episode's turn."""
 
     def __init__(self, paths: Mapping[str, Path], size: int):
         self.paths = dict(paths)
         self.size = size
-        self._idle: asyncio.Queue[_Worker] | None = None
+        self._idle: list[_Worker] = []
         self._workers: set[_Worker] = set()
 
-    async def score(self, task: dict[str, Any], report: dict[str, Any], verifiers: Mapping[str, str]) -> dict[str, float]:
+    async def score(self, task: dict[str, Any], report: dict[str, Any], verifiers: Mapping[str, str], *,
+                    timeout_s: float | None = None) -> dict[str, float]:
         """Every score of an episode (see `verifiers.score_episode`); VerifierError when a
-        verifier raises, returns no score, or its worker dies. Cancelling the call (the
-        episode's deadline) kills the worker that was running it."""
+        verifier raises, returns no score, or its worker dies; TimeoutError when they run past
+        `timeout_s` (a worker started for them may take as long again to boot). A call
+        cancelled, or past its deadline, kills the worker that was running it."""
         if not verifiers:
             return {}
-        idle = self._started()
-        worker = await idle.get()
+        worker = self._idle.pop() if self._idle else self._add()
         try:
-            kind, value = await worker.score((task, report, dict(verifiers)))
-        except BaseException as error:  # cancelled at the deadline, or the worker died
-            self._replace(worker)
-            if isinstance(error, (EOFError, OSError)):
+            # Two deadlines: booting (a worker started for this call) is not the verifiers' run.
+            async with asyncio.timeout(timeout_s):
+                await worker.boot()
+            async with asyncio.timeout(timeout_s):
+                kind, value = await worker.score((task, report, dict(verifiers)))
+        except BaseException as error:  # past the deadline, cancelled, or the worker died
+            self._stop(worker)
+            if isinstance(error, (EOFError, OSError)) and not isinstance(error, TimeoutError):
                 raise VerifierError(f"the verifier's worker process died: {error!r}") from None
             raise
-        idle.put_nowait(worker)
+        if len(self._idle) < self.size:
+            self._idle.append(worker)
+        else:  # one started when none was idle: the pool is back to its size
+            self._stop(worker)
         if kind == "error":
             raise VerifierError(value)
         return value
 
     def start(self) -> None:
-        """Start the workers now (on the serving loop), so the first episode's scoring does
-        not wait for interpreters to boot and import the verifiers."""
-        self._started()
+        """Start the waiting workers now, so the first episode's scoring does not wait for
+        interpreters to boot and import the verifiers."""
+        while len(self._idle) < self.size:
+            self._idle.append(self._add())
 
     @property
     def alive(self) -> int:
-        """Worker processes running now (`size` once started: a killed one is replaced)."""
+        """Worker processes running now (`size` once started and idle: a killed one is replaced)."""
         return sum(worker.process.is_alive() for worker in self._workers)
 
     async def aclose(self) -> None:
         for worker in list(self._workers):
             await asyncio.to_thread(worker.kill)
         self._workers.clear()
-        self._idle = None
+        self._idle.clear()
 
-    def _started(self) -> asyncio.Queue[_Worker]:
-        """The idle workers, starting them if `start` was not called (a pool used on its own)."""
-        if self._idle is None:
-            self._idle = asyncio.Queue()
-            for _ in range(self.size):
-                self._add()
-        return self._idle
-
-    def _add(self) -> None:
+    def _add(self) -> _Worker:
         worker = _Worker(self.paths)
         self._workers.add(worker)
-        assert self._idle is not None
-        self._idle.put_nowait(worker)
+        return worker
 
-    def _replace(self, worker: _Worker) -> None:
+    def _stop(self, worker: _Worker) -> None:
+        """Kill `worker`, and start another in its place while fewer than `size` wait."""
         self._workers.discard(worker)
         worker.kill()
-        self._add()
+        self.start()
 
 
 def _serve(conn: Connection, paths: dict[str, Path]) -> None:
@@ -123,6 +137,7 @@ def _serve(conn: Connection, paths: dict[str, Path]) -> None:
         loaded, failed = {}, str(error)
     else:
         failed = None
+    conn.send(("ready", None))
     while True:
         try:
             task, report, verifiers = conn.recv()
