@@ -20,7 +20,7 @@ from typing import Annotated, NoReturn
 import typer
 import uvicorn
 
-from corral.errors import BundleInvalid, ConfigError, CorralError, ImageError
+from corral.errors import AuthError, BundleInvalid, ConfigError, CorralError, ImageError
 from corral.sandboxes import KINDS, make_provider
 from corral.server.app import create_app, socket_settings
 from corral.server.bundle import TRAIN_SPLIT, load_bundle, merge_shared
@@ -231,6 +231,8 @@ def play_command(
     except BundleInvalid as error:
         typer.echo(str(BundleInvalid(target, merge_shared(error.problems))), err=True)
         raise typer.Exit(1) from None
+    except AuthError as error:
+        _fail(str(error.passed_as("--token TOKEN")))
     except CorralError as error:  # a server that is not there, a token, a task the bundle lacks
         _fail(str(error))
     except KeyboardInterrupt:  # Ctrl-C during a call: the session and server are already closed
@@ -283,6 +285,7 @@ def eval_command(
     limit: Annotated[int | None, typer.Option(min=1, help="Play only the split's first N tasks.")] = None,
     record: Annotated[Path | None, typer.Option(help="Record the episodes (server and tokens) in DIR.")] = None,
     sandbox: Annotated[str, typer.Option(help="A bundle folder's sandbox: auto, docker, local or modal.")] = "auto",
+    token: Annotated[str | None, typer.Option(envvar="CORRAL_TOKEN", help="A URL's bearer token.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the numbers as JSON to FILE.")] = None,
     tasks_shown: Annotated[int, typer.Option(min=0, help="Rows of the per-task table.")] = 50,
 ) -> None:
@@ -300,10 +303,12 @@ def eval_command(
         report = evaluate(model, target, split=split, k=k, concurrency=concurrency, tokenizer=tokenizer,
                           sampling=SamplingParams(temperature=temperature, top_p=top_p),
                           max_completion_length=max_tokens, max_tool_calls=max_tool_calls, success=success,
-                          limit=limit, record_dir=record, sandbox=sandbox)
+                          limit=limit, record_dir=record, sandbox=sandbox, token=token)
     except BundleInvalid as error:
         typer.echo(str(BundleInvalid(target, merge_shared(error.problems))), err=True)
         raise typer.Exit(1) from None
+    except AuthError as error:
+        _fail(str(error.passed_as("--token TOKEN")))
     except CorralError as error:
         _fail(str(error))
     typer.echo(report.table(tasks_shown=tasks_shown))
