@@ -169,3 +169,21 @@ def test_docker_without_an_engine_is_one_line(starter, tmp_path):
         "error: --sandbox docker: no Docker engine answers (DOCKER_HOST, else /var/run/docker.sock); "
         "start the engine, or serve with --sandbox local"
     )
+
+
+def test_every_commands_help_shows_its_options_text_whole():
+    """Typer reads help as rich markup: an unescaped `[serve]` would vanish from the page."""
+    import typer.main
+    from typer.testing import CliRunner
+
+    from corral.server.cli import app
+
+    lost = []
+    for name, command in typer.main.get_command(app).commands.items():
+        page = CliRunner().invoke(app, [name, "--help"], terminal_width=1000, env={"COLUMNS": "1000"}).output
+        shown = " ".join(page.split())
+        for text in [command.help, *(getattr(param, "help", None) for param in command.params)]:
+            wanted = " ".join((text or "").replace("\\[", "[").split())
+            if wanted not in shown:
+                lost.append(f"corral {name}: {wanted}")
+    assert lost == []

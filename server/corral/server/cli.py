@@ -138,7 +138,7 @@ def serve(
         min=1, help="Sandboxes starting at once; more resets wait their turn (default: twice the CPUs, at least 4).")] = None,
     network: NetworkOption = None,
     record: Annotated[Path | None, typer.Option(
-        help="Record every episode in DIR (JSON lines and an SQLite index; list them with `corral episodes DIR`); default: the bundle's [serve] record.")] = None,
+        help="Record every episode in DIR (JSON lines and an SQLite index; list them with `corral episodes DIR`); default: the bundle's \\[serve] record.")] = None,
 ) -> None:
     """Serve every task of a bundle over OpenEnv's WebSocket protocol and Task API."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
