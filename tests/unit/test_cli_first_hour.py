@@ -187,3 +187,18 @@ def test_every_commands_help_shows_its_options_text_whole():
             if wanted not in shown:
                 lost.append(f"corral {name}: {wanted}")
     assert lost == []
+
+
+def test_check_tries_each_verifier_on_a_fresh_report_and_names_the_line_that_raises(starter):
+    verifier = starter / "verifiers" / "reached.py"
+    verifier.write_text("def verify(task, report):\n    return float(report['missing_key'] == 1)\n")
+
+    result = corral("check", str(starter), "--sandbox", "local")
+
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        f"{starter} has 1 problem(s):",
+        (f"  - my-bundle/verifiers/reached.py: verifier reached raised KeyError: 'missing_key' at {verifier}:2 "
+        "(return float(report['missing_key'] == 1)), scoring task from-2-to-10 right after its reset (the report "
+        '{"count": 2, "calls": 0}); a verifier must score every report its env gives, the do-nothing agent\'s too'),
+    ]
