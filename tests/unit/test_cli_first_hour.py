@@ -202,3 +202,15 @@ def test_check_tries_each_verifier_on_a_fresh_report_and_names_the_line_that_rai
         "(return float(report['missing_key'] == 1)), scoring task from-2-to-10 right after its reset (the report "
         '{"count": 2, "calls": 0}); a verifier must score every report its env gives, the do-nothing agent\'s too'),
     ]
+
+
+def test_an_env_that_does_not_compile_points_at_the_bundles_file(starter):
+    env = starter / "envs" / "counter" / "env.py"
+    env.write_text(env.read_text() + "\ndef broken(:\n")
+    line = len(env.read_text().splitlines())
+
+    result = corral("check", str(starter), "--sandbox", "local")
+
+    assert result.returncode == 1
+    assert f'File "{env}", line {line}' in result.stderr  # the file to fix: not the copy the sandbox ran
+    assert "SyntaxError: invalid syntax" in result.stderr and "/shared/counter-" not in result.stderr

@@ -142,7 +142,8 @@ class LocalSandbox(Sandbox):
             return ""
         size = os.fstat(self._stderr).st_size
         start = max(0, size - max_chars)
-        return os.pread(self._stderr, size - start, start).decode("utf-8", errors="replace")
+        return self.provider.with_original_paths(
+            self.spec, os.pread(self._stderr, size - start, start).decode("utf-8", errors="replace"))
 
     async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
                      timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
@@ -249,6 +250,14 @@ class LocalProvider(SandboxProvider):
     def import_path(self, spec: SandboxSpec) -> list[str]:
         """The env's PYTHONPATH: its folder, then the folder that holds corral's SDK."""
         return [str(path) for path in self._copies.get(spec, (spec.context_dir, _SDK_ROOT))]
+
+    def with_original_paths(self, spec: SandboxSpec, text: str) -> str:
+        """`text` (an env's stderr) with the paths of `spec`'s copies made the originals': a
+        traceback then points at the bundle's file, the one to fix, not at its copy."""
+        if spec not in self._copies:
+            return text
+        env_copy, sdk_copy = self._copies[spec]
+        return text.replace(str(env_copy), str(spec.context_dir)).replace(str(sdk_copy), str(_SDK_ROOT))
 
     def _copy_readable(self, spec: SandboxSpec) -> None:
         self._make_root()
