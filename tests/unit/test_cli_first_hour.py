@@ -214,3 +214,11 @@ def test_an_env_that_does_not_compile_points_at_the_bundles_file(starter):
     assert result.returncode == 1
     assert f'File "{env}", line {line}' in result.stderr  # the file to fix: not the copy the sandbox ran
     assert "SyntaxError: invalid syntax" in result.stderr and "/shared/counter-" not in result.stderr
+
+
+def test_a_port_out_of_range_is_refused_not_wrapped_around(starter):
+    # Unchecked, 99999 would be served on 34463 (99999 - 65536) while saying 99999.
+    result = corral("serve", str(starter), "--sandbox", "local", "--port", "99999", timeout_s=30)
+
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "serving on" not in result.stdout
+    assert "Invalid value for '--port'" in result.stderr and "less than or equal to 65535" in result.stderr

@@ -116,7 +116,7 @@ async def _play_and_close(served: ServedBundle, *, oracle: bool, null: bool) -> 
 def serve(
     bundle: BundleArg,
     host: Annotated[str, typer.Option(help="Address to listen on; 0.0.0.0 to serve trainers on other machines.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
     sandbox: Annotated[str, typer.Option(help="Where episodes run: auto (docker when an engine answers, else local), docker (a hardened container each), local (a child process each; no isolation) or modal (a Modal Sandbox each, in Modal's cloud).")] = "auto",
     warm_pool: Annotated[int, typer.Option(
         envvar="CORRAL_WARM_POOL", min=0,
