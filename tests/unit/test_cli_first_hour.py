@@ -222,3 +222,16 @@ def test_a_port_out_of_range_is_refused_not_wrapped_around(starter):
 
     assert result.returncode == 2 and "Traceback" not in result.stderr and "serving on" not in result.stdout
     assert "Invalid value for '--port'" in result.stderr and "less than or equal to 65535" in result.stderr
+
+
+def test_check_says_when_an_envs_reset_fails_on_the_task_its_verifiers_are_tried_on(starter):
+    env = starter / "envs" / "counter" / "env.py"
+    env.write_text(env.read_text().replace('self.count = task["start"]', 'self.count = task["begin"]'))
+
+    result = corral("check", str(starter), "--sandbox", "local")
+
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        f"{starter} has 1 problem(s):\n  - my-bundle/envs/counter: its reset to task from-2-to-10, to try the "
+        "task's verifiers on its report, failed: ")
+    assert "KeyError" in result.stderr and "'begin'" in result.stderr

@@ -60,19 +60,24 @@ async def probe_env(env: BundleEnv, provider: SandboxProvider, sample: Task | No
     sandbox = await provider.start(sandbox_spec(env), {"corral.purpose": "probe"})
     try:
         process = EnvProcess(sandbox)
-        async with asyncio.timeout(PROBE_TIMEOUT_S):
-            await process.initialize()
-            listed = await process.call("tools/list")
-            probe = Probe([ToolSpec.model_validate(tool) for tool in listed["tools"]])
-            if sample is not None:
-                try:
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_S):
+                await process.initialize()
+                listed = await process.call("tools/list")
+        except TimeoutError:
+            raise SandboxError(f"the env did not list its tools within {PROBE_TIMEOUT_S:.0f}s") from None
+        probe = Probe([ToolSpec.model_validate(tool) for tool in listed["tools"]])
+        if sample is not None:
+            trying = f"its reset to task {sample.id}, to try the task's verifiers on its report,"
+            try:
+                async with asyncio.timeout(PROBE_TIMEOUT_S):
                     await process.hook("corral/reset", {"task": sample.args})
                     probe.report = ((await process.hook("corral/report")) or {}).get("report", {})
-                except EnvCallError as error:
-                    probe.sample_failed = f"resetting it to task {sample.id} to try its verifiers on failed: {error}"
+            except EnvCallError as error:
+                probe.sample_failed = f"{trying} failed: {error}"
+            except TimeoutError:
+                probe.sample_failed = f"{trying} did not finish within {PROBE_TIMEOUT_S:.0f}s"
         return probe
-    except TimeoutError:
-        raise SandboxError(f"the env did not list its tools within {PROBE_TIMEOUT_S:.0f}s") from None
     finally:
         await sandbox.close()
 
