@@ -233,7 +233,7 @@ def play_command(
         raise typer.Exit(1) from None
     except AuthError as error:
         _fail(str(error.passed_as("--token TOKEN")))
-    except CorralError as error:  # a server that is not there, a token, a task the bundle lacks
+    except CorralError as error:  # a server that is not there, a task the bundle lacks
         _fail(str(error))
     except KeyboardInterrupt:  # Ctrl-C during a call: the session and server are already closed
         raise typer.Exit(130) from None
@@ -279,7 +279,7 @@ def eval_command(
     tokenizer: Annotated[str | None, typer.Option(help="The model's tokenizer (default: the model's folder, or the name a server serves).")] = None,
     temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature; 0 is greedy.")] = 1.0,
     top_p: Annotated[float, typer.Option(min=0.0, max=1.0)] = 1.0,
-    max_tokens: Annotated[int, typer.Option(min=1, help="Ids an episode may reach (sampled and rendered) before it is cut.")] = 1024,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Ids an episode may reach (sampled and rendered) before it is cut; no further than a local model's context.")] = 1024,
     max_tool_calls: Annotated[int, typer.Option(min=1, help="Calls (end_turn included) an episode may make before it is cut.")] = 8,
     success: Annotated[float, typer.Option(help="The reward at which an episode passes.")] = 1.0,
     limit: Annotated[int | None, typer.Option(min=1, help="Play only the split's first N tasks.")] = None,
