@@ -1,7 +1,7 @@
 """The data path side by side: corral local, corral docker and OpenEnv 0.10 in-process.
 
-    .venv/bin/python bench/datapath.py                 # ~3 min on 2 busy cores
-    .venv/bin/python bench/datapath.py --rounds 2      # quicker, noisier
+    python bench/datapath.py                 # ~3 min on 2 busy cores
+    python bench/datapath.py --rounds 2      # quicker, noisier
 
 Three servers, each `uvicorn` in a process of its own, one trivial echo tool each:
 - corral local: `corral serve tests/fixtures/dockerbox --sandbox local` (tool `say`, the env a

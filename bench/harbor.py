@@ -1,7 +1,7 @@
 """Harbor tasks on corral: what a folder of tasks costs to build, to reset and to play.
 
-    .venv/bin/python bench/harbor.py                         # tests/fixtures/harbor, ~3 min on 2 cores
-    .venv/bin/python bench/harbor.py PATH --rebuild          # another folder; build every image afresh
+    python bench/harbor.py                         # tests/fixtures/harbor, ~3 min on 2 cores
+    python bench/harbor.py PATH --rebuild          # another folder; build every image afresh
 
 For a folder of Harbor tasks, served with the docker sandbox in this process:
 

@@ -1,7 +1,7 @@
 """A learning curve that rises on a CPU: the tiny model learns the codeword bundle through corral.
 
-    .venv/bin/python bench/learning_curve.py            # the full run: a table, curve.json and curve.png
-    .venv/bin/python bench/learning_curve.py --short    # a few steps of each stage (the test suite's)
+    python bench/learning_curve.py            # the full run: a table, curve.json and curve.png
+    python bench/learning_curve.py --short    # a few steps of each stage (the test suite's)
 
 The task (bundles/codeword): each task hides a table of code words and numbers and names one code
 word; the agent calls `lookup(word)`, then `submit(number)` with the number it read. The reward is

@@ -1,8 +1,8 @@
 """Load: many sessions at once against a `corral serve` of its own, over raw WebSocket frames.
 
-    .venv/bin/python bench/load.py                               # local sandbox: 64 sessions x 60 s, then 512 at once
-    .venv/bin/python bench/load.py --sandbox docker --burst 64   # docker: each session a container
-    .venv/bin/python bench/load.py --json                        # the figures as one JSON object
+    python bench/load.py                               # local sandbox: 64 sessions x 60 s, then 512 at once
+    python bench/load.py --sandbox docker --burst 64   # docker: each session a container
+    python bench/load.py --json                        # the figures as one JSON object
 
 Serves tests/fixtures/toybox (split `toy`: say the word `apple` for 1.0) in a child process,
 so the server's memory and file descriptors are its own, and:

@@ -1,9 +1,9 @@
 """Mutation testing of corral's core modules: which planted bugs the fast tests catch.
 
-    .venv/bin/python bench/mutation.py                     # every module below (hours: sample with --most)
-    .venv/bin/python bench/mutation.py episode sessions    # some of them
-    .venv/bin/python bench/mutation.py --again sessions    # its survivors only, after mending tests
-    .venv/bin/python bench/mutation.py --most 40 local     # a random sample of 40 more of its mutants
+    python bench/mutation.py                     # every module below (hours: sample with --most)
+    python bench/mutation.py episode sessions    # some of them
+    python bench/mutation.py --again sessions    # its survivors only, after mending tests
+    python bench/mutation.py --most 40 local     # a random sample of 40 more of its mutants
 
 Run it in a clone you are not editing: each mutant is written into its source file in
 place (by cosmic-ray, which puts the file back after the mutant's run).

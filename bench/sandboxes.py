@@ -1,7 +1,7 @@
 """Sandbox speed: how fast a reset reaches its first prompt, and how many episodes flow.
 
-    .venv/bin/python bench/sandboxes.py                    # ~3 min on 2 busy cores
-    .venv/bin/python bench/sandboxes.py --concurrent 64    # a lighter hold test
+    python bench/sandboxes.py                    # ~3 min on 2 busy cores
+    python bench/sandboxes.py --concurrent 64    # a lighter hold test
 
 Serves the `plain` task of tests/fixtures/dockerbox (one tool, `say`) in this process and
 plays it over raw WebSocket frames, for the local provider (in its namespaces, and without

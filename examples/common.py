@@ -72,7 +72,7 @@ def run_training(trainer, *, tiny: bool) -> None:
     if not tiny:
         trainer.train()
         return
-    from corral.training.tiny import one_cpu_thread
+    from corral.training.cpu import one_cpu_thread
 
     with one_cpu_thread():
         trainer.train()

@@ -76,15 +76,41 @@ class ServerUnreachable(CorralError, ConnectionError):
 
 
 class AuthError(CorralError, PermissionError):
-    """The server wants a bearer token."""
+    """The server wants a bearer token. The message says to pass it as `token=...` (Python);
+    `passed_as("--token TOKEN")` is the same refusal for a command line."""
+
+    def __init__(self, url: str, how: str = "token=..."):
+        self.url, self.how = url, how
+        super().__init__(self.explain(url, how))
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:  # pickles as it was made, not by its message
+        return type(self), (self.url, self.how)
+
+    def passed_as(self, how: str) -> AuthError:
+        """The same refusal, saying to pass the token as `how` (e.g. `--token TOKEN`)."""
+        return type(self)(self.url, how)
+
+    @staticmethod
+    def explain(url: str, how: str) -> str:
+        return f"the server at {url} wants a bearer token: pass {how} or set CORRAL_TOKEN"
 
 
 class TokenMissing(AuthError):
     """The server wants a token, and none was sent."""
 
+    @staticmethod
+    def explain(url: str, how: str) -> str:
+        return (f"the server at {url} wants a bearer token and none was sent: pass {how} "
+                "or set CORRAL_TOKEN to the token it was served with (corral serve --token)")
+
 
 class TokenRefused(AuthError):
     """The server refused the token that was sent."""
+
+    @staticmethod
+    def explain(url: str, how: str) -> str:
+        return (f"the server at {url} refused the bearer token it was sent: pass the token it was served "
+                f"with ({how} or CORRAL_TOKEN)")
 
 
 class UnknownSplit(CorralError, ValueError):

@@ -143,3 +143,83 @@ def test_a_rollouts_tokens_join_the_servers_record_by_episode_id(tokenizer, tmp_
                 rollout.prompt_ids, rollout.completion_ids, rollout.env_mask)
             text = tokenizer.decode(tokens.completion_ids)
             assert json.dumps(served.calls[0].arguments)[1:-1] in text and served.calls[0].result in text
+
+
+def corral_eval(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(Path(sys.executable).parent / "corral"), "eval", *args], check=False,
+                          capture_output=True, text=True, timeout=240, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def one_line(done: subprocess.CompletedProcess) -> str:
+    """The one line `corral eval` refused with (exit 2, no traceback)."""
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    return line
+
+
+def test_a_mistyped_model_path_is_one_line_saying_what_to_give(tmp_path: Path) -> None:
+    line = one_line(corral_eval(str(tmp_path / "no-such-model"), str(BUNDLES / "codeword"), "--sandbox", "local"))
+
+    assert line.startswith(f"error: cannot load the model '{tmp_path / 'no-such-model'}': there is no folder ")
+    assert line.endswith("give a saved model's folder or a vLLM server's URL")
+
+
+def test_a_folder_that_is_not_a_model_is_one_line_saying_what_to_give(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not a model")
+
+    line = one_line(corral_eval(str(tmp_path), str(BUNDLES / "codeword"), "--sandbox", "local"))
+
+    assert line == (f"error: {tmp_path} is a folder but not a saved model (it has no config.json): give the folder a "
+                    "model was saved in (save_pretrained, a recipe's --output-dir) or a vLLM server's URL")
+
+
+def test_eval_takes_a_servers_token_as_an_option_and_says_so(model_dir: Path, serve, monkeypatch) -> None:
+    monkeypatch.delenv("CORRAL_TOKEN", raising=False)
+    url = serve(BUNDLES / "codeword", token="s3cret").url
+
+    line = one_line(corral_eval(str(model_dir), url))
+    assert line == (f"error: the server at {url} wants a bearer token and none was sent: pass --token TOKEN or set "
+                    "CORRAL_TOKEN to the token it was served with (corral serve --token)")
+    refused = one_line(corral_eval(str(model_dir), url, "--token", "wrong"))
+    assert "pass the token it was served with (--token TOKEN or CORRAL_TOKEN)" in refused
+
+    done = corral_eval(str(model_dir), url, "--token", "s3cret", "--limit", "1", "--max-tokens", "8")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "1 tasks x 1 samples = 1 episodes" in done.stdout
+
+
+def test_a_model_on_the_cpu_samples_on_one_torch_thread(model_dir: Path, tokenizer) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    sampled_on: list[int] = []
+    model.register_forward_pre_hook(lambda *_: sampled_on.append(torch.get_num_threads()))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # what an unlimited torch would sample on, even on a one-core machine
+    try:
+        evaluate(model, BUNDLES / "codeword", tokenizer=tokenizer, limit=1, max_completion_length=8, sandbox="local",
+                 progress=False)
+        assert torch.get_num_threads() == 2  # put back after
+    finally:
+        torch.set_num_threads(threads)
+    assert sampled_on and set(sampled_on) == {1}
+
+
+def test_samples_stop_at_the_models_context_and_the_report_says_so(tmp_path: Path) -> None:
+    from corral.training.batching import BatchedGenerator
+    from corral.training.tiny import make_tiny_model
+
+    short = make_tiny_model(tmp_path / "short", max_positions=64)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(short)
+    never = model.config.vocab_size + 1  # a stop id no sample holds: only a limit ends these samples
+    generator = BatchedGenerator(model, pad_token_id=0, logprobs=False)
+    sample = generator.generate(list(range(1, 61)), max_new_tokens=100, stop_token_ids=[never])
+    assert len(sample.token_ids) == 4 and not sample.stopped  # 60 + 4 = the 64 positions it has
+
+    report = evaluate(str(short), BUNDLES / "codeword", limit=2, sandbox="local", progress=False)  # prompts > 64 ids
+    assert report.context_length == 64 and report.context_cut == 2 and report.scored == 2
+    assert "note: 2 episode(s) reached the model's context of 64 positions" in report.table()

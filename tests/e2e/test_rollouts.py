@@ -29,10 +29,11 @@ from transformers import AutoModelForCausalLM
 
 from corral.client import Bundle
 from corral.training.accounting import StepAccount
+from corral.training.cpu import one_cpu_thread
 from corral.training.generation import Sample, SamplingParams, TransformersGenerator, VLLMGenerator
 from corral.training.processors import HermesProcessor
 from corral.training.rollouts import CorralRollout, Rollout, chat_tools
-from corral.training.tiny import Lesson, one_cpu_thread, teach_tool_call
+from corral.training.tiny import Lesson, teach_tool_call
 from tests.conftest import BUNDLES, FIXTURES
 from tests.e2e.vllm_standin import serve_standin
 

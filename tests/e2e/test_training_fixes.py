@@ -29,9 +29,9 @@ from transformers import AutoModelForCausalLM
 from corral.client import Bundle
 from corral.errors import ConfigError
 from corral.training import rollouts as rollouts_module
+from corral.training.cpu import one_cpu_thread
 from corral.training.generation import Sample, SamplingParams, VLLMGenerator
 from corral.training.rollouts import CorralRollout, episode_reward
-from corral.training.tiny import one_cpu_thread
 from tests.conftest import FIXTURES
 from tests.e2e.support import CPU_RUN
 from tests.e2e.vllm_standin import serve_standin

@@ -3,6 +3,7 @@ wrong, a server that is not there, a split with nothing to train on; each a clea
 
 from __future__ import annotations
 
+import logging
 import socket
 
 import httpx
@@ -10,6 +11,7 @@ import pytest
 
 from corral.client import Bundle, Session
 from corral.client.protocol import ResetRequest
+from corral.client.record_store import EpisodeStore
 from corral.errors import (
     BadURL,
     CorralError,
@@ -88,3 +90,26 @@ def test_a_split_without_tasks_says_which_splits_have_some(serve, tmp_path):
     with pytest.raises(UnknownSplit, match="has no split 'test'; its splits are: all"):
         Bundle(server.url, split="test")
     assert issubclass(UnknownSplit, CorralError)
+
+
+def test_a_verifier_that_raises_mid_training_is_named_by_file_and_line_in_the_reason(serve, tmp_path, caplog):
+    root = write_starter("raises-late", tmp_path)
+    verifier = root / "verifiers" / "reached.py"
+    verifier.write_text("def verify(task, report):\n    if report['calls'] == 0:\n        return 0.0\n"
+                        "    return float(report['missing_key'])\n")  # a fresh report passes corral check
+    server = serve(root, record_dir=tmp_path / "records")
+
+    with Bundle(server.url, split="all") as env:
+        environment = env.factory()
+        environment.reset(**next(row for row in env.dataset if row["task_id"] == "from-2-to-10"))
+        environment.add(amount=8)
+        with caplog.at_level(logging.WARNING):
+            assert environment.get_reward() is None
+    server.stop()
+
+    reason = ("the episode could not be scored: verifier reached raised KeyError: 'missing_key' "
+              f"at {verifier}:4 (return float(report['missing_key']))")
+    assert f"rollout left unscored: {reason}" in caplog.messages  # what the trainer's log says
+    with EpisodeStore(tmp_path / "records") as store:
+        (row,) = store.find()
+        assert store.episode(row.episode_id).reason == reason

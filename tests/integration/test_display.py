@@ -54,6 +54,13 @@ def test_the_markdown_and_the_plain_text_hold_the_same_transcript(finished):
         assert "(9, 1) is off the board" in shown
     assert "**reward:** 0" in markdown and "\nreward: 0" in text
     assert str(show(environment)) == text  # show() prints the plain text outside Jupyter
+    assert repr(environment) == text  # what a terminal's REPL shows for `e`
+
+
+def test_an_environment_before_its_first_episode_says_how_to_start_one(tictactoe):
+    environment = tictactoe.factory()
+    assert repr(environment) == str(environment)
+    assert "no episode yet; call reset(**row) to start one" in repr(environment)
 
 
 def test_a_tools_answer_is_the_plain_text_trl_reads_and_shows_itself(finished):

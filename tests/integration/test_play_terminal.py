@@ -141,6 +141,7 @@ def test_a_script_plays_a_served_url_with_its_token(gridsim_by_hand):
         refused = subprocess.run([CORRAL, "play", server.url, "--script", str(record)],
                                  capture_output=True, text=True, env=TERMINAL, timeout=60, check=False)
         assert refused.returncode == 2 and "wants a bearer token and none was sent" in refused.stderr
+        assert "pass --token TOKEN or set CORRAL_TOKEN" in refused.stderr and "token=..." not in refused.stderr
         replay = subprocess.run([CORRAL, "play", server.url, "--script", str(record)], capture_output=True,
                                 text=True, env={**TERMINAL, "CORRAL_TOKEN": TOKEN}, timeout=60, check=False)
         assert replay.returncode == 0, replay.stderr

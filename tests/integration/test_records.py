@@ -196,6 +196,32 @@ def test_corral_episodes_lists_filters_shows_a_transcript_and_exports(tmp_path: 
     assert rows and all(row["messages"][-1] == {"role": "assistant", "content": ""} for row in rows)
 
 
+def test_an_rl_export_without_the_trainers_rollouts_says_where_they_are(tmp_path: Path) -> None:
+    server, trainer = tmp_path / "server", tmp_path / "trainer"
+    writer = RecordWriter(server, "episodes")
+    writer.write(synthetic(0, random.Random(1)))
+    writer.close()
+    runner = CliRunner()
+
+    refused = runner.invoke(app, ["episodes", str(server), "--export", "rl", "--out", str(tmp_path / "rl.jsonl")])
+
+    assert refused.exit_code == 2 and not (tmp_path / "rl.jsonl").exists()
+    assert refused.output == (
+        f"error: --export rl writes the trainer's rollouts (their token ids), and {server} holds none, only the "
+        "server's episodes: pass the folder the trainer recorded in (CorralRollout(record_dir=...), corral eval "
+        "--record) with --rollouts DIR\n")
+    tokens = RecordWriter(trainer, "rollouts")
+    tokens.write(RolloutRecord(episode_id="ep-00000", task_id="t", prompt_ids=[1], completion_ids=[2], env_mask=[1],
+                               logprobs=[-0.5], reward=1.0, status="scored"))
+    tokens.close()
+    other_run = runner.invoke(app, ["episodes", str(server), "--rollouts", str(trainer), "--run", "nope",
+                                    "--export", "rl", "--out", str(tmp_path / "rl.jsonl")])
+    assert other_run.exit_code == 2 and "is of this --run and --split; list the runs with" in other_run.output
+    exported = runner.invoke(app, ["episodes", str(server), "--rollouts", str(trainer), "--export", "rl",
+                                   "--out", str(tmp_path / "rl.jsonl")])
+    assert exported.exit_code == 0 and "wrote 1 trajectories" in exported.output
+
+
 def test_sft_export_keeps_the_best_episodes_of_each_task_within_its_quota(tmp_path: Path) -> None:
     writer = RecordWriter(tmp_path, "episodes")
     rewards = {"a": [1.0, 0.3, 1.0, 0.7], "b": [0.3], "c": [0.0]}

@@ -169,3 +169,69 @@ def test_docker_without_an_engine_is_one_line(starter, tmp_path):
         "error: --sandbox docker: no Docker engine answers (DOCKER_HOST, else /var/run/docker.sock); "
         "start the engine, or serve with --sandbox local"
     )
+
+
+def test_every_commands_help_shows_its_options_text_whole():
+    """Typer reads help as rich markup: an unescaped `[serve]` would vanish from the page."""
+    import typer.main
+    from typer.testing import CliRunner
+
+    from corral.server.cli import app
+
+    lost = []
+    for name, command in typer.main.get_command(app).commands.items():
+        page = CliRunner().invoke(app, [name, "--help"], terminal_width=1000, env={"COLUMNS": "1000"}).output
+        shown = " ".join(page.split())
+        for text in [command.help, *(getattr(param, "help", None) for param in command.params)]:
+            wanted = " ".join((text or "").replace("\\[", "[").split())
+            if wanted not in shown:
+                lost.append(f"corral {name}: {wanted}")
+    assert lost == []
+
+
+def test_check_tries_each_verifier_on_a_fresh_report_and_names_the_line_that_raises(starter):
+    verifier = starter / "verifiers" / "reached.py"
+    verifier.write_text("def verify(task, report):\n    return float(report['missing_key'] == 1)\n")
+
+    result = corral("check", str(starter), "--sandbox", "local")
+
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        f"{starter} has 1 problem(s):",
+        (f"  - my-bundle/verifiers/reached.py: verifier reached raised KeyError: 'missing_key' at {verifier}:2 "
+        "(return float(report['missing_key'] == 1)), scoring task from-2-to-10 right after its reset (the report "
+        '{"count": 2, "calls": 0}); a verifier must score every report its env gives, the do-nothing agent\'s too'),
+    ]
+
+
+def test_an_env_that_does_not_compile_points_at_the_bundles_file(starter):
+    env = starter / "envs" / "counter" / "env.py"
+    env.write_text(env.read_text() + "\ndef broken(:\n")
+    line = len(env.read_text().splitlines())
+
+    result = corral("check", str(starter), "--sandbox", "local")
+
+    assert result.returncode == 1
+    assert f'File "{env}", line {line}' in result.stderr  # the file to fix: not the copy the sandbox ran
+    assert "SyntaxError: invalid syntax" in result.stderr and "/shared/counter-" not in result.stderr
+
+
+def test_a_port_out_of_range_is_refused_not_wrapped_around(starter):
+    # Unchecked, 99999 would be served on 34463 (99999 - 65536) while saying 99999.
+    result = corral("serve", str(starter), "--sandbox", "local", "--port", "99999", timeout_s=30)
+
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "serving on" not in result.stdout
+    assert "Invalid value for '--port'" in result.stderr and "less than or equal to 65535" in result.stderr
+
+
+def test_check_says_when_an_envs_reset_fails_on_the_task_its_verifiers_are_tried_on(starter):
+    env = starter / "envs" / "counter" / "env.py"
+    env.write_text(env.read_text().replace('self.count = task["start"]', 'self.count = task["begin"]'))
+
+    result = corral("check", str(starter), "--sandbox", "local")
+
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        f"{starter} has 1 problem(s):\n  - my-bundle/envs/counter: its reset to task from-2-to-10, to try the "
+        "task's verifiers on its report, failed: ")
+    assert "KeyError" in result.stderr and "'begin'" in result.stderr

@@ -47,10 +47,22 @@ def test_a_verifier_that_returns_no_finite_number_is_an_error_naming_it(tmp_path
         score_episode({}, {}, {"grade": "odd"}, loaded)
 
 
-def test_a_verifier_that_raises_is_an_error_with_its_exception(tmp_path):
-    loaded = load_verifiers({"broken": write(tmp_path, "broken", "def verify(task, report):\n    return report['missing']\n")})
-    with pytest.raises(VerifierError, match="verifier broken raised KeyError: 'missing'"):
+def test_a_verifier_that_raises_is_an_error_with_its_exception_file_and_line(tmp_path):
+    path = write(tmp_path, "broken", "def verify(task, report):\n    return report['missing']\n")
+    loaded = load_verifiers({"broken": path})
+    with pytest.raises(VerifierError) as raised:
         score_episode({}, {}, {"grade": "broken"}, loaded)
+    assert str(raised.value) == f"verifier broken raised KeyError: 'missing' at {path}:2 (return report['missing'])"
+
+
+def test_a_raise_in_a_verifiers_helper_names_the_helpers_line(tmp_path):
+    helper = write(tmp_path, "_parse", "def count(report):\n    text = report['text']\n    return int(text)\n")
+    loaded = load_verifiers({"counted": write(tmp_path, "counted", "from _parse import count\n"
+                                              "def verify(task, report):\n    return count(report) == 3\n")})
+    with pytest.raises(VerifierError) as raised:
+        score_episode({}, {"text": "three"}, {"grade": "counted"}, loaded)
+    assert str(raised.value) == ("verifier counted raised ValueError: invalid literal for int() with base 10: "
+                                 f"'three' at {helper}:3 (return int(text))")
 
 
 def test_a_verifier_imports_its_private_helpers_from_its_folder_and_leaves_sys_path_as_it_was(tmp_path):

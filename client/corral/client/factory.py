@@ -117,8 +117,10 @@ class CorralEnvironment(Displayed):
         return episode_doc(self._episode) if self._episode is not None else Doc().add(
             "title", f"{self._corral_spec.toolset.name}: no episode yet; call reset(**row) to start one")
 
-    def __str__(self) -> str:
+    def __repr__(self) -> str:  # a terminal's REPL shows the transcript, as Jupyter shows its HTML
         return self._doc().text()
+
+    __str__ = __repr__
 
 
 class _EnvironmentType(type):

@@ -190,15 +190,9 @@ class Session:
 def refusal(url: str, status: int) -> Exception:
     """The error for a server that refused a request or a session with HTTP `status`."""
     if status == 401:
-        return TokenMissing(
-            f"the server at {url} wants a bearer token and none was sent: pass token=... "
-            "or set CORRAL_TOKEN to the token it was served with (corral serve --token)"
-        )
+        return TokenMissing(url)
     if status == 403:
-        return TokenRefused(
-            f"the server at {url} refused the bearer token it was sent: pass the token it was served "
-            "with (token=... or CORRAL_TOKEN)"
-        )
+        return TokenRefused(url)
     return SessionLost(f"the server at {url} refused the session with HTTP {status}")
 
 

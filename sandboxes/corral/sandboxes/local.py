@@ -180,7 +180,8 @@ class LocalSandbox(Sandbox):
             return ""
         size = os.fstat(self._stderr).st_size
         start = max(0, size - max_chars)
-        return os.pread(self._stderr, size - start, start).decode("utf-8", errors="replace")
+        return self.provider.with_original_paths(
+            self.spec, os.pread(self._stderr, size - start, start).decode("utf-8", errors="replace"))
 
     async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
                      timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
@@ -331,6 +332,14 @@ class LocalProvider(SandboxProvider):
         a program its command names by an absolute path (installation_of)."""
         env, sdk = self.import_path(spec)
         return [env, sdk / "corral" / "env", sdk / "corral" / "errors.py", *installation_of(spec.command[0])]
+
+    def with_original_paths(self, spec: SandboxSpec, text: str) -> str:
+        """`text` (an env's stderr) with the paths of `spec`'s copies made the originals': a
+        traceback then points at the bundle's file, the one to fix, not at its copy."""
+        if spec not in self._copies:
+            return text
+        env_copy, sdk_copy = self._copies[spec]
+        return text.replace(str(env_copy), str(spec.context_dir)).replace(str(sdk_copy), str(_SDK_ROOT))
 
     def _copy_readable(self, spec: SandboxSpec) -> None:
         self._make_root()

@@ -1,21 +1,25 @@
 """Checks that need the env running: each env is started once to list its tools.
 
 `corral check` and `corral serve` both run these after `load_bundle`, so a tool without a
-docstring, a task offering a tool its env lacks, or a verifier that does not import is
-reported before any trainer connects.
+docstring, a task offering a tool its env lacks, a verifier that does not import, or one that
+raises on the report of a freshly reset env is reported before any trainer connects.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from corral.client.catalog import END_TURN, ToolSpec
 from corral.client.rewards import RewardRule, missing_rule_message
 from corral.sandboxes import SandboxError, SandboxProvider, SandboxSpec
 from corral.server.bundle import BundleEnv, LoadedBundle, Problem
+from corral.server.bundle_format import Task
 from corral.server.envproc import EnvCallError, EnvDied, EnvProcess
-from corral.server.verifiers import VerifierError, load_verifiers
+from corral.server.verifiers import VerifierError, Verify, load_verifiers, score_episode
 
 PROBE_TIMEOUT_S = 120.0
 RESERVED_TOOL_NAMES = {END_TURN, "reset", "get_reward"}
@@ -41,26 +45,54 @@ def sandbox_spec(env: BundleEnv) -> SandboxSpec:
     )
 
 
-async def probe_tools(env: BundleEnv, provider: SandboxProvider) -> list[ToolSpec]:
-    """Start `env` once and list its tools; raise SandboxError saying why when it cannot."""
+@dataclass
+class Probe:
+    """What starting an env once found: its tools, and the report it gives right after a reset
+    to a sample task (the report a verifier meets when the agent does nothing)."""
+
+    tools: list[ToolSpec]
+    report: dict[str, Any] | None = None
+    sample_failed: str | None = None  # why the reset to the sample task, or its report, failed
+
+
+async def probe_env(env: BundleEnv, provider: SandboxProvider, sample: Task | None = None) -> Probe:
+    """Start `env` once and list its tools; with a `sample` task, reset it to that task and read
+    its report. Raise SandboxError saying why when it cannot start."""
     sandbox = await provider.start(sandbox_spec(env), {"corral.purpose": "probe"})
     try:
         process = EnvProcess(sandbox)
-        async with asyncio.timeout(PROBE_TIMEOUT_S):
-            await process.initialize()
-            listed = await process.call("tools/list")
-        return [ToolSpec.model_validate(tool) for tool in listed["tools"]]
-    except TimeoutError:
-        raise SandboxError(f"the env did not list its tools within {PROBE_TIMEOUT_S:.0f}s") from None
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_S):
+                await process.initialize()
+                listed = await process.call("tools/list")
+        except TimeoutError:
+            raise SandboxError(f"the env did not list its tools within {PROBE_TIMEOUT_S:.0f}s") from None
+        probe = Probe([ToolSpec.model_validate(tool) for tool in listed["tools"]])
+        if sample is not None:
+            trying = f"its reset to task {sample.id}, to try the task's verifiers on its report,"
+            try:
+                async with asyncio.timeout(PROBE_TIMEOUT_S):
+                    await process.hook("corral/reset", {"task": sample.args})
+                    probe.report = ((await process.hook("corral/report")) or {}).get("report", {})
+            except EnvCallError as error:
+                probe.sample_failed = f"{trying} failed: {error}"
+            except TimeoutError:
+                probe.sample_failed = f"{trying} did not finish within {PROBE_TIMEOUT_S:.0f}s"
+        return probe
     finally:
         await sandbox.close()
 
 
-async def check_envs(bundle: LoadedBundle, provider: SandboxProvider, envs: Sequence[BundleEnv]) -> dict[str, list[ToolSpec]]:
-    """The tools of each of `envs` (those the provider could prepare); adds a problem to
-    `bundle.problems` for each env or task that is off."""
-    results = await asyncio.gather(*(probe_tools(env, provider) for env in envs), return_exceptions=True)
+async def check_envs(bundle: LoadedBundle, provider: SandboxProvider, envs: Sequence[BundleEnv]
+                     ) -> tuple[dict[str, list[ToolSpec]], dict[str, dict[str, Any]]]:
+    """The tools of each of `envs` (those the provider could prepare), and the report of a sample
+    task of each that Python verifiers score (by task id); adds a problem to `bundle.problems`
+    for each env or task that is off."""
+    samples = {env.name: _sample_task(bundle, env) for env in envs}
+    results = await asyncio.gather(*(probe_env(env, provider, samples[env.name]) for env in envs),
+                                   return_exceptions=True)
     tools_by_env: dict[str, list[ToolSpec]] = {}
+    reports: dict[str, dict[str, Any]] = {}
     for env, result in zip(envs, results, strict=True):
         where = bundle.where("envs", env.name)
         if isinstance(result, BaseException):
@@ -68,10 +100,15 @@ async def check_envs(bundle: LoadedBundle, provider: SandboxProvider, envs: Sequ
                 raise result
             bundle.problems.append(Problem(where, f"the env does not start: {result}"))
             continue
-        reserved = sorted({tool.name for tool in result} & RESERVED_TOOL_NAMES)
+        reserved = sorted({tool.name for tool in result.tools} & RESERVED_TOOL_NAMES)
         if reserved:
             bundle.problems.append(Problem(where, f"tool name(s) {', '.join(reserved)} are reserved by corral; rename them"))
-        tools_by_env[env.name] = result
+        tools_by_env[env.name] = result.tools
+        if result.sample_failed is not None:
+            bundle.problems.append(Problem(where, result.sample_failed))
+        sample = samples[env.name]
+        if sample is not None and result.report is not None:
+            reports[sample.id] = result.report
     for task in bundle.tasks.values():
         offered = tools_by_env.get(task.env)
         if offered is None or task.tools is None:
@@ -83,16 +120,43 @@ async def check_envs(bundle: LoadedBundle, provider: SandboxProvider, envs: Sequ
                 f"task {task.id}",
                 f"offers tool(s) {', '.join(missing)} that env {task.env} does not have (it has: {', '.join(sorted(names))}); fix 'tools'",
             ))
-    return tools_by_env
+    return tools_by_env, reports
 
 
-def check_verifiers(bundle: LoadedBundle) -> None:
+def _sample_task(bundle: LoadedBundle, env: BundleEnv) -> Task | None:
+    """The first task of `env` that a Python verifier scores: the one its verifiers are tried on."""
+    return next((task for task in bundle.tasks.values()
+                 if task.env == env.name and any(name in bundle.verifiers for name in task.verifiers.values())), None)
+
+
+def check_verifiers(bundle: LoadedBundle, reports: Mapping[str, dict[str, Any]]) -> None:
+    """Import every Python verifier, then score each sample task's report (`reports`, by task id)
+    with its verifiers: one that raises on the report of an agent that did nothing would leave
+    such episodes unscored, so it is a problem, with the file and line it raised at."""
+    loaded: dict[str, Verify] = {}
     for name, path in bundle.verifiers.items():
         try:
-            load_verifiers({name: path})
+            loaded.update(load_verifiers({name: path}))
         except VerifierError as error:
             # The problem names the file already; drop the absolute path the error starts with.
             bundle.problems.append(Problem(bundle.where("verifiers", path.name), str(error).removeprefix(f"{path}: ")))
+    for task_id, report in reports.items():
+        task = bundle.tasks[task_id]
+        for score_id, name in task.verifiers.items():
+            if name not in loaded:
+                continue
+            try:
+                score_episode(task.model_dump(), report, {score_id: name}, loaded)
+            except VerifierError as error:
+                bundle.problems.append(Problem(
+                    bundle.where("verifiers", bundle.verifiers[name].name),
+                    f"{error}, scoring task {task_id} right after its reset (the report {_short(report)}); "
+                    "a verifier must score every report its env gives, the do-nothing agent's too"))
+
+
+def _short(report: dict[str, Any]) -> str:
+    text = json.dumps(report, default=str)
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def check_reward_rule(bundle: LoadedBundle, rule: RewardRule) -> None:

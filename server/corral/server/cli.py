@@ -20,7 +20,7 @@ from typing import Annotated, NoReturn
 import typer
 import uvicorn
 
-from corral.errors import BundleInvalid, ConfigError, CorralError, ImageError
+from corral.errors import AuthError, BundleInvalid, ConfigError, CorralError, ImageError
 from corral.sandboxes import KINDS, make_provider
 from corral.server.app import create_app, socket_settings
 from corral.server.bundle import TRAIN_SPLIT, load_bundle, merge_shared
@@ -121,7 +121,7 @@ def serve(
     ctx: typer.Context,
     bundle: BundleArg,
     host: Annotated[str, typer.Option(help="Address to listen on; 0.0.0.0 to serve trainers on other machines.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
     sandbox: Annotated[str, typer.Option(help="Where episodes run: auto (docker when an engine answers, else local), docker (a hardened container each), local (a child process each; no isolation) or modal (a Modal Sandbox each, in Modal's cloud).")] = "auto",
     warm_pool: Annotated[int, typer.Option(
         envvar="CORRAL_WARM_POOL", min=0,
@@ -144,7 +144,7 @@ def serve(
         min=1, help="Sandboxes starting at once; more resets wait their turn (default: twice the CPUs, at least 4).")] = None,
     network: NetworkOption = None,
     record: Annotated[Path | None, typer.Option(
-        help="Record every episode in DIR (JSON lines and an SQLite index; list them with `corral episodes DIR`); default: the bundle's [serve] record.")] = None,
+        help="Record every episode in DIR (JSON lines and an SQLite index; list them with `corral episodes DIR`); default: the bundle's \\[serve] record.")] = None,
     unsafe_local_shell: UnsafeLocalShellOption = False,
 ) -> None:
     """Serve every task of a bundle over OpenEnv's WebSocket protocol and Task API."""
@@ -244,7 +244,9 @@ def play_command(
     except BundleInvalid as error:
         typer.echo(str(BundleInvalid(target, merge_shared(error.problems))), err=True)
         raise typer.Exit(1) from None
-    except CorralError as error:  # a server that is not there, a token, a task the bundle lacks
+    except AuthError as error:
+        _fail(str(error.passed_as("--token TOKEN")))
+    except CorralError as error:  # a server that is not there, a task the bundle lacks
         _fail(str(error))
     except KeyboardInterrupt:  # Ctrl-C during a call: the session and server are already closed
         raise typer.Exit(130) from None
@@ -319,12 +321,13 @@ def eval_command(
     tokenizer: Annotated[str | None, typer.Option(help="The model's tokenizer (default: the model's folder, or the name a server serves).")] = None,
     temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature; 0 is greedy.")] = 1.0,
     top_p: Annotated[float, typer.Option(min=0.0, max=1.0)] = 1.0,
-    max_tokens: Annotated[int, typer.Option(min=1, help="Ids an episode may reach (sampled and rendered) before it is cut.")] = 1024,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Ids an episode may reach (sampled and rendered) before it is cut; no further than a local model's context.")] = 1024,
     max_tool_calls: Annotated[int, typer.Option(min=1, help="Calls (end_turn included) an episode may make before it is cut.")] = 8,
     success: Annotated[float, typer.Option(help="The reward at which an episode passes.")] = 1.0,
     limit: Annotated[int | None, typer.Option(min=1, help="Play only the split's first N tasks.")] = None,
     record: Annotated[Path | None, typer.Option(help="Record the episodes (server and tokens) in DIR.")] = None,
     sandbox: Annotated[str, typer.Option(help="A bundle folder's sandbox: auto, docker, local or modal.")] = "auto",
+    token: Annotated[str | None, typer.Option(envvar="CORRAL_TOKEN", help="A URL's bearer token.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the numbers as JSON to FILE.")] = None,
     tasks_shown: Annotated[int, typer.Option(min=0, help="Rows of the per-task table.")] = 50,
 ) -> None:
@@ -342,10 +345,12 @@ def eval_command(
         report = evaluate(model, target, split=split, k=k, concurrency=concurrency, tokenizer=tokenizer,
                           sampling=SamplingParams(temperature=temperature, top_p=top_p),
                           max_completion_length=max_tokens, max_tool_calls=max_tool_calls, success=success,
-                          limit=limit, record_dir=record, sandbox=sandbox)
+                          limit=limit, record_dir=record, sandbox=sandbox, token=token)
     except BundleInvalid as error:
         typer.echo(str(BundleInvalid(target, merge_shared(error.problems))), err=True)
         raise typer.Exit(1) from None
+    except AuthError as error:
+        _fail(str(error.passed_as("--token TOKEN")))
     except CorralError as error:
         _fail(str(error))
     typer.echo(report.table(tasks_shown=tasks_shown))

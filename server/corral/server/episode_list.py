@@ -108,6 +108,7 @@ def export(store: EpisodeStore, kind: str, path: Path, filters: Filters, *, per_
         data = sft_dataset(store, per_task=per_task, min_reward=filters.min_reward, seed=seed, run=filters.run,
                            split=filters.split)
     else:
+        _refuse_without_rollouts(store, filters)
         data = rl_dataset(store, run=filters.run, split=filters.split)
     written = write_jsonl(data, path)
     return f"wrote {written} {'conversations' if kind == 'sft' else 'trajectories'} to {path}"
@@ -145,3 +146,16 @@ def by_difficulty(min_pass: float | None, max_pass: float | None, min_step: int 
     return Difficulty(min_pass=0.0 if min_pass is None else min_pass, max_pass=1.0 if max_pass is None else max_pass,
                       min_step=min_step, max_step=max_step, per_prompt=per_prompt, target=target,
                       by_tool_calls=by_tool_calls, seed=seed, success=success)
+
+
+def _refuse_without_rollouts(store: EpisodeStore, filters: Filters) -> None:
+    """ConfigError saying where the trainer's rollouts are when `store` has none (to match):
+    an RL export is their token ids, which the server's records of episodes do not hold."""
+    if store.tally(kind="rollouts").records == 0:
+        raise ConfigError(
+            f"--export rl writes the trainer's rollouts (their token ids), and {store.rollouts_root} holds none, only "
+            "the server's episodes: pass the folder the trainer recorded in (CorralRollout(record_dir=...), corral "
+            "eval --record) with --rollouts DIR")
+    if store.tally(kind="rollouts", run=filters.run, split=filters.split).records == 0:
+        raise ConfigError(f"no rollout recorded in {store.rollouts_root} is of this --run and --split; "
+                          f"list the runs with: corral episodes {store.root} --runs")

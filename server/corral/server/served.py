@@ -87,8 +87,8 @@ class ServedBundle:
             provider = HarborProvider(provider, bundle.harbor.images)
         try:
             ready = await _prepare_envs(bundle, provider)
-            tools_by_env = await check_envs(bundle, provider, ready) if ready else {}
-            check_verifiers(bundle)
+            tools_by_env, reports = await check_envs(bundle, provider, ready) if ready else ({}, {})
+            check_verifiers(bundle, reports)
             reward = options.reward if options.reward is not None else bundle.manifest.serve.reward
             check_reward_rule(bundle, reward)
             if bundle.problems:

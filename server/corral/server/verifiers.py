@@ -21,6 +21,7 @@ import importlib.util
 import json
 import math
 import sys
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,13 +66,25 @@ def score_episode(
         try:
             result = loaded[name](task, report)
         except Exception as error:
-            raise VerifierError(f"verifier {name} raised {type(error).__name__}: {error}") from error
+            raise VerifierError(f"verifier {name} raised {type(error).__name__}: {error}{_raised_at(error, loaded[name])}"
+                                ) from error
         if isinstance(result, Mapping):
             for key, value in result.items():
                 scores[f"{score_id}/{key}"] = _as_score(name, value)
         else:
             scores[score_id] = _as_score(name, result)
     return scores
+
+
+def _raised_at(error: Exception, verify: Verify) -> str:
+    """Where in the bundle's verifiers folder `error` was raised (the innermost line there, a
+    helper's included): ` at verifiers/grade.py:12 (return report["score"])`, as full paths."""
+    folder = Path(verify.__code__.co_filename).parent
+    ours = [frame for frame in traceback.extract_tb(error.__traceback__) if Path(frame.filename).parent == folder]
+    if not ours:
+        return ""
+    frame = ours[-1]
+    return f" at {frame.filename}:{frame.lineno}" + (f" ({frame.line.strip()})" if frame.line else "")
 
 
 def _as_score(name: str, value: Any) -> float:

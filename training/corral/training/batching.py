@@ -73,6 +73,8 @@ class BatchedGenerator:
         self.max_batch = max_batch
         self.window_s = window_s
         self.lockstep = _distributed() if lockstep is None else lockstep
+        # Positions past it are ones the model never learned: a sample stops there, cut.
+        self.context_length: int | None = getattr(model.config.get_text_config(), "max_position_embeddings", None)
         self.calls = 0  # padded generate calls made (dummy rounds included)
         self._cond = threading.Condition()
         self._pending: list[_Request] = []
@@ -112,6 +114,12 @@ class BatchedGenerator:
                 self._cond.notify_all()
 
     def generate(self, prompt_ids: list[int], *, max_new_tokens: int, stop_token_ids: list[int]) -> Sample:
+        """Sample up to `max_new_tokens` ids after `prompt_ids`, and no further than the model's
+        context: a sample cut by either is not `stopped`."""
+        if self.context_length is not None:
+            max_new_tokens = min(max_new_tokens, self.context_length - len(prompt_ids))
+            if max_new_tokens <= 0:
+                return Sample(token_ids=[], logprobs=[], stopped=False)
         if self._driver is None:  # a lone request
             with self.playing(1), self.episode():
                 return self.generate(prompt_ids, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids)

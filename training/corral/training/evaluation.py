@@ -19,13 +19,16 @@ import math
 import statistics
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from corral.client import Bundle
+from corral.errors import ConfigError
 from corral.training.batching import BatchedGenerator
+from corral.training.cpu import one_cpu_thread
 from corral.training.generation import Generator, SamplingParams, VLLMGenerator
 from corral.training.processors import HermesProcessor, Processor
 from corral.training.rollout_player import Rollout
@@ -74,6 +77,8 @@ class EvalReport:
     failed_reasons: Counter[str] = field(default_factory=Counter)
     unscored_reasons: Counter[str] = field(default_factory=Counter)
     run: str | None = None  # the run its rollouts were recorded under, if they were
+    context_length: int | None = None  # a local model's positions: no episode reaches past them
+    context_cut: int = 0  # episodes cut there, short of their completion limit
 
     @property
     def ks(self) -> list[int]:
@@ -117,6 +122,9 @@ class EvalReport:
             if reasons:
                 lines.append(f"{title}: {sum(reasons.values())}")
                 lines += [f"  {count}x {reason}" for reason, count in reasons.most_common()]
+        if self.context_cut:
+            lines.append(f"note: {self.context_cut} episode(s) reached the model's context of {self.context_length} "
+                         "positions (prompt and completion together) and were cut there, short of the completion limit")
         if self.run is not None:
             lines.append(f"rollouts recorded as run {self.run}")
         return "\n".join(lines)
@@ -131,7 +139,7 @@ class EvalReport:
                        "unscored": t.unscored, "mean_reward": t.mean_reward,
                        "pass_at": {str(k): t.pass_at(k) for k in self.ks}} for t in self.tasks],
             "failed_reasons": dict(self.failed_reasons), "unscored_reasons": dict(self.unscored_reasons),
-            "run": self.run,
+            "run": self.run, "context_length": self.context_length, "context_cut": self.context_cut,
         }
 
 
@@ -153,6 +161,7 @@ def evaluate(
     progress: bool = True,
     sandbox: str = "auto",
     chat_template_kwargs: dict[str, Any] | None = None,
+    token: str | None = None,
 ) -> EvalReport:
     """Play `k` episodes of every task of `split` with `model`, and score them.
 
@@ -175,14 +184,22 @@ def evaluate(
         progress: Show a progress bar on stderr.
         sandbox: A bundle folder's sandbox (auto, docker, local).
         chat_template_kwargs: The chat template's variables; by default thinking off.
+        token: A corral server's bearer token; by default `$CORRAL_TOKEN`.
+
+    A local model on the CPU samples on one torch thread (`cpu.one_cpu_thread`), and each sample
+    stops where the model's context ends, whatever `max_completion_length` allows.
     """
     from datasets.utils.logging import disable_progress_bar
 
     disable_progress_bar()  # the dataset's map bars would cut through the episodes' bar
-    opened = _open_bundle(bundle, split, sandbox, concurrency, record_dir)
+    policy = _policy(model, tokenizer, sampling or SamplingParams())  # first: a model that does not load fails fast
+    try:
+        opened = _open_bundle(bundle, split, sandbox, concurrency, record_dir, token)
+    except BaseException:
+        policy.restore()
+        raise
     step = checkpoint_step(model)  # the records' step: a checkpoint's, when the model is one
     try:
-        policy = _policy(model, tokenizer, sampling or SamplingParams())
         processor = processor or HermesProcessor.for_trainer(
             policy.tokenizer, chat_template_kwargs or {"enable_thinking": False}, stop_token_ids=policy.eos_ids)
         rollout = CorralRollout(opened, processor=processor, generator=policy.generator, max_tool_calls=max_tool_calls,
@@ -194,16 +211,23 @@ def evaluate(
         bar = _bar(len(prompts), f"eval {split}") if progress else None
         started = time.monotonic()
         try:
-            played = rollout.play(prompts, concurrency=concurrency, contexts=group_contexts(len(prompts), k, step),
-                                  on_rollout=(lambda _: bar.update(1)) if bar is not None else None)
+            with policy.threads():
+                played = rollout.play(prompts, concurrency=concurrency,
+                                      contexts=group_contexts(len(prompts), k, step),
+                                      on_rollout=(lambda _: bar.update(1)) if bar is not None else None)
         finally:
             policy.restore()
             if bar is not None:
                 bar.close()
             run = rollout.records.run if rollout.records is not None else None
             rollout.close()
-        return _report(played, [row["task_id"] for row in rows], name=policy.name, bundle=opened.name, split=split, k=k,
-                       success=success, seconds=time.monotonic() - started, run=run)
+        report = _report(played, [row["task_id"] for row in rows], name=policy.name, bundle=opened.name, split=split,
+                         k=k, success=success, seconds=time.monotonic() - started, run=run)
+        report.context_length = policy.context_length
+        if report.context_length is not None:
+            report.context_cut = sum(len(r.prompt_ids) + len(r.completion_ids) >= report.context_length
+                                     for r in played)
+        return report
     finally:
         if opened is not bundle:
             opened.close()
@@ -228,51 +252,82 @@ def _report(played: Sequence[Rollout], task_ids: list[str], *, name: str, bundle
 
 
 def _open_bundle(bundle: Bundle | str | Path, split: str, sandbox: str, concurrency: int,
-                 record_dir: str | Path | None) -> Bundle:
+                 record_dir: str | Path | None, token: str | None) -> Bundle:
     if isinstance(bundle, Bundle):
         return bundle
     if isinstance(bundle, str) and "://" in bundle:
-        return Bundle(bundle, split=split)
+        return Bundle(bundle, split=split, token=token)
     return Bundle.local(bundle, split=split, sandbox=sandbox, max_concurrent_envs=concurrency,
                         record_dir=record_dir)
 
 
 @dataclass
 class _Policy:
-    """What samples: the generator, the model's tokenizer, name and EOS ids, and what to undo after."""
+    """What samples: the generator, the model's tokenizer, name and EOS ids, what to undo after,
+    the torch threads to sample with (one, for a model on the CPU) and the model's context."""
 
     generator: Generator
     tokenizer: Any
     name: str
     eos_ids: list[int]
     restore: Any
+    threads: Callable[[], AbstractContextManager[None]] = nullcontext
+    context_length: int | None = None  # a local model's: its samples stop there
 
 
 def _policy(model: Any, tokenizer: Any, sampling: SamplingParams) -> _Policy:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    def loaded(source: Any) -> Any:
-        return AutoTokenizer.from_pretrained(str(source)) if isinstance(source, str | Path) else source
-
     if isinstance(model, str) and "://" in model:
         server = VLLMGenerator(model, sampling=sampling)
-        server.tokenizer = tokenizer = loaded(tokenizer or server.model)  # also reads a server that answers text
+        server.tokenizer = tokenizer = _tokenizer(tokenizer or server.model)  # also reads a server that answers text
         return _Policy(server, tokenizer, f"{server.model} at {server.base_url}", [tokenizer.eos_token_id],
                        server.close)
     if isinstance(model, str | Path):
-        name, tokenizer = str(model), loaded(tokenizer or model)
-        model = AutoModelForCausalLM.from_pretrained(name, dtype="auto").to("cuda" if _cuda() else "cpu")
+        name = str(model)
+        model, tokenizer = _load(name, tokenizer)
     elif tokenizer is None:
         raise ValueError("evaluate(model=...) with a model in memory needs its tokenizer: pass tokenizer=")
     else:
-        name, tokenizer = getattr(model, "name_or_path", type(model).__name__), loaded(tokenizer)
+        name, tokenizer = getattr(model, "name_or_path", type(model).__name__), _tokenizer(tokenizer)
     eos = getattr(model.generation_config, "eos_token_id", None)
     eos_ids = [i for i in [*(eos if isinstance(eos, list) else [eos]), tokenizer.eos_token_id] if i is not None]
     was_training = model.training
     model.eval()
     generator = BatchedGenerator(model, sampling, logprobs=False, pad_token_id=tokenizer.pad_token_id,
                                  max_batch=256, lockstep=False)
-    return _Policy(generator, tokenizer, name, eos_ids, lambda: model.train(was_training))
+    on_cpu = next(model.parameters()).device.type == "cpu"
+    return _Policy(generator, tokenizer, name, eos_ids, lambda: model.train(was_training),
+                   one_cpu_thread if on_cpu else nullcontext, generator.context_length)
+
+
+def _load(name: str, tokenizer: Any) -> tuple[Any, Any]:
+    """The model saved at `name` (a folder, or a model in the Hugging Face cache) and its
+    tokenizer; ConfigError, in one line saying what to pass, when either does not load."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils.logging import disable_progress_bar
+
+    disable_progress_bar()  # its loading bar would stand between the eval's own bar, or its one-line error
+    folder = Path(name)
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        raise ConfigError(f"{name} is a folder but not a saved model (it has no config.json): give the folder a "
+                          "model was saved in (save_pretrained, a recipe's --output-dir) or a vLLM server's URL")
+    try:
+        tokenizer = _tokenizer(tokenizer or name)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype="auto")
+    except (OSError, ValueError) as error:
+        where = "" if folder.exists() else f"there is no folder {folder.resolve()}, and "
+        raise ConfigError(f"cannot load the model {name!r}: {where}transformers says: {_first_line(error)}; give a "
+                          "saved model's folder or a vLLM server's URL") from error
+    return model.to("cuda" if _cuda() else "cpu"), tokenizer
+
+
+def _tokenizer(source: Any) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(source)) if isinstance(source, str | Path) else source
+
+
+def _first_line(error: BaseException) -> str:
+    return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
 
 
 def _bar(total: int, label: str) -> Any:

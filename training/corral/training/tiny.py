@@ -9,7 +9,7 @@ with its prefix-preserving Qwen3 training template.
 `teach_tool_call` fine-tunes the model for a few seconds so that, given a prompt rendered the way
 `GRPOTrainer` renders it, it usually answers with a given tool call, then ends its turn once the
 tool has answered. `sample_tool_calls` samples the model and parses its answers as the trainer does.
-Wrap other torch work on the model (e.g. `trainer.train()`) in `one_cpu_thread()`.
+Wrap other torch work on the model (e.g. `trainer.train()`) in `corral.training.cpu.one_cpu_thread()`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ import os
 import random
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from trl.chat_template_utils import (
 )
 
 from corral.errors import ConfigError
+from corral.training.cpu import one_cpu_thread
 from corral.training.tiny_tokenizer import VOCAB_SIZE, build_tokenizer, sample_chats
 
 _COMPLETE = "tiny_model_complete"
@@ -60,21 +60,6 @@ CPU_RUN_SETTINGS: dict[str, Any] = {
 """Fields of every TRL config (they come from `TrainingArguments`) for a run of the tiny model on
 a CPU: float32 on the CPU, no tracker, and no activation checkpointing (TRL turns it on to save
 GPU memory; a tiny model only pays its time)."""
-
-
-@contextmanager
-def one_cpu_thread() -> Iterator[None]:
-    """Run torch on one CPU thread inside the block.
-
-    A model this small gains nothing from more threads, and when other processes load the CPUs,
-    torch's spinning worker threads slow it down fiftyfold (seconds become minutes).
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def make_tiny_model(
