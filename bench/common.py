@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
 from pydantic import BaseModel
@@ -30,11 +31,12 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(command: list[str], port: int, what: str,
+def start_server(command: list[str], port: int, what: str, log: Path | None = None,
                  env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
-    """Start `command` (with `env`, else this process's), a server listening on `port`; (its
-    process, its URL) once /health answers."""
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    """Start `command` (with `env`, else this process's), a server listening on `port` (its
+    output to `log`, if given); (its process, its URL) once /health answers."""
+    output = subprocess.DEVNULL if log is None else log.open("wb")
+    server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + SERVER_START_S
     while time.monotonic() < deadline:

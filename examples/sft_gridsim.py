@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> Path:
     opts = parse(argv)
     model = resolve_model(opts)
     days = opts.days or (4 if opts.tiny else None)
-    from corral.training.presets import preset
+    from corral.training.presets import activation_checkpointing, preset
     from corral.training.sft import gold_dataset, load_gold_calls
 
     calls = load_gold_calls(opts.gold_bundle, opts.split)
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> Path:
 
         settings.update(CPU_RUN_SETTINGS)
     else:
-        settings.update(bf16=True, activation_checkpointing=True, lr_scheduler_type="cosine", warmup_ratio=0.05)
+        settings.update(bf16=True, lr_scheduler_type="cosine", warmup_ratio=0.05, **activation_checkpointing(True))
     out = opts.output_dir / "sft"
     trainer = sft.trainer(model=model, args=sft.config(output_dir=str(out), **settings), train_dataset=data,
                           peft_config=lora_config() if opts.lora else None)

@@ -82,6 +82,28 @@ def test_evaluate_through_the_vllm_standin_reports_known_outcomes_and_unscored_r
         assert store.tally(status="unscored").records == 4
 
 
+def test_a_turn_vllm_ends_on_the_generation_configs_other_eos_is_read_without_it(
+        model_dir: Path, tokenizer, tmp_path: Path) -> None:
+    from transformers import GenerationConfig
+
+    def ends_on_endoftext(context: str) -> str:
+        return "Done.<|endoftext|>" if "<tool_response>" in context else solves_the_even_tasks(context)
+
+    # The tiny model's generation config ends on <|endoftext|> as well as <|im_end|>, as Qwen3's does,
+    # and vLLM stops on it whatever the request's stop_token_ids say.
+    eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
+    assert tokenizer.convert_tokens_to_ids("<|endoftext|>") in eos
+    with serve_standin(None, tokenizer, served_name="scripted", policy=ends_on_endoftext, eos_token_ids=eos) as url:
+        report = evaluate(url, FIXTURES / "evalbox", split="eval", k=1, tokenizer=str(model_dir), concurrency=2,
+                          sandbox="local", limit=2, max_completion_length=256, record_dir=tmp_path / "records",
+                          progress=False)
+
+    assert report.scored == 2 and report.pass_at[1] == 0.5
+    with EpisodeStore(tmp_path / "records") as store:
+        responses = [episode.calls[-1].arguments for episode in store.records(store.find())]
+    assert responses == [{"response": "Done."}] * 2  # the stop id is no part of the answer
+
+
 @pytest.fixture
 def codeword_server(serve) -> Iterator[str]:
     yield serve(BUNDLES / "codeword", max_concurrent_envs=8).url

@@ -1,7 +1,8 @@
 """The training path's fixes for a GPU box, each checked where it can be on a CPU: the vLLM model
 name, missing logprobs, other EOS ids, truncated rollouts under `mask_truncated_completions`,
-refusing a sampling policy the trainer does not train, metrics through `log_metric` gathered
-across processes, and the HF path generating for many episodes in one padded call."""
+refusing a sampling policy the trainer does not train (or a weight sync it cannot make),
+metrics through `log_metric` gathered across processes, and the HF path generating for many
+episodes in one padded call."""
 
 from __future__ import annotations
 
@@ -27,11 +28,12 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from corral.client import Bundle
-from corral.errors import ConfigError
+from corral.errors import ConfigError, GenerationError
 from corral.training import rollouts as rollouts_module
 from corral.training.cpu import one_cpu_thread
 from corral.training.generation import Sample, SamplingParams, VLLMGenerator
 from corral.training.rollouts import CorralRollout, episode_reward
+from corral.training.weight_sync import FileWeightSync
 from tests.conftest import FIXTURES
 from tests.e2e.support import CPU_RUN
 from tests.e2e.vllm_standin import serve_standin
@@ -152,6 +154,24 @@ def test_a_generator_that_does_not_sample_the_trained_policy_is_refused_with_the
 
     with pytest.raises(ConfigError, match=expected):
         rollout_func([toy.dataset[0]["prompt"]] * 2, fake_trainer(tokenizer, **settings))
+
+
+def test_a_weight_sync_to_another_server_than_the_generators_is_refused_with_the_fix(
+        toy, tokenizer, tmp_path: Path) -> None:
+    sync = FileWeightSync("http://127.0.0.1:8002", tmp_path / "weights")
+    rollout_func = CorralRollout(toy, generator=VLLMGenerator("http://127.0.0.1:8001", model="policy"),
+                                 weight_sync=sync)
+
+    with pytest.raises(ConfigError, match=r"pushes to http://127.0.0.1:8002.*VLLMGenerator\('http://127.0.0.1:8002'\)"):
+        rollout_func([toy.dataset[0]["prompt"]] * 2, fake_trainer(tokenizer))
+    assert not (tmp_path / "weights").exists()  # refused before anything was written
+
+
+def test_a_tied_model_is_not_synced_through_a_file(model_dir: Path, tmp_path: Path) -> None:
+    tied = AutoModelForCausalLM.from_pretrained(model_dir)  # the default tiny model ties its embeddings
+
+    with pytest.raises(GenerationError, match="tied embeddings.*tie_word_embeddings=False"):
+        FileWeightSync("http://127.0.0.1:8002", tmp_path / "weights").push(tied)
 
 
 def test_rollout_metrics_go_through_log_metric_and_count_groups_across_processes(

@@ -29,7 +29,7 @@ from corral.client import Bundle
 from corral.errors import ConfigError
 from corral.training.batching import BatchedGenerator
 from corral.training.cpu import one_cpu_thread
-from corral.training.generation import Generator, SamplingParams, VLLMGenerator
+from corral.training.generation import Generator, SamplingParams, VLLMGenerator, eos_token_ids
 from corral.training.processors import HermesProcessor, Processor
 from corral.training.rollout_player import Rollout
 from corral.training.rollouts import CorralRollout
@@ -279,8 +279,9 @@ def _policy(model: Any, tokenizer: Any, sampling: SamplingParams) -> _Policy:
     if isinstance(model, str) and "://" in model:
         server = VLLMGenerator(model, sampling=sampling)
         server.tokenizer = tokenizer = _tokenizer(tokenizer or server.model)  # also reads a server that answers text
-        return _Policy(server, tokenizer, f"{server.model} at {server.base_url}", [tokenizer.eos_token_id],
-                       server.close)
+        # vLLM stops on every EOS id of the model's generation config: each must end a turn here too.
+        eos_ids = eos_token_ids(tokenizer.name_or_path, tokenizer)
+        return _Policy(server, tokenizer, f"{server.model} at {server.base_url}", eos_ids, server.close)
     if isinstance(model, str | Path):
         name = str(model)
         model, tokenizer = _load(name, tokenizer)
@@ -288,8 +289,7 @@ def _policy(model: Any, tokenizer: Any, sampling: SamplingParams) -> _Policy:
         raise ValueError("evaluate(model=...) with a model in memory needs its tokenizer: pass tokenizer=")
     else:
         name, tokenizer = getattr(model, "name_or_path", type(model).__name__), _tokenizer(tokenizer)
-    eos = getattr(model.generation_config, "eos_token_id", None)
-    eos_ids = [i for i in [*(eos if isinstance(eos, list) else [eos]), tokenizer.eos_token_id] if i is not None]
+    eos_ids = eos_token_ids(model, tokenizer)
     was_training = model.training
     model.eval()
     generator = BatchedGenerator(model, sampling, logprobs=False, pad_token_id=tokenizer.pad_token_id,

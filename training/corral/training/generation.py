@@ -16,6 +16,7 @@ import random
 import threading
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
@@ -54,6 +55,27 @@ def episode_on(generator: Generator) -> AbstractContextManager[object]:
     """One episode's turn on `generator`, inside `playing` (see `BatchedGenerator.episode`)."""
     start = getattr(generator, "episode", None)
     return start() if start is not None else nullcontext()
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The ids that end the model's turn, as TRL's trainer reads them: the tokenizer's EOS and every
+    id of the model's `generation_config.eos_token_id` (Qwen3: `<|im_end|>` and `<|endoftext|>`),
+    on each of which vLLM stops whatever a request's `stop_token_ids` say.
+
+    `model`: a model in memory, or the folder or Hub name its `generation_config.json` is read
+    from (a model without one ends on the tokenizer's EOS alone, in vLLM too)."""
+    if isinstance(model, str | Path):
+        from transformers import GenerationConfig
+
+        try:
+            config = GenerationConfig.from_pretrained(str(model))
+        except OSError:
+            config = None
+    else:
+        config = getattr(model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None)
+    ids = [tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos])]
+    return list(dict.fromkeys(i for i in ids if i is not None))
 
 
 @dataclass(frozen=True)
@@ -103,6 +125,12 @@ class TransformersGenerator:
         return Sample(token_ids=ids, logprobs=logprobs, stopped=stop is not None)
 
 
+_SERVER_IDLE_CLOSE_S = 5.0
+"""vLLM's server (uvicorn's `timeout_keep_alive`) closes a connection idle this long."""
+_DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+"""What httpx raises when the server closed the connection under a request, before its answer."""
+
+
 class VLLMGenerator:
     """A vLLM server's OpenAI-compatible `/v1/completions`, token-in and token-out.
 
@@ -127,16 +155,17 @@ class VLLMGenerator:
         self._model = model
         self.sampling = sampling
         self.tokenizer = tokenizer
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, trust_env=False)
+        # A pooled connection is dropped well before the server closes it: one reused as the server
+        # closes it loses its request ("Server disconnected without sending a response").
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=20,
+                              keepalive_expiry=_SERVER_IDLE_CLOSE_S / 2)
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, trust_env=False, limits=limits)
 
     @property
     def model(self) -> str:
         """The served model's name: the one given, else the first the server lists."""
         if self._model is None:
-            try:
-                reply = self._http.get("/v1/models")
-            except httpx.HTTPError as error:
-                raise ServerUnreachable(f"could not reach the vLLM server at {self.base_url}: {error}") from None
+            reply = self._send("GET", "/v1/models")
             served = reply.json().get("data") if reply.status_code == 200 else None
             if not served:
                 raise GenerationError(f"the server at {self.base_url} lists no model at /v1/models "
@@ -159,10 +188,7 @@ class VLLMGenerator:
             "skip_special_tokens": False,
             "seed": random.getrandbits(63),  # independent samples across data-parallel engines, as TRL does
         }
-        try:
-            reply = self._http.post("/v1/completions", json=payload)
-        except httpx.HTTPError as error:
-            raise ServerUnreachable(f"could not reach the vLLM server at {self.base_url}: {error}") from None
+        reply = self._send("POST", "/v1/completions", json=payload)
         if reply.status_code != 200:
             raise GenerationError(f"the vLLM server at {self.base_url} refused a completion ({reply.status_code}): "
                                f"{reply.text[:500]}")
@@ -174,6 +200,17 @@ class VLLMGenerator:
         # vLLM gives None where it could not score a token; TRL reads that as NaN, and so does corral.
         logprobs = [math.nan if lp is None else lp for lp in (choice.get("logprobs") or {}).get("token_logprobs", [])]
         return Sample(token_ids=ids, logprobs=logprobs or [math.nan] * len(ids), stopped=stopped)
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request, sent again once on a fresh connection when the server closed the first under it
+        (the same request: a completion carries its seed, so it samples the same ids)."""
+        try:
+            try:
+                return self._http.request(method, path, **kwargs)
+            except _DROPPED:
+                return self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as error:
+            raise ServerUnreachable(f"could not reach the vLLM server at {self.base_url}: {error}") from None
 
     def _from_text(self, choice: dict[str, Any], stopped: bool, stop_token_ids: list[int]) -> Sample:
         """A server that answers with text only: encoded again, for evaluation (see `tokenizer`)."""

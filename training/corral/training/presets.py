@@ -95,6 +95,23 @@ def preset(name: str) -> Preset:
     return found
 
 
+def activation_checkpointing(enabled: bool, config_class: type | None = None) -> dict[str, bool]:
+    """The config setting that turns activation checkpointing on or off, under the name
+    `config_class` knows (by default transformers' `TrainingArguments`, which every TRL config
+    extends): `activation_checkpointing` from transformers 5.20, `gradient_checkpointing` before
+    (vLLM 0.32 pins transformers below 5.20), where the new name is refused.
+
+        GRPOConfig(output_dir="out", **activation_checkpointing(True))
+    """
+    from dataclasses import fields
+
+    if config_class is None:
+        from transformers import TrainingArguments as config_class
+
+    known = {field.name for field in fields(config_class)}
+    return {"activation_checkpointing" if "activation_checkpointing" in known else "gradient_checkpointing": enabled}
+
+
 def _key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 

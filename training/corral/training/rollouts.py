@@ -42,6 +42,7 @@ from corral.training.processors import HermesProcessor, Message, Processor
 from corral.training.rollout_player import Rollout, RolloutLimits, RolloutPlayer, chat_tools
 from corral.training.run_context import trainer_advantages, trainer_contexts
 from corral.training.trainer_sampling import trainer_policy
+from corral.training.weight_sync import FileWeightSync
 
 __all__ = ["TASK_KEY", "CorralRollout", "Rollout", "RolloutLimits", "chat_tools", "episode_reward"]
 
@@ -81,6 +82,9 @@ class CorralRollout:
             the trainer's `max_completion_length`.
         record_dir: Record each rollout's tokens there (`RolloutRecord`), joined by episode id
             to the server's records (`corral serve --record`); none by default.
+        weight_sync: Where NCCL is not available (a CPU trainer): a `FileWeightSync` that pushes
+            the trainer's weights to the generator's vLLM server before each generation that
+            follows an update (with `use_vllm=False`; see `corral.training.weight_sync`).
     """
 
     def __init__(
@@ -92,12 +96,14 @@ class CorralRollout:
         max_tool_calls: int = 16,
         max_completion_length: int | None = None,
         record_dir: str | Path | None = None,
+        weight_sync: FileWeightSync | None = None,
     ):
         self.bundle = bundle
         self.processor = processor
         self.generator = generator
         self.max_tool_calls = max_tool_calls
         self.max_completion_length = max_completion_length
+        self.weight_sync = weight_sync
         self.history: list[StepAccount] = []
         self.last_rollouts: list[Rollout] = []
         self.records = RecordWriter(record_dir, "rollouts", source=bundle.name) if record_dir is not None else None
@@ -137,7 +143,7 @@ class CorralRollout:
             self.processor = HermesProcessor.for_trainer(trainer.processing_class, args.chat_template_kwargs,
                                                          stop_token_ids=trainer.eos_token_ids)
         length = self.max_completion_length or args.max_completion_length
-        with trainer_policy(trainer, self.generator) as generator:
+        with trainer_policy(trainer, self.generator, self.weight_sync) as generator:
             rollouts = self.play(prompts, generator=generator, max_completion_length=length,
                                  contexts=trainer_contexts(trainer, len(prompts)), record=False)
         training = trainer.model.training

@@ -44,6 +44,7 @@ from trl.chat_template_utils import (
 
 from corral.errors import ConfigError
 from corral.training.cpu import one_cpu_thread
+from corral.training.presets import activation_checkpointing
 from corral.training.tiny_tokenizer import VOCAB_SIZE, build_tokenizer, sample_chats
 
 _COMPLETE = "tiny_model_complete"
@@ -55,11 +56,17 @@ CPU_RUN_SETTINGS: dict[str, Any] = {
     "use_cpu": True,
     "bf16": False,
     "report_to": "none",
-    "activation_checkpointing": False,
+    **activation_checkpointing(False),
 }
 """Fields of every TRL config (they come from `TrainingArguments`) for a run of the tiny model on
 a CPU: float32 on the CPU, no tracker, and no activation checkpointing (TRL turns it on to save
 GPU memory; a tiny model only pays its time)."""
+
+
+VLLM_SHAPE: dict[str, Any] = {"hidden_size": 128, "tied": False}
+"""`make_tiny_model`'s arguments for a model vLLM serves: vLLM's CPU attention takes heads of 32
+dims or more (the default width gives 16, and crashes it on the first request), and with tied
+embeddings vLLM on CPU keeps its old output head when the weights are reloaded."""
 
 
 def make_tiny_model(
@@ -73,6 +80,7 @@ def make_tiny_model(
     hidden_size: int = 64,
     layers: int = 2,
     max_positions: int = 2048,
+    tied: bool = True,
 ) -> Path:
     """Write a tiny Qwen3 causal LM and its tokenizer to `out_dir`, unless a complete one is there.
 
@@ -89,6 +97,7 @@ def make_tiny_model(
         hidden_size: The model's width (4 attention heads, 2 of them for keys and values).
         layers: Its decoder layers.
         max_positions: The longest sequence it takes.
+        tied: Share the input embeddings with the output head. For vLLM, see `VLLM_SHAPE`.
 
     Returns:
         `out_dir`, loadable with `from_pretrained` and usable as `GRPOTrainer(model=str(out_dir))`.
@@ -112,7 +121,7 @@ def make_tiny_model(
         num_key_value_heads=2,
         head_dim=hidden_size // 4,
         max_position_embeddings=max_positions,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tied,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

@@ -4,7 +4,8 @@ GRPO's update assumes the rollouts were sampled from the model it trains. With t
 sampler is the trainer's own model, unwrapped as TRL unwraps it to generate; with vLLM in server
 mode it is that server, to which TRL pushes the trainer's weights before each generation. Any
 other pairing samples from weights that are never updated, and training would go on silently
-learning from a frozen policy, so it is refused with the setting that fixes it.
+learning from a frozen policy, so it is refused with the setting that fixes it. Where NCCL is not
+available (a CPU trainer), a `FileWeightSync` pushes the weights to the server instead.
 """
 
 from __future__ import annotations
@@ -20,22 +21,34 @@ from trl.models.utils import unwrap_model_for_generation
 from corral.errors import ConfigError
 from corral.training.batching import BatchedGenerator
 from corral.training.generation import Generator, SamplingParams, VLLMGenerator
+from corral.training.weight_sync import FileWeightSync
 
 _LOOPBACK = {"0.0.0.0", "localhost", "127.0.0.1", "::1", "[::1]"}
 
 
 @contextmanager
-def trainer_policy(trainer: Any, generator: Generator | None) -> Iterator[Generator]:
+def trainer_policy(trainer: Any, generator: Generator | None,
+                   weight_sync: FileWeightSync | None = None) -> Iterator[Generator]:
     """The generator that samples the trainer's policy, for the block (a rollout_func call).
 
     Args:
         trainer: The GRPOTrainer calling the rollout_func.
         generator: The rollout_func's own generator, if it was given one.
+        weight_sync: Pushes the trainer's weights to the generator's server before it samples
+            (instead of TRL's NCCL sync).
 
     Raises:
         ConfigError: the generator samples from a model the trainer does not update.
     """
     args = trainer.args
+    if weight_sync is not None:
+        url = getattr(generator, "base_url", None)
+        if url is None or not _same_server(url, weight_sync.base_url):
+            raise ConfigError(f"the weight sync pushes to {weight_sync.base_url}, but CorralRollout samples from "
+                              f"{url or 'the trainer itself'}: pass generator=VLLMGenerator('{weight_sync.base_url}')")
+        weight_sync.push_for_step(trainer.accelerator.unwrap_model(trainer.model), trainer.state.global_step)
+        yield generator
+        return
     if generator is None and args.use_vllm:
         if args.vllm_mode != "server":
             raise ConfigError(_COLOCATED)
