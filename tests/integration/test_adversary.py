@@ -1,0 +1,116 @@
+"""Attacks a fresh adversary tried on the local sandbox, beyond tests/attacks.py: each must end
+the episode scored at the failure score (never null, never above it).
+
+- Frames the server cannot send back: an argument holding a lone surrogate (JSON's `\\udc80`,
+  which any client that writes JSON with `ensure_ascii` sends as it is) comes back in the
+  tool's answer, which UTF-8 cannot carry.
+- Odd files a repository with the bug in it may hold, which the verifier's copy must survive.
+- The Python verifiers' worker pool, shared by every episode: episodes of the same policy that
+  keep it busy with verifications that hang must not make an untouched replay time out too.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from corral.client.protocol import CallToolObservation
+from tests.attacks import TASK, bash, play
+from tests.conftest import BUNDLES, serving
+from tests.probe_bundle import write_probe_bundle
+from tests.wire import call, called, observed, opened, send, ws
+
+pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
+
+
+@pytest.fixture(scope="module")
+def shellfix():
+    yield from serving(BUNDLES / "shellfix", sandbox="local", max_concurrent_envs=4)
+
+
+def raw_call(name: str, **arguments: object) -> str:
+    """A step frame as Python's json writes it: a lone surrogate becomes the escape `\\udc80`."""
+    frame = json.loads(call(name).model_dump_json())
+    frame["data"]["arguments"] = arguments
+    return json.dumps(frame)
+
+
+@pytest.mark.parametrize(("tool", "arguments"), [
+    ("write_file", {"path": "\udc80.py", "content": "x = 1\n"}),  # answered "wrote \udc80.py ..."
+    ("replace_in_file", {"path": "../\udc80", "old": "a", "new": "b"}),  # refused "../\udc80 is outside ..."
+    ("read_file", {"path": "../\udc80"}),
+])
+def test_a_lone_surrogate_in_an_argument_neither_breaks_the_session_nor_dodges_the_0(shellfix, tool, arguments):
+    with ws(shellfix) as socket:
+        opened(socket, task_id=TASK)
+        answered = send(socket, raw_call(tool, **arguments))  # the socket closing here raises
+        observed(answered, CallToolObservation)
+        ended = called(socket, "end_turn", response="done")
+
+    assert (ended.status, ended.reward) == ("scored", 0.0)
+
+
+ODD_FILES = {
+    "a folder nobody may read": "mkdir -p locked/inner && echo x > locked/inner/f && chmod 000 locked",
+    "a file nobody may read": "echo x > secret && chmod 000 secret",
+    "a unix socket": "python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('sock')\"",
+    "a name that is not UTF-8": "touch $'\\x80\\xff' && mkdir $'\\xc3('",
+    "a name with a newline": "touch $'a\\nb' && touch $'-rf'",
+    "a path 200 folders deep": "p=.; for i in $(seq 200); do p=$p/dddddddddddddddddddd; done; mkdir -p $p && touch $p/f",
+    "a hard link to a file of the repository": "ln batching.py linked.py",
+    "a symlink loop": "ln -s loop loop && ln -s a b && ln -s b a",
+    "20,000 empty files": "mkdir many && cd many && seq 20000 | xargs touch",
+}
+
+
+@pytest.mark.parametrize("odd", ODD_FILES)
+def test_odd_files_beside_the_bug_score_0_not_unscored(shellfix, odd):
+    ended = play(shellfix, [bash(ODD_FILES[odd])])
+
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
+
+
+@pytest.mark.parametrize("odd", ["a folder nobody may read", "a unix socket", "a name that is not UTF-8"])
+def test_odd_files_beside_the_fix_still_score_1(shellfix, odd):
+    assert play(shellfix, [bash(ODD_FILES[odd])], fixed=True).reward == 1.0
+
+
+@pytest.fixture
+def probe_one_worker(tmp_path):
+    yield from serving(write_probe_bundle(tmp_path), max_concurrent_envs=40, verifier_workers=1, reset_timeout_s=8)
+
+
+def hanging_episode(server) -> None:
+    """An episode of the same policy whose verification hangs (the probe's judge sleeps on "hang")."""
+    with ws(server) as socket:
+        opened(socket, task_id="plain")
+        called(socket, "say", word="hang")
+        send(socket, call("end_turn", response="done"), timeout_s=120)
+
+
+def test_episodes_that_keep_the_verifier_pool_busy_do_not_make_the_untouched_replay_fail(probe_one_worker):
+    # A stream of episodes whose verifications hang, one a second: the one worker is always
+    # held, with more waiting behind it, each until its episode's deadline (8 s).
+    stop = threading.Event()
+
+    def feed() -> None:
+        while not stop.is_set():
+            threading.Thread(target=hanging_episode, args=(probe_one_worker,), daemon=True).start()
+            time.sleep(1)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        time.sleep(3)
+        with ws(probe_one_worker) as socket:
+            opened(socket, task_id="plain")
+            called(socket, "say", word="hang")
+            ended = observed(send(socket, call("end_turn", response="done"), timeout_s=120), CallToolObservation)
+    finally:
+        stop.set()
+        feeder.join()
+
+    assert (ended.status, ended.reward) == ("failed", 0.0), ended.reason
