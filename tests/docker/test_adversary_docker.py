@@ -1,0 +1,61 @@
+"""Attacks a fresh adversary tried on the docker sandbox, beyond tests/attacks.py and the Harbor
+plants: each must end the episode scored at the failure score (never null, never above it).
+
+- A lone surrogate in a tool's argument (JSON's `\\udc80`, as any client that writes JSON with
+  `ensure_ascii` sends it), which comes back in the tool's answer.
+- A Harbor task whose agent is not root (csv-stats as `worker`, tests/docker/test_harbor_attacks.py):
+  its answer file left as a link to where the task's own tests, with their expected answer,
+  will be once the agent's turn is over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from corral.client.protocol import CallToolObservation
+from corral.server.embedded import EmbeddedServer
+from tests.conftest import BUNDLES, serving
+from tests.docker.test_harbor_attacks import TASK as WORKER_TASK
+from tests.docker.test_harbor_attacks import play as play_worker
+from tests.docker.test_harbor_attacks import worker_tasks  # noqa: F401 - the fixture, shared
+from tests.integration.test_adversary import raw_call
+from tests.wire import called, observed, opened, send, ws
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def shellfix_docker(docker_engine) -> Iterator[EmbeddedServer]:
+    yield from serving(BUNDLES / "shellfix", sandbox="docker")
+
+
+@pytest.fixture(scope="module")
+def harbor_worker(docker_engine, worker_tasks) -> Iterator[EmbeddedServer]:  # noqa: F811
+    yield from serving(worker_tasks, sandbox="docker", max_concurrent_envs=4)
+
+
+def test_a_lone_surrogate_in_a_shellfix_argument_neither_breaks_the_session_nor_dodges_the_0(shellfix_docker):
+    with ws(shellfix_docker) as socket:
+        opened(socket, task_id="shellfix-batching")
+        observed(send(socket, raw_call("write_file", path="\udc80.py", content="x = 1\n")), CallToolObservation)
+        ended = called(socket, "end_turn", response="done")
+
+    assert (ended.status, ended.reward) == ("scored", 0.0)
+
+
+def test_a_lone_surrogate_in_a_harbor_command_neither_breaks_the_session_nor_dodges_the_0(harbor_worker):
+    with ws(harbor_worker) as socket:
+        opened(socket, task_id=WORKER_TASK)
+        observed(send(socket, raw_call("bash", command="echo '\udc80'; ls /app/\udc80")), CallToolObservation)
+        ended = called(socket, "end_turn", response="done")
+
+    assert (ended.status, ended.reward) == ("scored", 0.0)
+
+
+@pytest.mark.parametrize("link", ["/tests/data/expected.json", "../tests/data/expected.json"])
+def test_an_answer_linked_to_the_tests_expected_answer_scores_0(harbor_worker, link):
+    ended = play_worker(harbor_worker, f"ln -s {link} /app/totals.json && ls -l /app/totals.json")
+
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.metadata["verifier_output"]
