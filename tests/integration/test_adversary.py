@@ -31,10 +31,15 @@ def shellfix():
     yield from serving(BUNDLES / "shellfix", sandbox="local", max_concurrent_envs=4)
 
 
+@pytest.fixture(scope="module")
+def shellfix_recorded(tmp_path_factory):
+    yield from serving(BUNDLES / "shellfix", sandbox="local", record_dir=tmp_path_factory.mktemp("records"))
+
+
 def raw_call(name: str, **arguments: object) -> str:
     """A step frame as Python's json writes it: a lone surrogate becomes the escape `\\udc80`."""
-    frame = json.loads(call(name).model_dump_json())
-    frame["data"]["arguments"] = arguments
+    frame = json.loads(call("").model_dump_json())
+    frame["data"].update(tool_name=name, arguments=arguments)
     return json.dumps(frame)
 
 
@@ -42,6 +47,8 @@ def raw_call(name: str, **arguments: object) -> str:
     ("write_file", {"path": "\udc80.py", "content": "x = 1\n"}),  # answered "wrote \udc80.py ..."
     ("replace_in_file", {"path": "../\udc80", "old": "a", "new": "b"}),  # refused "../\udc80 is outside ..."
     ("read_file", {"path": "../\udc80"}),
+    ("bash", {"command": "touch '\udc80' && ls"}),
+    ("\udc80", {}),  # refused: no such tool, named as the call named it
 ])
 def test_a_lone_surrogate_in_an_argument_neither_breaks_the_session_nor_dodges_the_0(shellfix, tool, arguments):
     with ws(shellfix) as socket:
@@ -49,6 +56,15 @@ def test_a_lone_surrogate_in_an_argument_neither_breaks_the_session_nor_dodges_t
         answered = send(socket, raw_call(tool, **arguments))  # the socket closing here raises
         observed(answered, CallToolObservation)
         ended = called(socket, "end_turn", response="done")
+
+    assert (ended.status, ended.reward) == ("scored", 0.0)
+
+
+@pytest.mark.parametrize("recorded", [False, True])
+def test_a_lone_surrogate_in_the_reply_still_gets_the_0(shellfix, shellfix_recorded, recorded):
+    with ws(shellfix_recorded if recorded else shellfix) as socket:
+        opened(socket, task_id=TASK)
+        ended = observed(send(socket, raw_call("end_turn", response="done \udc80")), CallToolObservation)
 
     assert (ended.status, ended.reward) == ("scored", 0.0)
 
