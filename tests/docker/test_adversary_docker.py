@@ -10,7 +10,10 @@ plants: each must end the episode scored at the failure score (never null, never
 
 from __future__ import annotations
 
+import re
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +62,21 @@ def test_an_answer_linked_to_the_tests_expected_answer_scores_0(harbor_worker, l
     ended = play_worker(harbor_worker, f"ln -s {link} /app/totals.json && ls -l /app/totals.json")
 
     assert (ended.status, ended.reward) == ("scored", 0.0), ended.metadata["verifier_output"]
+
+
+@pytest.fixture(scope="module")
+def harbor_worker_5s(docker_engine, worker_tasks, tmp_path_factory) -> Iterator[EmbeddedServer]:  # noqa: F811
+    """The same task, whose tests get 5 s ([verifier] timeout_sec)."""
+    root = Path(shutil.copytree(worker_tasks, tmp_path_factory.mktemp("harbor-5s") / "tasks"))
+    toml = root / WORKER_TASK / "task.toml"
+    toml.write_text(re.sub(r"(\[verifier\]\ntimeout_sec = )[\d.]+", r"\g<1>5.0", toml.read_text()))
+    yield from serving(root, sandbox="docker", max_concurrent_envs=4)
+
+
+@pytest.mark.parametrize("answer", ["a fifo nobody writes", "a link to the tests' stdin"])
+def test_an_answer_that_hangs_the_tests_scores_0_not_unscored(harbor_worker_5s, answer):
+    made = {"a fifo nobody writes": "mkfifo /app/totals.json",
+            "a link to the tests' stdin": "ln -s /proc/self/fd/0 /app/totals.json"}[answer]
+    ended = play_worker(harbor_worker_5s, made)
+
+    assert ended.reward == 0.0 and ended.status in ("scored", "failed"), (ended.status, ended.reason)
