@@ -130,3 +130,19 @@ def test_episodes_that_keep_the_verifier_pool_busy_do_not_make_the_untouched_rep
         feeder.join()
 
     assert (ended.status, ended.reward) == ("failed", 0.0), ended.reason
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    yield from serving(write_probe_bundle(tmp_path_factory.mktemp("probe")), max_concurrent_envs=4, reset_timeout_s=8)
+
+
+def test_an_answer_past_the_env_s_line_limit_ends_with_the_failure_score(probe):
+    # 70 MB of text in one JSON line, past the 64 MB a line of the env's protocol may hold.
+    with ws(probe) as socket:
+        opened(socket, task_id="plain")
+        said = observed(send(socket, call("echo", size=70_000_000), timeout_s=120), CallToolObservation)
+        if not said.done:
+            said = called(socket, "end_turn", response="done")
+
+    assert (said.status, said.reward) == ("failed", 0.0), said.reason
