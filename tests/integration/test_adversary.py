@@ -11,9 +11,11 @@ the episode scored at the failure score (never null, never above it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -107,29 +109,46 @@ def hanging_episode(server) -> None:
         send(socket, call("end_turn", response="done"), timeout_s=120)
 
 
-def test_episodes_that_keep_the_verifier_pool_busy_do_not_make_the_untouched_replay_fail(probe_one_worker):
-    # A stream of episodes whose verifications hang, one a second: the one worker is always
-    # held, with more waiting behind it, each until its episode's deadline (8 s).
+@contextlib.contextmanager
+def hanging_verifications(server) -> Iterator[None]:
+    """A stream of episodes whose verifications hang, one a second: the one worker is always
+    held, with more waiting behind it, each until its episode's deadline (8 s)."""
     stop = threading.Event()
 
     def feed() -> None:
         while not stop.is_set():
-            threading.Thread(target=hanging_episode, args=(probe_one_worker,), daemon=True).start()
+            threading.Thread(target=hanging_episode, args=(server,), daemon=True).start()
             time.sleep(1)
 
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
     try:
         time.sleep(3)
-        with ws(probe_one_worker) as socket:
-            opened(socket, task_id="plain")
-            called(socket, "say", word="hang")
-            ended = observed(send(socket, call("end_turn", response="done"), timeout_s=120), CallToolObservation)
+        yield
     finally:
         stop.set()
         feeder.join()
 
+
+def played(server, word: str) -> CallToolObservation:
+    with ws(server) as socket:
+        opened(socket, task_id="plain")
+        called(socket, "say", word=word)
+        return observed(send(socket, call("end_turn", response="done"), timeout_s=120), CallToolObservation)
+
+
+def test_episodes_that_keep_the_verifier_pool_busy_do_not_make_the_untouched_replay_fail(probe_one_worker):
+    with hanging_verifications(probe_one_worker):
+        ended = played(probe_one_worker, "hang")
+
     assert (ended.status, ended.reward) == ("failed", 0.0), ended.reason
+
+
+def test_episodes_that_keep_the_verifier_pool_busy_do_not_take_a_good_episode_s_1(probe_one_worker):
+    with hanging_verifications(probe_one_worker):
+        ended = played(probe_one_worker, "apple")
+
+    assert (ended.status, ended.reward) == ("scored", 1.0), ended.reason
 
 
 @pytest.fixture(scope="module")
