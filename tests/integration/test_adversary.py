@@ -23,7 +23,7 @@ from corral.client.protocol import CallToolObservation
 from tests.attacks import TASK, bash, play
 from tests.conftest import BUNDLES, serving
 from tests.probe_bundle import write_probe_bundle
-from tests.wire import call, called, observed, opened, send, ws
+from tests.wire import call, called, observed, opened, rpc, send, ws
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
 
@@ -57,6 +57,17 @@ def test_a_lone_surrogate_in_an_argument_neither_breaks_the_session_nor_dodges_t
         opened(socket, task_id=TASK)
         answered = send(socket, raw_call(tool, **arguments))  # the socket closing here raises
         observed(answered, CallToolObservation)
+        ended = called(socket, "end_turn", response="done")
+
+    assert (ended.status, ended.reward) == ("scored", 0.0)
+
+
+def test_a_lone_surrogate_in_an_mcp_tools_call_neither_breaks_the_session_nor_dodges_the_0(shellfix):
+    frame = {"type": "mcp", "data": {"jsonrpc": "2.0", "method": "tools/call", "id": 1,
+                                     "params": {"name": "write_file", "arguments": {"path": "\udc80.py", "content": ""}}}}
+    with ws(shellfix) as socket:
+        opened(socket, task_id=TASK)
+        rpc(send(socket, json.dumps(frame)))  # the socket closing here raises
         ended = called(socket, "end_turn", response="done")
 
     assert (ended.status, ended.reward) == ("scored", 0.0)
