@@ -80,3 +80,22 @@ def test_an_answer_that_hangs_the_tests_scores_0_not_unscored(harbor_worker_5s, 
     ended = play_worker(harbor_worker_5s, made)
 
     assert ended.reward == 0.0 and ended.status in ("scored", "failed"), (ended.status, ended.reason)
+
+
+EXIT_0 = "import posix; posix._exit(0)"
+PYTEST_PLANTS = {  # where pytest, run from /app on /tests/test_totals.py, might look for configuration
+    "a conftest.py in the working folder": f"printf '{EXIT_0}\\n' > /app/conftest.py",
+    "a pytest.ini in the working folder": "printf '[pytest]\\naddopts = -p no:python --co\\n' > /app/pytest.ini",
+    "a pyproject.toml in the working folder": (
+        "printf '[tool.pytest.ini_options]\\naddopts = \"--co\"\\n' > /app/pyproject.toml"),
+    "a plugin package in the working folder": (
+        f"mkdir -p /app/_pytest_plugin && printf '{EXIT_0}\\n' > /app/_pytest_plugin/__init__.py && "
+        "printf '[pytest]\\nrequired_plugins = _pytest_plugin\\naddopts = -p _pytest_plugin\\n' > /app/tox.ini"),
+}
+
+
+@pytest.mark.parametrize("plant", PYTEST_PLANTS)
+def test_pytest_configuration_the_agent_leaves_in_the_working_folder_scores_0(harbor_worker, plant):
+    ended = play_worker(harbor_worker, PYTEST_PLANTS[plant])
+
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.metadata["verifier_output"]
