@@ -5,7 +5,8 @@ plants: each must end the episode scored at the failure score (never null, never
   `ensure_ascii` sends it), which comes back in the tool's answer.
 - A Harbor task whose agent is not root (csv-stats as `worker`, tests/docker/test_harbor_attacks.py):
   its answer file left as a link to where the task's own tests, with their expected answer,
-  will be once the agent's turn is over.
+  will be once the agent's turn is over; an answer that hangs the tests (a fifo, a link to
+  stdin); pytest configuration left in the tests' working folder.
 """
 
 from __future__ import annotations

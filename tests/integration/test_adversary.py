@@ -6,7 +6,9 @@ the episode scored at the failure score (never null, never above it).
   tool's answer, which UTF-8 cannot carry.
 - Odd files a repository with the bug in it may hold, which the verifier's copy must survive.
 - The Python verifiers' worker pool, shared by every episode: episodes of the same policy that
-  keep it busy with verifications that hang must not make an untouched replay time out too.
+  keep it busy with verifications that hang must not make an untouched replay time out too,
+  nor take a good episode's 1.
+- An env answer past the protocol's line limit (64 MB).
 """
 
 from __future__ import annotations
