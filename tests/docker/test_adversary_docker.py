@@ -58,13 +58,6 @@ def test_a_lone_surrogate_in_a_harbor_command_neither_breaks_the_session_nor_dod
     assert (ended.status, ended.reward) == ("scored", 0.0)
 
 
-@pytest.mark.parametrize("link", ["/tests/data/expected.json", "../tests/data/expected.json"])
-def test_an_answer_linked_to_the_tests_expected_answer_scores_0(harbor_worker, link):
-    ended = play_worker(harbor_worker, f"ln -s {link} /app/totals.json && ls -l /app/totals.json")
-
-    assert (ended.status, ended.reward) == ("scored", 0.0), ended.metadata["verifier_output"]
-
-
 @pytest.fixture(scope="module")
 def harbor_worker_5s(docker_engine, worker_tasks, tmp_path_factory) -> Iterator[EmbeddedServer]:  # noqa: F811
     """The same task, whose tests get 5 s ([verifier] timeout_sec)."""

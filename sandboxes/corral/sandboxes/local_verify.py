@@ -8,7 +8,8 @@
   their mode protects them, which the env's user (the server's) could undo.
 - `work/`: a copy of the env's working folder, made by `cp -a` run as the env's user (so the
   copy reads nothing that user could not), at most the size the docker sandbox would allow
-  (`scratch_mb` per writable folder); more is the agent's doing and fails the verifier.
+  (`scratch_mb` per writable folder); more is the agent's doing and fails the verifier. What
+  `cp` cannot read (a folder the agent made mode 000) is left out, and the tests say so.
 - `tmp/`: the command's TMPDIR; `home/`: its HOME.
 
 Bytecode is removed from the copy (pristine.BYTECODE). The copy and the command each run as
@@ -78,11 +79,16 @@ async def verify_on_a_copy(sandbox: Episode, files: Mapping[str, bytes], command
         copied = await _run(sandbox, ["cp", "-a", f"{sandbox.workdir}/.", str(work)], cwd=work, environ=environ,
                             read_only=[sandbox.workdir], writable=[work], marker=marker, timeout_s=SETUP_TIMEOUT_S,
                             keep=2000)
-        if copied.exit_code != 0:
+        if copied.exit_code is None:
             return CommandResult(1, f"[corral] the agent's files could not be copied for verifying: {copied.output}")
         await asyncio.to_thread(remove_bytecode, work)  # no process of the agent's is left to race it
-        return await _run(sandbox, list(command(str(files_dir))), cwd=work, environ=environ, read_only=[files_dir],
-                          writable=[work, tmp, home], marker=marker, timeout_s=timeout_s, keep=keep)
+        verdict = await _run(sandbox, list(command(str(files_dir))), cwd=work, environ=environ, read_only=[files_dir],
+                             writable=[work, tmp, home], marker=marker, timeout_s=timeout_s, keep=keep)
+        if copied.exit_code == 0:
+            return verdict
+        # What the agent made unreadable (a folder of mode 000) is left out; the tests run on the rest.
+        skipped = f"[corral] some of the agent's files could not be copied, and are left out: {copied.output.strip()}\n"
+        return CommandResult(verdict.exit_code, skipped + verdict.output, verdict.results)
     finally:
         await asyncio.to_thread(remove_tree, where)
 

@@ -3,7 +3,6 @@ metadata and schema, every route behind the bearer token when one is set."""
 
 from __future__ import annotations
 
-import json
 import secrets
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import HTTPConnection
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
+from corral.client import surrogates
 from corral.client.protocol import schemas
 from corral.server.mcp import answer_mcp, parse_error
 from corral.server.served import ServedBundle
@@ -103,7 +103,7 @@ def create_app(served: ServedBundle) -> FastAPI:
     async def mcp(request: Request) -> JSONResponse:
         """JSON-RPC 2.0 (always HTTP 200, as OpenEnv answers): see corral.server.mcp."""
         try:
-            body = json.loads(await request.body())
+            body = surrogates.loads(await request.body())
         except (ValueError, RecursionError) as error:
             return JSONResponse(parse_error(error).model_dump(mode="json"))
         return JSONResponse((await answer_mcp(body, registry)).model_dump(mode="json"))

@@ -16,6 +16,7 @@ import itertools
 import logging
 from typing import Any
 
+from corral.client.surrogates import has_lone_surrogate_escape, replace_lone_surrogates
 from corral.env import jsonrpc
 from corral.errors import CorralError, SandboxError
 from corral.sandboxes import Sandbox
@@ -122,7 +123,7 @@ class EnvProcess:
         except EOFError as error:
             raise EnvDied(self._died_message(error)) from error
         try:
-            return jsonrpc.decode(line)
+            message = jsonrpc.decode(line)
         except jsonrpc.RpcError:
             self.skipped_lines += 1
             self._last_skipped = line.decode("utf-8", "replace")[:200]
@@ -130,6 +131,7 @@ class EnvProcess:
                 "skipped a line of the env's stdout that is not JSON-RPC: %r", self._last_skipped
             )
             return None
+        return replace_lone_surrogates(message) if has_lone_surrogate_escape(line) else message
 
     async def _send(self, message: dict[str, Any]) -> None:
         try:

@@ -8,6 +8,7 @@ import logging
 
 from pydantic import BaseModel, ValidationError
 
+from corral.client import surrogates
 from corral.client.protocol import (
     CLIENT_FRAME_TYPES,
     CLIENT_FRAMES,
@@ -23,6 +24,7 @@ from corral.client.protocol import (
     StateRequest,
     StepRequest,
 )
+from corral.client.surrogates import has_lone_surrogate_escape
 from corral.server.mcp import answer_mcp
 from corral.server.sessions import FrameError, ServedSession, SessionRegistry
 
@@ -31,12 +33,13 @@ log = logging.getLogger("corral.server")
 
 def parse_frame(text: str) -> ClientFrame:
     """The typed frame `text` holds; raise FrameError saying what is wrong with it."""
-    try:  # one pass for a good frame; a bad one is read again below, to say what is wrong
-        return CLIENT_FRAMES.validate_json(text)
-    except ValidationError:
-        pass
+    if not has_lone_surrogate_escape(text):
+        try:  # one pass for a good frame; a bad one is read again below, to say what is wrong
+            return CLIENT_FRAMES.validate_json(text)
+        except ValidationError:
+            pass
     try:
-        raw = json.loads(text)
+        raw = surrogates.loads(text)
     except (json.JSONDecodeError, RecursionError) as error:
         raise FrameError(ErrorCode.INVALID_JSON, f"the frame is not JSON: {error}") from None
     if not isinstance(raw, dict) or "type" not in raw:
