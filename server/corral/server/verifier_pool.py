@@ -20,6 +20,7 @@ from typing import Any
 from corral.errors import VerifierError
 
 SPAWN = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing of the server's state
+SPAWN_AFTER_S = 1.0  # how long a call waits for an idle worker before it starts its own
 
 
 class _Worker:
@@ -61,13 +62,14 @@ class _Worker:
 
 class VerifierPool:
     """Workers that run the Python verifiers at `paths` (name -> file): `size` of them wait
-    ready, and an episode that finds none idle starts one of its own, so a verifier that hangs
-    holds its own worker until its deadline, never the next episode's turn."""
+    ready, and an episode that finds none idle within SPAWN_AFTER_S starts one of its own, so
+    a verifier that hangs holds its own worker until its deadline, never the next episode's
+    turn (a verification takes milliseconds: the wait is short but for hung ones)."""
 
     def __init__(self, paths: Mapping[str, Path], size: int):
         self.paths = dict(paths)
         self.size = size
-        self._idle: list[_Worker] = []
+        self._waiting: asyncio.Queue[_Worker] | None = None  # made on the loop that serves (see _idle)
         self._workers: set[_Worker] = set()
 
     async def score(self, task: dict[str, Any], report: dict[str, Any], verifiers: Mapping[str, str], *,
@@ -78,7 +80,11 @@ class VerifierPool:
         cancelled, or past its deadline, kills the worker that was running it."""
         if not verifiers:
             return {}
-        worker = self._idle.pop() if self._idle else self._add()
+        try:
+            async with asyncio.timeout(SPAWN_AFTER_S):
+                worker = await self._idle.get()
+        except TimeoutError:
+            worker = self._add()
         try:
             # Two deadlines: booting (a worker started for this call) is not the verifiers' run.
             async with asyncio.timeout(timeout_s):
@@ -90,8 +96,8 @@ class VerifierPool:
             if isinstance(error, (EOFError, OSError)) and not isinstance(error, TimeoutError):
                 raise VerifierError(f"the verifier's worker process died: {error!r}") from None
             raise
-        if len(self._idle) < self.size:
-            self._idle.append(worker)
+        if self._idle.qsize() < self.size:
+            self._idle.put_nowait(worker)
         else:  # one started when none was idle: the pool is back to its size
             self._stop(worker)
         if kind == "error":
@@ -101,8 +107,8 @@ class VerifierPool:
     def start(self) -> None:
         """Start the waiting workers now, so the first episode's scoring does not wait for
         interpreters to boot and import the verifiers."""
-        while len(self._idle) < self.size:
-            self._idle.append(self._add())
+        while self._idle.qsize() < self.size:
+            self._idle.put_nowait(self._add())
 
     @property
     def alive(self) -> int:
@@ -113,7 +119,14 @@ class VerifierPool:
         for worker in list(self._workers):
             await asyncio.to_thread(worker.kill)
         self._workers.clear()
-        self._idle.clear()
+        self._waiting = None
+
+    @property
+    def _idle(self) -> asyncio.Queue[_Worker]:
+        """The idle workers, a queue of the loop that first asks for it."""
+        if self._waiting is None:
+            self._waiting = asyncio.Queue()
+        return self._waiting
 
     def _add(self) -> _Worker:
         worker = _Worker(self.paths)
