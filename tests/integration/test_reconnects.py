@@ -41,15 +41,16 @@ def start_server(bundle: Path, port: int) -> subprocess.Popen:
     return server
 
 
-def processes_of(port: int) -> list[int]:
+def processes_of(port: int) -> dict[int, str]:
     """Processes of the server on `port`'s episodes (they carry its instance in CORRAL_SANDBOX,
-    see docs/sandboxes.md), whoever's child."""
+    see docs/sandboxes.md), whoever's child: pid -> the episode's marker (an episode in its
+    namespace has several: bubblewrap, its namespace's init, the env)."""
     marker = f"CORRAL_SANDBOX={socket.gethostname()}-{port}/".encode()
-    found = []
+    found = {}
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and marker in (entry / "environ").read_bytes():
-                found.append(int(entry.name))
+            if entry.name.isdigit() and marker in (variables := (entry / "environ").read_bytes()):
+                found[int(entry.name)] = next(v for v in variables.split(b"\0") if v.startswith(marker)).decode()
         except OSError:
             continue
     return found
@@ -87,7 +88,7 @@ def test_a_restarted_server_costs_the_episode_it_cut_and_the_next_reset_plays(to
     deadline = time.monotonic() + 10  # the killed server's envs exit once their stdin closes
     while processes_of(port) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert processes_of(port) == []
+    assert processes_of(port) == {}
 
 
 def test_sigterm_during_eight_live_episodes_leaves_nothing_running(toybox_copy):
@@ -96,8 +97,8 @@ def test_sigterm_during_eight_live_episodes_leaves_nothing_running(toybox_copy):
     sessions = [Session(f"http://127.0.0.1:{port}") for _ in range(8)]
     for session in sessions:
         session.request(ResetRequest(data=ResetData(split="toy", index=0)), 60)
-    assert len(processes_of(port)) == 8
+    assert len(set(processes_of(port).values())) == 8  # eight episodes
     server.send_signal(signal.SIGTERM)
     assert server.wait(60) == -signal.SIGTERM  # shut down cleanly, then (uvicorn's way) ended by the signal
     assert b"Application shutdown complete" in server.stderr.read()
-    assert processes_of(port) == []
+    assert processes_of(port) == {}
