@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")  # an env's lines are scanned undecoded
 
 
 def loads(text: str | bytes) -> Any:
@@ -25,7 +26,8 @@ def loads(text: str | bytes) -> Any:
 
 def has_lone_surrogate_escape(text: str | bytes) -> bool:
     """Whether `text` may hold a JSON escape of a surrogate (a quick test, before any parsing)."""
-    return _SURROGATE_ESCAPE.search(text if isinstance(text, str) else text.decode("utf-8", "replace")) is not None
+    pattern = _SURROGATE_ESCAPE if isinstance(text, str) else _SURROGATE_ESCAPE_BYTES
+    return pattern.search(text) is not None  # type: ignore[arg-type] - the pattern matches the type
 
 
 def replace_lone_surrogates(value: Any) -> Any:
