@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import time
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -20,7 +21,7 @@ from typing import Any
 from corral.errors import VerifierError
 
 SPAWN = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing of the server's state
-SPAWN_AFTER_S = 1.0  # how long a call waits for an idle worker before it starts its own
+STUCK_AFTER_S = 1.0  # a verification takes milliseconds: one running this long may be hung
 
 
 class _Worker:
@@ -31,6 +32,11 @@ class _Worker:
         self.process.start()
         child_conn.close()
         self.booted = False
+        self.busy_since: float | None = None  # when its current verification started
+
+    @property
+    def stuck(self) -> bool:
+        return self.busy_since is not None and time.monotonic() - self.busy_since >= STUCK_AFTER_S
 
     async def boot(self) -> None:
         """Wait until the worker's interpreter has started and loaded the verifiers (once)."""
@@ -39,8 +45,11 @@ class _Worker:
             self.booted = True
 
     async def score(self, request: tuple[Any, ...]) -> tuple[str, Any]:
+        self.busy_since = time.monotonic()
         self.conn.send(request)
-        return await self._answer()
+        answer = await self._answer()
+        self.busy_since = None
+        return answer
 
     async def _answer(self) -> Any:
         """The worker's next message, waited for on the event loop (no thread)."""
@@ -62,9 +71,11 @@ class _Worker:
 
 class VerifierPool:
     """Workers that run the Python verifiers at `paths` (name -> file): `size` of them wait
-    ready, and an episode that finds none idle within SPAWN_AFTER_S starts one of its own, so
-    a verifier that hangs holds its own worker until its deadline, never the next episode's
-    turn (a verification takes milliseconds: the wait is short but for hung ones)."""
+    ready. A call that finds none idle waits in line; only when every worker is stuck (on one
+    verification for STUCK_AFTER_S or more) does it start one of its own. So a verifier that
+    hangs holds its own worker until its deadline, never the next episode's turn, and a burst
+    of quick verifications waits its turn instead of starting an interpreter each: the
+    workers beyond `size` are at most the verifications hung at once, one per episode."""
 
     def __init__(self, paths: Mapping[str, Path], size: int):
         self.paths = dict(paths)
@@ -80,11 +91,7 @@ class VerifierPool:
         cancelled, or past its deadline, kills the worker that was running it."""
         if not verifiers:
             return {}
-        try:
-            async with asyncio.timeout(SPAWN_AFTER_S):
-                worker = await self._idle.get()
-        except TimeoutError:
-            worker = self._add()
+        worker = await self._take()
         try:
             # Two deadlines: booting (a worker started for this call) is not the verifiers' run.
             async with asyncio.timeout(timeout_s):
@@ -103,6 +110,16 @@ class VerifierPool:
         if kind == "error":
             raise VerifierError(value)
         return value
+
+    async def _take(self) -> _Worker:
+        """An idle worker, waited for in line; a new one once every worker is stuck."""
+        while True:
+            try:
+                async with asyncio.timeout(STUCK_AFTER_S / 4):
+                    return await self._idle.get()
+            except TimeoutError:
+                if all(worker.stuck for worker in self._workers):
+                    return self._add()
 
     def start(self) -> None:
         """Start the waiting workers now, so the first episode's scoring does not wait for
