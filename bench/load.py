@@ -112,8 +112,10 @@ async def burst(url: str, sessions: int, server_pid: int) -> tuple[Tally, int, d
             tally.errors.append(repr(error))
             return None
 
+    started = time.monotonic()
     sockets = [s for s in await asyncio.gather(*(opened() for _ in range(sessions))) if s is not None]
     held, usage = len(sockets), usage_of(server_pid)
+    progress(f"burst: {held} of {sessions} held after {time.monotonic() - started:.0f} s; playing them")
 
     async def played(index: int, socket_: ClientConnection) -> None:
         try:
@@ -125,6 +127,11 @@ async def burst(url: str, sessions: int, server_pid: int) -> tuple[Tally, int, d
 
     await asyncio.gather(*(played(i, s) for i, s in enumerate(sockets)))
     return tally, held, usage
+
+
+def progress(message: str) -> None:
+    """A line on stderr as each phase starts and ends: a run cut short shows where it was."""
+    print(f"load: {message}", file=sys.stderr, flush=True)
 
 
 def usage_of(pid: int) -> dict[str, float]:
@@ -167,12 +174,15 @@ def main() -> None:
     try:
         report = {"sandbox": args.sandbox, "idle": usage_of(server.pid)}
         if args.sessions and args.seconds:
+            progress(f"sustained: {args.sessions} sessions for {args.seconds:g} s")
             started = time.monotonic()
             tally = asyncio.run(sustained(url, args.sessions, args.seconds))
             report["sustained"] = {"sessions": args.sessions, **figures(tally, time.monotonic() - started),
                                    "first_errors": tally.errors[:3]}
             report["after_sustained"] = usage_of(server.pid)
+            progress(f"sustained: {tally.episodes} episodes, {len(tally.errors)} errors")
         if args.burst:
+            progress(f"burst: {args.burst} sessions opening and resetting at once")
             started = time.monotonic()
             tally, held, usage = asyncio.run(burst(url, args.burst, server.pid))
             report["burst"] = {"sessions": args.burst, "held": held, **figures(tally, time.monotonic() - started),
