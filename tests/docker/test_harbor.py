@@ -61,6 +61,7 @@ def short_budgets(docker_engine, tmp_path_factory) -> Iterator[EmbeddedServer]:
     yield from serving(root, sandbox="docker", max_concurrent_envs=8)
 
 
+@pytest.mark.timing
 def test_check_with_the_oracle_and_the_null_agent_trusts_every_fixture_task(docker_engine):
     result = CliRunner().invoke(app, ["check", str(HARBOR), "--sandbox", "docker", "--oracle", "--null"])
 

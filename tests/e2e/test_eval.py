@@ -109,6 +109,7 @@ def codeword_server(serve) -> Iterator[str]:
     yield serve(BUNDLES / "codeword", max_concurrent_envs=8).url
 
 
+@pytest.mark.timing
 def test_corral_eval_plays_the_tiny_model_on_a_served_bundle(model_dir: Path, codeword_server: str,
                                                                tmp_path: Path) -> None:
     numbers = tmp_path / "eval.json"

@@ -22,7 +22,7 @@ from corral.sandboxes.local import LocalProvider
 from tests.conftest import BUNDLES, serving
 from tests.probe_bundle import write_probe_bundle
 
-pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
+pytestmark = [pytest.mark.timing, pytest.mark.usefixtures("no_leftover_env_processes")]
 
 
 @pytest.fixture(scope="module")

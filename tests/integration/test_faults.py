@@ -13,7 +13,7 @@ from corral.client.protocol import ResetData
 from tests.conftest import serving, wait_for_no_env_processes
 from tests.probe_bundle import write_probe_bundle
 
-pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
+pytestmark = [pytest.mark.timing, pytest.mark.usefixtures("no_leftover_env_processes")]
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):

@@ -111,6 +111,7 @@ def rss_mb() -> float:
     raise AssertionError("no VmRSS")
 
 
+@pytest.mark.timing
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
 @given(batch=st.lists(frames, min_size=400, max_size=400))
 def test_thousands_of_malformed_frames_each_get_an_error_and_a_good_session_plays_on(toybox, good_player, caplog, batch):
@@ -127,6 +128,7 @@ def test_thousands_of_malformed_frames_each_get_an_error_and_a_good_session_play
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], caplog.text
 
 
+@pytest.mark.timing
 def test_a_flood_of_large_frames_during_a_call_does_not_grow_the_server(toybox):
     before = rss_mb()
     with ws(toybox) as socket_:

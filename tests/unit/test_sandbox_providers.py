@@ -139,6 +139,7 @@ def test_a_local_env_that_cannot_start_is_refused_saying_why_and_leaves_nothing(
     assert os.fstat(0) == stdin
 
 
+@pytest.mark.timing
 def test_as_root_an_ended_episode_s_uid_goes_to_the_next_one(no_leftover_env_processes):
     # The lowest free uid each time: a few lock files cover a server's life, whatever its episode count.
     if os.geteuid() != 0:
