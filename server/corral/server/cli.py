@@ -23,11 +23,13 @@ import uvicorn
 from corral.errors import AuthError, BundleInvalid, ConfigError, CorralError, ImageError
 from corral.sandboxes import KINDS, make_provider
 from corral.server.app import create_app, socket_settings
-from corral.server.bundle import TRAIN_SPLIT, load_bundle, merge_shared
+from corral.server.bundle import load_bundle
+from corral.server.bundle_model import TRAIN_SPLIT
 from corral.server.checks import sandbox_spec
 from corral.server.harbor.hosted import HarborProvider
 from corral.server.harbor.loader import POLICIES
 from corral.server.harbor.oracle import check_tasks, report
+from corral.server.problems import merge_shared
 from corral.server.scaffold import starter_files, write_starter
 from corral.server.serve_token import serve_token
 from corral.server.served import ServedBundle, ServeOptions, default_instance
