@@ -31,7 +31,7 @@ SNIPPET_CHARS = 160
 
 
 class Call(Protocol):
-    """One call of a transcript (`corral.client.episode.CallRecord`)."""
+    """One call of a transcript (`corral.client.episode.CallRecord`); read only."""
 
     @property
     def tool(self) -> str: ...
@@ -43,14 +43,20 @@ class Call(Protocol):
 
 class Transcript(Protocol):
     """What an episode's transcript is read from (`corral.client.episode.Episode`, which
-    imports this module to show itself)."""
+    imports this module to show itself); read only."""
 
-    opened: ResetObservation | None
-    open: bool
-    calls: Sequence[Call]
-    final: ResetObservation | CallToolObservation | None
-    reward: float | None
-    reason: str | None
+    @property
+    def opened(self) -> ResetObservation | None: ...
+    @property
+    def open(self) -> bool: ...
+    @property
+    def calls(self) -> Sequence[Call]: ...
+    @property
+    def final(self) -> ResetObservation | CallToolObservation | None: ...
+    @property
+    def reward(self) -> float | None: ...
+    @property
+    def reason(self) -> str | None: ...
 
 
 class ToolAnswer(Displayed, str):
