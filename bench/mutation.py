@@ -18,29 +18,33 @@ place (by cosmic-ray, which puts the file back after the mutant's run).
 3. Each mutant runs the tests that reach its line (those of the module's own test files
    first, up to OWN_TEST_SECONDS of their time, then the others up to TEST_SECONDS; in each
    group those that run the rare lines of its function first, then the fastest), stopping
-   at the first failure; a mutant whose tests time out counts as killed (it hung them). A
-   line run while the tests were imported is reached by every test that reaches the module.
+   at the first failure. A mutant is killed only when a test fails on it (pytest's exit
+   status 1); one whose tests pytest could not collect or run (status 2 to 5), that crashed
+   them or that outlasted their timeout is inconclusive, reported apart and left out of the
+   scores. A line run while the tests were imported is reached by every test that reaches
+   the module.
    A module's `child_tests`, which run it where the coverage run does not see (the env
    runtime and the local sandbox of a server that is not root, in child processes; the modal
    provider's own tests against the stand-in for Modal's cloud), run first for each of its
    mutants.
-4. Per module: the score (killed / all, and again less the survivors of a kind that cannot
-   change behaviour: asserts, frozen flags, tuning constants) and every survivor with its
+4. Per module: the score (killed / judged by a test, and again less the survivors of a kind
+   that cannot change behaviour: asserts, frozen flags, tuning constants), every survivor with its
    diff, printed and kept in bench/results/mutation/NAME.md; results are cached per mutant in
-   NAME.json, so a run stopped halfway goes on where it stopped (an edited function's mutants
-   run again).
+   NAME.json, so a run stopped halfway goes on where it stopped. A result holds while the
+   mutant's function and the test files it ran (and their conftest.py files) are unchanged:
+   an edited function's mutants, and those whose tests were edited, run again.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import functools
 import hashlib
 import json
 import os
 import re
-import shlex
 import signal
 import subprocess
 import sys
@@ -51,10 +55,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree
 
+import cosmic_ray.plugins
 from cosmic_ray.commands.init import init as list_mutants
-from cosmic_ray.mutating import mutate_and_test
+from cosmic_ray.mutating import use_mutation
 from cosmic_ray.work_db import WorkDB, use_db
-from cosmic_ray.work_item import MutationSpec, TestOutcome, WorkerOutcome
+from cosmic_ray.work_item import MutationSpec
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results" / "mutation"
@@ -106,6 +111,7 @@ MODULES = {
     "envproc": Target("server/corral/server/envproc.py", (UNIT + "test_envproc.py",)),
     "local": Target("sandboxes/corral/sandboxes/local.py", LOCAL_TESTS, child_tests=LOCAL_AS_NOBODY),
     "local_procs": Target("sandboxes/corral/sandboxes/local_procs.py", LOCAL_TESTS),
+    "local_files": Target("sandboxes/corral/sandboxes/local_files.py", LOCAL_TESTS),
     "docker": Target("sandboxes/corral/sandboxes/docker_sandbox.py", (CONTRACT_TESTS, *DOCKER_TESTS)),
     "modal": Target("sandboxes/corral/sandboxes/modal_sandbox.py", (CONTRACT_TESTS,),
                     child_tests=("tests/contract/test_modal_provider.py",)),
@@ -321,27 +327,85 @@ def enclosing_function(path: Path, line: int) -> tuple[int, int]:
     return innermost_function(path, line) or (1, len(path.read_text().splitlines()))
 
 
+# What pytest's exit status says of a mutant: 0 every test passed, 1 a test failed; 2 to 5 it
+# could not collect or run them (interrupted, an internal error, a usage error, no tests).
+PYTEST_OUTCOMES = {0: "survived", 1: "killed", 2: "not run", 3: "not run", 4: "not run", 5: "not run"}
+INCONCLUSIVE = ("not run", "crashed", "timeout")  # no test judged the mutant: reported apart, out of the scores
+
+
 def run_mutant(spec: MutationSpec, tests: list[str], reach: Reach) -> dict:
     if not tests:
         return {"outcome": "survived", "why": f"no test of {TEST_SECONDS:g} s or less reaches this line"}
     timeout = 60 + 3 * sum(reach.seconds.get(test, TEST_SECONDS) for test in tests)
-    command = shlex.join([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests])
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests]
+    operator = cosmic_ray.plugins.get_operator(spec.operator_name)(**spec.operator_args)
     started = time.monotonic()
-    result = mutate_and_test([spec], command, timeout)
+    try:
+        with use_mutation(spec.module_path, operator, spec.occurrence) as (original, mutated):
+            if mutated is None:
+                return {"outcome": "error", "why": "cosmic-ray made no mutant at this place"}
+            status, output = run_tests(command, timeout)
+    except Exception as error:  # noqa: BLE001 - cosmic-ray failed to make the mutant (it puts the file back)
+        return {"outcome": "error", "why": f"{type(error).__name__}: {error}"}
     seconds = round(time.monotonic() - started, 1)
-    if result.worker_outcome != WorkerOutcome.NORMAL:
-        return {"outcome": "error", "why": f"{result.worker_outcome}: {result.output[-2000:]}"}
-    outcome = "killed" if result.test_outcome == TestOutcome.KILLED else "survived"
-    why = "timeout" if result.output == "timeout" else f"{len(tests)} tests"
-    return {"outcome": outcome, "why": why, "seconds": seconds, "diff": result.diff}
+    diff = "\n".join(["--- mutation diff ---", *difflib.unified_diff(
+        original.split("\n"), mutated.split("\n"), f"a/{spec.module_path}", f"b/{spec.module_path}", lineterm="")])
+    if status is None:
+        outcome, why = "timeout", f"the tests outlasted {timeout:.0f} s"
+    else:
+        outcome = PYTEST_OUTCOMES.get(status, "crashed")  # a signal's negative status, or another
+        why = f"{len(tests)} tests, pytest exit status {status}"
+    result = {"outcome": outcome, "why": why, "seconds": seconds, "diff": diff, **tests_ran(tests)}
+    if outcome in INCONCLUSIVE:
+        result["output"] = output[-2000:]
+    return result
+
+
+def run_tests(command: list[str], timeout: float) -> tuple[int | None, str]:
+    """pytest's exit status (None: past `timeout`, its whole process group killed) and output."""
+    environ = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}  # a stale .pyc must not hide a mutant
+    process = subprocess.Popen(command, cwd=REPO, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        return None, output.decode("utf-8", errors="replace")
+    return process.returncode, output.decode("utf-8", errors="replace")
+
+
+def tests_ran(tests: list[str]) -> dict:
+    """The test files a mutant's run used (and the conftest.py files above them), with a digest
+    of their contents: the result holds while that digest does."""
+    files = sorted({test.split("::")[0] for test in tests})
+    return {"test_files": files, "tests_digest": tests_digest(files)}
+
+
+def tests_digest(files: list[str]) -> str:
+    conftests = {str(folder.relative_to(REPO) / "conftest.py") for file in files
+                 for folder in (REPO / file).parents if folder.is_relative_to(REPO)
+                 and (folder / "conftest.py").is_file()}
+    digest = hashlib.sha256()
+    for name in sorted({*files, *conftests}):
+        path = REPO / name
+        digest.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"(gone)") + b"\0")
+    return digest.hexdigest()
+
+
+def still_holds(result: dict) -> bool:
+    """Whether a cached result still holds: its tests are as they were when it ran (a result
+    without any ran no test, and holds while its function does)."""
+    if "test_files" not in result:
+        return result["outcome"] == "survived" and result["why"].startswith("no test")
+    return tests_digest(result["test_files"]) == result["tests_digest"]
 
 
 def keyed(path: str, specs: list[MutationSpec]) -> dict[str, MutationSpec]:
     """The mutants by a key that holds while the code around them does: the operator, a digest
     of the innermost function holding the mutant (of its own line, outside any function), and
     its place among that function's mutants of the operator. A module edited in one function
-    keeps the results of the others (as results are kept when tests change: `--again` redoes
-    the survivors)."""
+    keeps the results of the others (and a result whose tests changed is dropped: still_holds)."""
     lines = (REPO / path).read_text().splitlines()
     keys: dict[str, MutationSpec] = {}
     for spec in specs:
@@ -365,10 +429,13 @@ def test_module(name: str, target: Target, reach_of: Callable[[], Reach], workdi
     mutants = keyed(target.path, mutants_of(target.path, workdir))
     cache = RESULTS / f"{name}.json"
     saved = json.loads(cache.read_text())["results"] if cache.exists() else {}
+    changed = [key for key, result in saved.items() if not still_holds(result)]
+    saved = {key: result for key, result in saved.items() if key not in changed}
     results = {key: {**saved[key], "line": spec.start_pos[0]} for key, spec in mutants.items() if key in saved}
-    if again:  # the tests changed since: try the survivors on them
+    if again:  # tests other than those they ran may catch them now: try every mutant not killed
         results = {key: result for key, result in results.items() if result["outcome"] == "killed"}
-    print(f"\n{name} ({target.path}): {len(mutants)} mutants, {len(results)} already run", flush=True)
+    print(f"\n{name} ({target.path}): {len(mutants)} mutants, {len(results)} already run"
+          + (f" ({len(changed)} more dropped: the tests they ran changed)" if changed else ""), flush=True)
     retry = [key for key in mutants if key in saved and key not in results]  # the survivors, with --again
     unrun = sorted((key for key in mutants if key not in saved), key=lambda key: hashlib.sha256(key.encode()).digest())
     to_run = retry + ([] if again and most is None else unrun[:most])  # --again alone: the survivors only
@@ -386,25 +453,32 @@ def test_module(name: str, target: Target, reach_of: Callable[[], Reach], workdi
 
 
 def report(name: str, target: Target, results: dict[str, dict], total: int) -> str:
-    """The module's score and its survivors, those of a kind that cannot change behaviour
-    set apart with the reason (and left out of the second score)."""
+    """The module's score (killed among the mutants a test judged) and its survivors, those of a
+    kind that cannot change behaviour set apart with the reason (and left out of the second
+    score); then the mutants no test judged (not run, crashed, timed out), each with why."""
     source = (REPO / target.path).read_text().splitlines()
     # cosmic-ray fails to make a few mutants (an ExceptionReplacer on a tuple of dotted names):
     # not a mutant, so left out of the scores, and counted below them.
     unmade = [result for result in results.values() if result["outcome"] == "error"]
     results = {key: result for key, result in results.items() if result["outcome"] != "error"}
+    inconclusive = sorted((result for result in results.values() if result["outcome"] in INCONCLUSIVE),
+                          key=lambda result: result["line"])
+    judged = [result for result in results.values() if result["outcome"] not in INCONCLUSIVE]
     if not results:
         title = f"# {name}: not run yet ({total} mutants; `--most N {name}` runs a random sample of them)"
         (RESULTS / f"{name}.md").write_text(title + "\n")
         return title[2:]
-    survivors = sorted((result for result in results.values() if result["outcome"] != "killed"),
-                       key=lambda result: result["line"])
+    survivors = sorted((result for result in judged if result["outcome"] != "killed"), key=lambda result: result["line"])
     whys = [equivalence(result, source[result["line"] - 1], target.path) for result in survivors]
     unexplained = whys.count(None)
-    killed, counted = len(results) - len(survivors), len(results) - len(survivors) + unexplained
-    title = (f"# {name}: {killed}/{len(results)} mutants killed ({killed / len(results):.0%}); "
-             f"{killed}/{counted} ({killed / counted:.0%}) less {len(survivors) - unexplained} "
+    killed, counted = len(judged) - len(survivors), len(judged) - len(survivors) + unexplained
+    title = (f"# {name}: {killed}/{len(judged)} mutants killed ({killed / max(len(judged), 1):.0%}); "
+             f"{killed}/{counted} ({killed / max(counted, 1):.0%}) less {len(survivors) - unexplained} "
              "that cannot change behaviour")
+    if inconclusive:
+        kinds = ", ".join(f"{count} {kind}" for kind in INCONCLUSIVE
+                          if (count := sum(result["outcome"] == kind for result in inconclusive)))
+        title += f"; {len(inconclusive)} judged by no test ({kinds}), out of the scores"
     if len(results) < total:
         title += f" (a random sample: {len(results)} of its {total} mutants run)"
     lines = [title, "", f"`{target.path}`; survivors below, each with its diff.", ""]
@@ -415,6 +489,14 @@ def report(name: str, target: Target, results: dict[str, dict], total: int) -> s
         lines += [f"## line {result['line']}: {result['operator']} ({result['outcome']}: {result['why']})",
                   *([f"Cannot change behaviour: {why}."] if why else []),
                   "", "```diff", result.get("diff", "").strip(), "```", ""]
+    if inconclusive:
+        lines += ["# Judged by no test", "",
+                  ("pytest could not collect or run the tests (exit status 2 to 5), they crashed, or they outlasted "
+                  "their timeout: no test failed on these mutants, so they count neither way."), ""]
+    for result in inconclusive:
+        output = "\n".join(result.get("output", "").strip().splitlines()[-10:])
+        lines += [f"## line {result['line']}: {result['operator']} ({result['outcome']}: {result['why']})",
+                  "", "```diff", result.get("diff", "").strip(), "```", "", "```text", output, "```", ""]
     (RESULTS / f"{name}.md").write_text("\n".join(lines))
     return title[2:]
 
@@ -449,9 +531,9 @@ EXPLAINED = {
     ("sandboxes/corral/sandboxes/local.py",
      'return os.pread(self._stderr, size - start, start).decode("utf-8", errors="replace")'):
         "a read from `start` stops at the file's end: asking for more bytes than are left reads the same",
-    ("sandboxes/corral/sandboxes/local.py", "os.chmod(path, 0o755 if os.stat(path).st_mode & 0o100 else 0o644)"):
+    ("sandboxes/corral/sandboxes/local_files.py", "os.chmod(path, 0o755 if os.stat(path).st_mode & 0o100 else 0o644)"):
         "`& 0o101` differs only for a file that others may run and its owner may not",
-    ("sandboxes/corral/sandboxes/local.py", "target = shared / f\"{spec.env_name}-{uuid.uuid4().hex[:8]}\""):
+    ("sandboxes/corral/sandboxes/local_files.py", "target = shared / f\"{spec.env_name}-{uuid.uuid4().hex[:8]}\""):
         RANDOM_NAME,
     ("sandboxes/corral/sandboxes/local.py",
      "def __init__(self, *, instance: str | None = None, warm_pool: int = 0) -> None:"):

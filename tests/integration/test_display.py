@@ -97,4 +97,4 @@ def test_a_command_verifiers_output_shows_after_the_scores():
     text = str(show(ended))
     assert text.index("scores: tests=0") < text.index("reward: 0") < text.index("verifier output (tests):")
     assert "    FAILED test_sum" in text
-    assert "<summary><b>verifier output (tests)</b></summary>" in ended._repr_html_()
+    assert "<summary><b>verifier output (tests)</b></summary>" in show(ended)._repr_html_()

@@ -212,7 +212,7 @@ def test_as_root_the_env_s_files_are_copied_readable_by_every_uid_keeping_what_r
         provider = LocalProvider()
         try:
             await provider.prepare(spec)
-            copy, sdk = (Path(path) for path in provider.import_path(spec))
+            copy, sdk = (Path(path) for path in provider.files.import_path(spec))
             modes = [stat.S_IMODE(path.stat().st_mode) for path in (copy, copy / "run.sh", copy / "notes.txt")]
             assert modes == [0o755, 0o755, 0o644]  # the folder, the executable, the file root alone could read
             assert stat.S_IMODE((sdk / "corral" / "errors.py").stat().st_mode) == 0o644

@@ -6,146 +6,57 @@ transcript and dataset rows, as HTML and Markdown in Jupyter and as plain text e
     e                                     # an environment: its episode's transcript so far
     print(e)                              # the same, as plain text
 
-Each object is described once, as a `Doc` (a list of blocks), which renders three ways.
-Standard library only: no notebook package is needed to display anything.
+Each object is described once, as a `Doc` (corral.client.doc), which renders three ways. The
+wire frames (corral.client.protocol) carry no presentation: this module adapts them from
+outside, registering their Docs with IPython's formatters when corral.client is imported in a
+kernel. Standard library only: no notebook package is needed to display anything.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import math
-import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Self
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
-if TYPE_CHECKING:  # display is imported by the modules that define these
-    from corral.client.episode import CallRecord, Episode
-    from corral.client.protocol import CallToolObservation, ResetObservation
+from corral.client.doc import Displayed, Doc, Shown
+from corral.client.protocol import CallToolObservation, ResetObservation
+
+if TYPE_CHECKING:
     from corral.client.records import EpisodeRecord, RolloutRecord
 
 ROWS_SHOWN = 20
 SNIPPET_CHARS = 160
-BlockKind = Literal["title", "field", "text", "call", "answer", "error", "table"]
 
 
-@dataclass(frozen=True)
-class Block:
-    """One piece of a Doc. `kind`: title, field (label: text), text (a long text, e.g. a
-    prompt; `folded` ones start collapsed in HTML), call (label: name(args)), answer, error,
-    table (`rows` under the `columns` in `text`, tab-separated)."""
+class Call(Protocol):
+    """One call of a transcript (`corral.client.episode.CallRecord`); read only."""
 
-    kind: BlockKind
-    text: str
-    label: str = ""
-    folded: bool = False
-    rows: tuple[tuple[str, ...], ...] = ()
+    @property
+    def tool(self) -> str: ...
+    @property
+    def arguments(self) -> dict[str, Any]: ...
+    @property
+    def observation(self) -> CallToolObservation: ...
 
 
-@dataclass
-class Doc:
-    blocks: list[Block] = field(default_factory=list)
+class Transcript(Protocol):
+    """What an episode's transcript is read from (`corral.client.episode.Episode`, which
+    imports this module to show itself); read only."""
 
-    def add(self, kind: BlockKind, text: str, **extra: Any) -> Doc:
-        self.blocks.append(Block(kind, text, **extra))
-        return self
-
-    def text(self) -> str:
-        lines: list[str] = []
-        for b in self.blocks:
-            if b.kind == "title":
-                lines.append(f"== {b.text} ==")
-            elif b.kind == "field":
-                lines.append(f"{b.label}: {b.text}")
-            elif b.kind == "text":
-                lines += [f"{b.label}:", _indent(b.text)]
-            elif b.kind == "call":
-                lines.append(f"{b.label} {b.text}")
-            elif b.kind in ("answer", "error"):
-                lines.append(_indent(("error: " if b.kind == "error" else "") + b.text, "    -> "))
-            elif b.kind == "table":
-                lines.append("  ".join(b.text.split("\t")))
-                lines += ["  ".join(row) for row in b.rows]
-        return "\n".join(lines)
-
-    def markdown(self) -> str:
-        parts: list[str] = []
-        for b in self.blocks:
-            if b.kind == "title":
-                parts.append(f"#### {_md(b.text)}")
-            elif b.kind == "field":
-                parts.append(f"**{_md(b.label)}:** {_md(b.text)}")
-            elif b.kind == "text":
-                parts.append(f"**{_md(b.label)}:**\n\n{_fenced(b.text)}")
-            elif b.kind == "call":
-                parts.append(f"**{_md(b.label)}** {_code(b.text)}")
-            elif b.kind in ("answer", "error"):
-                parts.append(("**error:**\n\n" if b.kind == "error" else "") + _fenced(b.text))
-            elif b.kind == "table":
-                columns = b.text.split("\t")
-                table = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-                table += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in b.rows]
-                parts.append("\n".join(table))
-        return "\n\n".join(parts)
-
-    def html(self) -> str:
-        out = ['<div class="corral" style="font-family: sans-serif; line-height: 1.4">']
-        for b in self.blocks:
-            text, label = html.escape(b.text), html.escape(b.label)
-            if b.kind == "title":
-                out.append(f'<div style="font-weight: bold; font-size: 1.1em; margin: 0.3em 0">{text}</div>')
-            elif b.kind == "field":
-                out.append(f"<div><b>{label}:</b> {text}</div>")
-            elif b.kind == "text":
-                body = f'<pre style="{_PRE}">{text}</pre>'
-                summary = f"<summary><b>{label}</b></summary>"
-                out.append(f"<details{'' if b.folded else ' open'}>{summary}{body}</details>")
-            elif b.kind == "call":
-                out.append(f'<div style="margin-top: 0.5em"><b>{label}</b> <code>{text}</code></div>')
-            elif b.kind == "answer":
-                out.append(f'<pre style="{_PRE}; margin-left: 1.5em">{text}</pre>')
-            elif b.kind == "error":
-                out.append(f'<pre style="{_PRE}; margin-left: 1.5em; color: #b00020">error: {text}</pre>')
-            elif b.kind == "table":
-                head = "".join(f"<th style='text-align: left'>{html.escape(c)}</th>" for c in b.text.split("\t"))
-                body = "".join(
-                    "<tr>" + "".join(f"<td style='text-align: left'>{html.escape(c)}</td>" for c in row) + "</tr>"
-                    for row in b.rows
-                )
-                out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-        out.append("</div>")
-        return "\n".join(out)
-
-
-_PRE = "white-space: pre-wrap; word-break: break-word; margin: 0.2em 0; padding: 0.3em; background: rgba(127,127,127,0.08)"
-
-
-class Displayed:
-    """Mixin: Jupyter shows the object as HTML (or Markdown, where HTML is not shown)."""
-
-    def _doc(self) -> Doc:
-        raise NotImplementedError
-
-    def _repr_html_(self) -> str:
-        return self._doc().html()
-
-    def _repr_markdown_(self) -> str:
-        return self._doc().markdown()
-
-
-class Shown(Displayed):
-    """What `show` returns: HTML or Markdown in Jupyter, plain text in a terminal or print()."""
-
-    def __init__(self, doc: Doc):
-        self.doc = doc
-
-    def _doc(self) -> Doc:
-        return self.doc
-
-    def __repr__(self) -> str:
-        return self.doc.text()
-
-    __str__ = __repr__
+    @property
+    def opened(self) -> ResetObservation | None: ...
+    @property
+    def open(self) -> bool: ...
+    @property
+    def calls(self) -> Sequence[Call]: ...
+    @property
+    def final(self) -> ResetObservation | CallToolObservation | None: ...
+    @property
+    def reward(self) -> float | None: ...
+    @property
+    def reason(self) -> str | None: ...
 
 
 class ToolAnswer(Displayed, str):
@@ -172,6 +83,8 @@ def show(thing: Any, limit: int = ROWS_SHOWN) -> Shown:
     or list of rows (the first `limit` of them as a table)."""
     if isinstance(thing, Displayed):
         return Shown(thing._doc())
+    if isinstance(thing, ResetObservation | CallToolObservation):
+        return Shown(frame_doc(thing))
     if isinstance(thing, dict) and "prompt" in thing:
         return Shown(row_doc(thing))
     if hasattr(thing, "column_names") or isinstance(thing, list):  # a datasets.Dataset, or rows
@@ -195,6 +108,10 @@ def reset_doc(opened: ResetObservation) -> Doc:
     return doc
 
 
+def frame_doc(frame: ResetObservation | CallToolObservation) -> Doc:
+    return reset_doc(frame) if isinstance(frame, ResetObservation) else call_doc(frame)
+
+
 def call_doc(observed: CallToolObservation) -> Doc:
     doc = Doc().add("title", observed.tool_name)
     _answer(doc, observed)
@@ -203,7 +120,7 @@ def call_doc(observed: CallToolObservation) -> Doc:
     return doc
 
 
-def episode_doc(episode: Episode) -> Doc:
+def episode_doc(episode: Transcript) -> Doc:
     """The transcript: prompts, every call with its arguments and answer, and how it ended."""
     opened = episode.opened
     if opened is None:
@@ -219,14 +136,14 @@ def episode_doc(episode: Episode) -> Doc:
     return doc
 
 
-def turn_doc(number: int, record: CallRecord) -> Doc:
+def turn_doc(number: int, record: Call) -> Doc:
     """One call of an episode, numbered, and its answer (for end_turn, the next prompt)."""
     doc = Doc().add("call", call_line(record.tool, record.arguments), label=f"[{number}]")
     _answer(doc, record.observation)
     return doc
 
 
-def ending_doc(episode: Episode) -> Doc:
+def ending_doc(episode: Transcript) -> Doc:
     """How an ended episode came out: its scores, its reward (the client's reward rule may pick
     another score than the server's), a command verifier's output."""
     doc = Doc()
@@ -347,28 +264,18 @@ def _snippet(text: str) -> str:
     return flat if len(flat) <= SNIPPET_CHARS else flat[: SNIPPET_CHARS - 3] + "..."
 
 
-def _indent(text: str, first: str = "    ") -> str:
-    pad = " " * len(first)
-    lines = text.splitlines() or [""]
-    return "\n".join([first + lines[0], *(pad + line for line in lines[1:])])
+def _show_frames_in_ipython() -> None:
+    """In an IPython kernel, the frames show as their Docs (HTML, or Markdown where HTML is not
+    shown), as `Displayed` objects do. Outside one there is nothing to register."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None:
+        return
+    formatters = shell.display_formatter.formatters
+    render: dict[str, Callable[[Doc], str]] = {"text/html": Doc.html, "text/markdown": Doc.markdown}
+    for mime, as_mime in render.items():
+        for frame in (ResetObservation, CallToolObservation):
+            formatters[mime].for_type(frame, lambda shown, as_mime=as_mime: as_mime(frame_doc(shown)))
 
 
-def _fenced(text: str) -> str:
-    """A Markdown code block that no run of backticks in `text` can close early."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}text\n{text}\n{fence}"
-
-
-def _code(text: str) -> str:
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    ticks = "`" * (longest + 1)
-    return f"{ticks} {text} {ticks}"
-
-
-def _md(text: str) -> str:
-    return re.sub(r"([\\`*_\[\]<>#|])", r"\\\1", text)
-
-
-def _cell(text: str) -> str:
-    return html.escape(text).replace("|", "\\|").replace("\n", " ")
+_show_frames_in_ipython()

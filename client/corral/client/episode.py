@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from corral.client.catalog import END_TURN, ToolSpec
-from corral.client.display import Displayed, Doc, episode_doc
+from corral.client.display import episode_doc
+from corral.client.doc import Displayed, Doc
 from corral.client.protocol import (
     EPISODE_ENDED,
     REPLAY_RESET_DEADLINES,

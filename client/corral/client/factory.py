@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union
 
 from corral.client.catalog import Toolset, ToolSpec
-from corral.client.display import Displayed, Doc, ToolAnswer, episode_doc
+from corral.client.display import ToolAnswer, episode_doc
+from corral.client.doc import Displayed, Doc
 from corral.client.episode import Episode
 from corral.client.protocol import Limits, ResetData
 from corral.client.rewards import RewardRule

@@ -30,7 +30,6 @@ from pydantic import (
 )
 
 from corral.client.catalog import ToolSpec
-from corral.client.display import Displayed, Doc, call_doc, reset_doc
 
 EPISODE_ENDED = "The episode has ended."
 DEFAULT_TOOL_TIMEOUT_S = 60.0
@@ -178,7 +177,7 @@ class _Ending(BaseModel):
     reason: str | None = None
 
 
-class ResetObservation(Observation, _Ending, Displayed):
+class ResetObservation(Observation, _Ending):
     """The first turn: what the agent is told and offered, and the limits in force."""
 
     task_id: str
@@ -189,15 +188,12 @@ class ResetObservation(Observation, _Ending, Displayed):
     offered_tools: list[ToolSpec] = Field(default_factory=list)
     limits: Limits | None = None
 
-    def _doc(self) -> Doc:  # how Jupyter shows it
-        return reset_doc(self)
-
 
 class ListToolsObservation(Observation):
     tools: list[ToolSpec]
 
 
-class CallToolObservation(Observation, _Ending, Displayed):
+class CallToolObservation(Observation, _Ending):
     """A tool's answer; for `end_turn`, the next turn's prompt (also in `result`), or the end."""
 
     tool_name: str
@@ -212,9 +208,6 @@ class CallToolObservation(Observation, _Ending, Displayed):
         if self.error is not None:
             return self.error.message
         return self.result if isinstance(self.result, str) else ("" if self.result is None else str(self.result))
-
-    def _doc(self) -> Doc:  # how Jupyter shows it
-        return call_doc(self)
 
 
 StepObservation = ListToolsObservation | CallToolObservation

@@ -35,7 +35,6 @@ import asyncio
 import fcntl
 import logging
 import os
-import shutil
 import tempfile
 import time
 import uuid
@@ -53,7 +52,8 @@ from corral.sandboxes.base import (
     SandboxProvider,
     SandboxSpec,
 )
-from corral.sandboxes.local_namespace import SYSTEM_FOLDERS, Bubblewrap, Contained, find_bubblewrap
+from corral.sandboxes.local_files import EnvFiles
+from corral.sandboxes.local_namespace import Bubblewrap, Contained, find_bubblewrap
 from corral.sandboxes.local_procs import (
     UidPool,
     as_uid,
@@ -69,10 +69,6 @@ from corral.sandboxes.warm_pool import WarmPools
 
 log = logging.getLogger("corral.sandboxes")
 
-# The folder that holds the `corral` namespace with the env SDK (corral/env and the
-# corral/errors.py it raises from), put on the env's import path so `python3 -m corral.env`
-# works without installing anything.
-_SDK_ROOT = Path(__file__).resolve().parents[2]
 LINE_LIMIT = 64 * 1024 * 1024  # one protocol line may carry a large tool result
 PROBE_UID = 65534  # a server running as root probes bwrap as a user without privileges, as its envs run
 
@@ -110,11 +106,11 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"could not make the folders of an episode of env {spec.env_name} in "
                                f"{self.provider.root}: {error}") from None
         environ = minimal_environment(self.workdir, Path("/tmp") if contained else tmp, self.marker + "env")
-        environ.update(PYTHONPATH=os.pathsep.join(str(path) for path in self.provider.import_path(spec)),
+        environ.update(PYTHONPATH=os.pathsep.join(str(path) for path in self.provider.files.import_path(spec)),
                        PYTHONUNBUFFERED="1")
         try:
             self._env = await self.spawn(spec.command, cwd=self.workdir, environ=environ,
-                                         read_only=self.provider.visible(spec), writable=[self.workdir],
+                                         read_only=self.provider.files.visible(spec), writable=[self.workdir],
                                          stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                                          stderr=self._stderr, limit=LINE_LIMIT)
         except OSError as error:
@@ -180,7 +176,7 @@ class LocalSandbox(Sandbox):
             return ""
         size = os.fstat(self._stderr).st_size
         start = max(0, size - max_chars)
-        return self.provider.with_original_paths(
+        return self.provider.files.with_original_paths(
             self.spec, os.pread(self._stderr, size - start, start).decode("utf-8", errors="replace"))
 
     async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
@@ -224,21 +220,6 @@ class LocalSandbox(Sandbox):
         return self._env.process
 
 
-def installation_of(program: str) -> list[Path]:
-    """The folders a program named by its absolute path needs to run in a namespace, outside
-    the system's: the installation it sits in (the folder above its `bin/`, else its own), and
-    that of the file it links to. So `/venv/bin/python` brings its virtualenv and the
-    interpreter that links to; `python3` (looked up on PATH) brings nothing."""
-    if not os.path.isabs(program):
-        return []
-    found = []
-    for path in dict.fromkeys((Path(program), Path(os.path.realpath(program)))):
-        top = path.parent.parent if path.parent.name == "bin" else path.parent
-        if not any(top.is_relative_to(folder) for folder in SYSTEM_FOLDERS) and top != Path("/"):
-            found.append(top)
-    return found
-
-
 class LocalProvider(SandboxProvider):
     """Runs each episode's env as a child process in a fresh folder (see the module docstring)."""
 
@@ -258,7 +239,7 @@ class LocalProvider(SandboxProvider):
         self.running: set[LocalSandbox] = set()
         self._pools: WarmPools[LocalSandbox] = WarmPools(warm_pool, self._start_warm)
         self.waiting: set[LocalSandbox] = set()  # started for a pool, not yet taken: not live
-        self._copies: dict[SandboxSpec, tuple[Path, Path]] = {}  # as root: the env's folder and the SDK, readable by all
+        self.files = EnvFiles()  # as root: copies of the env's folder and the SDK, readable by all
         self._root_made = False
         self._lock = -1
 
@@ -283,7 +264,7 @@ class LocalProvider(SandboxProvider):
         left = [entry for entry in self.root.iterdir() if entry.name != "lock"]
         for entry in left:
             remove_tree(entry)
-        self._copies.clear()
+        self.files.copies.clear()
         if killed or left:
             log.info("removed what a killed server of instance %s left: %d process(es), %d folder(s)",
                      self.instance, killed, len(left))
@@ -301,7 +282,7 @@ class LocalProvider(SandboxProvider):
         its folder as it is."""
         began = time.monotonic()
         self._refuse_uncontained_shell(spec)
-        if self.uids is not None and spec not in self._copies:
+        if self.uids is not None and spec not in self.files.copies:
             await asyncio.to_thread(self._copy_readable, spec)
         return Prepared(spec.env_name, image=None, built=False, seconds=time.monotonic() - began)
 
@@ -322,40 +303,9 @@ class LocalProvider(SandboxProvider):
         raise ConfigError(f"env {spec.env_name} gives the agent a shell or files (agent_shell in its env.toml) and "
                           f"{why}; {fix}, serve with --sandbox docker, or accept the risk with --unsafe-local-shell")
 
-    def import_path(self, spec: SandboxSpec) -> list[Path]:
-        """The env's PYTHONPATH: its folder, then the folder that holds corral's SDK."""
-        return list(self._copies.get(spec, (spec.context_dir, _SDK_ROOT)))
-
-    def visible(self, spec: SandboxSpec) -> list[Path]:
-        """What an env's namespace sees read-only besides the system: its folder, corral's SDK
-        (the env package and errors.py alone, not the rest of corral), and the installation of
-        a program its command names by an absolute path (installation_of)."""
-        env, sdk = self.import_path(spec)
-        return [env, sdk / "corral" / "env", sdk / "corral" / "errors.py", *installation_of(spec.command[0])]
-
-    def with_original_paths(self, spec: SandboxSpec, text: str) -> str:
-        """`text` (an env's stderr) with the paths of `spec`'s copies made the originals': a
-        traceback then points at the bundle's file, the one to fix, not at its copy."""
-        if spec not in self._copies:
-            return text
-        env_copy, sdk_copy = self._copies[spec]
-        return text.replace(str(env_copy), str(spec.context_dir)).replace(str(sdk_copy), str(_SDK_ROOT))
-
     def _copy_readable(self, spec: SandboxSpec) -> None:
         self._make_root()
-        shared = self.root / "shared"
-        private_folder(shared, 0o755)
-        target = shared / f"{spec.env_name}-{uuid.uuid4().hex[:8]}"
-        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".git")
-        shutil.copytree(spec.context_dir, target / "env", ignore=ignore)
-        shutil.copytree(_SDK_ROOT / "corral" / "env", target / "sdk" / "corral" / "env", ignore=ignore)
-        shutil.copy(_SDK_ROOT / "corral" / "errors.py", target / "sdk" / "corral" / "errors.py")
-        for root, _, files in os.walk(target):
-            os.chmod(root, 0o755)
-            for name in files:
-                path = os.path.join(root, name)
-                os.chmod(path, 0o755 if os.stat(path).st_mode & 0o100 else 0o644)
-        self._copies[spec] = (target / "env", target / "sdk")
+        self.files.copy_readable(spec, self.root / "shared")
 
     def start_pools(self, specs: Iterable[SandboxSpec]) -> None:
         """Keep `warm_pool` started envs ready for each spec (call on the serving loop)."""

@@ -11,13 +11,11 @@ import json
 import re
 import tomllib
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from corral.sandboxes import Resources, SandboxSpec
 from corral.server.bundle_format import (
     CommandVerifier,
     EnvConfig,
@@ -26,71 +24,11 @@ from corral.server.bundle_format import (
     ServeDefaults,
     Task,
 )
+from corral.server.bundle_model import RESERVED_SPLIT, TRAIN_SPLIT, BundleEnv, LoadedBundle
+from corral.server.harbor.loader import is_harbor_folder, load_harbor
+from corral.server.problems import Problem, file_name, merge_shared
 
-if TYPE_CHECKING:
-    from corral.server.harbor.loader import HarborPart
-
-RESERVED_SPLIT = "all"
-TRAIN_SPLIT = "train"  # the tasks in no eval split, unless evals/train.toml lists them
-TASKS_SHOWN = 3  # a problem shared by many tasks names this many of them
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
-
-
-@dataclass(frozen=True)
-class BundleEnv:
-    """One env of a bundle: its folder (a Docker build context) and its env.toml; or, for a
-    Harbor task (corral.server.harbor), the sandbox its task.toml describes, as `spec`."""
-
-    name: str
-    folder: Path
-    config: EnvConfig
-    spec: SandboxSpec | None = None
-
-    @property
-    def command(self) -> tuple[str, ...]:
-        """How a sandbox starts this env's process, speaking JSON-RPC on stdio."""
-        if self.config.command:
-            return tuple(self.config.command)
-        return ("python3", "-m", "corral.env", str(self.config.entry))
-
-    @property
-    def resources(self) -> Resources:
-        return Resources(**self.config.resources.model_dump())
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a bundle: where, and what to change."""
-
-    file: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.file}: {self.message}"
-
-
-@dataclass
-class LoadedBundle:
-    """A bundle as read from disk. `splits` maps a split name to its tasks: `all`, `train`,
-    then one per eval file."""
-
-    root: Path
-    manifest: Manifest
-    readme: str
-    envs: dict[str, BundleEnv]
-    tasks: dict[str, Task]
-    splits: dict[str, list[Task]]
-    verifiers: dict[str, Path]  # the Python verifiers, run outside the sandbox
-    problems: list[Problem] = field(default_factory=list)
-    command_verifiers: dict[str, CommandVerifier] = field(default_factory=dict)  # run inside it
-    harbor: HarborPart | None = None  # a folder of Harbor tasks: what serving them needs beyond this
-
-    def where(self, *parts: str) -> str:
-        """How a problem names a file of the bundle: `gridsim/envs/gridsim` (a Harbor task's env:
-        its task's folder, `tasks/fix-the-build`)."""
-        if self.harbor is not None and parts[:1] == ("envs",) and len(parts) == 2:
-            return f"{self.root.name}/{parts[1]}"
-        return _rel(self.root, self.root.joinpath(*parts))
 
 
 def load_bundle(root: Path, *, network: str | None = None) -> LoadedBundle:
@@ -99,11 +37,6 @@ def load_bundle(root: Path, *, network: str | None = None) -> LoadedBundle:
     A folder of Harbor tasks (or one task) is read by corral.server.harbor, under the
     operator's `network` policy ("none" or "egress"; None: its bundle.toml's, else "none").
     """
-    from corral.server.harbor.loader import (  # it builds on this module's types
-        is_harbor_folder,
-        load_harbor,
-    )
-
     root = Path(root).resolve()
     if is_harbor_folder(root):
         return load_harbor(root, network=network)
@@ -129,44 +62,11 @@ def load_bundle(root: Path, *, network: str | None = None) -> LoadedBundle:
     return LoadedBundle(root, manifest, readme, envs, tasks, splits, verifiers, merge_shared(problems), command_verifiers)
 
 
-def merge_shared(problems: list[Problem]) -> list[Problem]:
-    """One problem for each message that several tasks share, naming how many and a few of them
-    (`2,200 tasks (a, b, c and 2,197 more): ...`), in place of one line per task."""
-    sharing: dict[str, dict[str, None]] = {}  # message -> the tasks that report it, in order
-    for problem in problems:
-        if (task := _task_of(problem)) is not None:
-            sharing.setdefault(problem.message, {})[task] = None
-    merged: list[Problem] = []
-    reported: set[str] = set()
-    for problem in problems:
-        tasks = list(sharing[problem.message]) if _task_of(problem) is not None else []
-        if len(tasks) < 2:
-            merged.append(problem)
-        elif problem.message not in reported:  # the first of them stands for all
-            reported.add(problem.message)
-            more = f" and {len(tasks) - TASKS_SHOWN:,} more" if len(tasks) > TASKS_SHOWN else ""
-            merged.append(Problem(f"{len(tasks):,} tasks ({', '.join(tasks[:TASKS_SHOWN])}{more})", problem.message))
-    return merged
-
-
-def _task_of(problem: Problem) -> str | None:
-    """The task a problem is about (`task <id>`, a tasks.jsonl line, a tasks/ file), if one."""
-    if problem.file.startswith("task "):
-        return problem.file.removeprefix("task ")
-    if re.search(r"tasks\.jsonl:\d+$|/tasks/[^/]+\.json$", problem.file):
-        return problem.file
-    return None
-
-
-def _rel(root: Path, path: Path) -> str:
-    return str(path.relative_to(root.parent)) if path.is_relative_to(root.parent) else str(path)
-
-
 def _read_toml(root: Path, path: Path, problems: list[Problem]) -> dict[str, Any] | None:
     try:
         return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as error:
-        problems.append(Problem(_rel(root, path), f"not valid TOML: {error}; fix the syntax"))
+        problems.append(Problem(file_name(root, path), f"not valid TOML: {error}; fix the syntax"))
         return None
 
 
@@ -180,7 +80,7 @@ def _validation_problems(root: Path, path: Path, error: ValidationError, what: s
             message = f"{where!r} is missing; add it to {what}"
         else:
             message = f"{where!r}: {item['msg']} (got {item.get('input')!r})"
-        found.append(Problem(_rel(root, path), message))
+        found.append(Problem(file_name(root, path), message))
     return found
 
 
@@ -200,7 +100,7 @@ def _load_manifest(root: Path, problems: list[Problem]) -> Manifest:
     path = root / "bundle.toml"
     fallback = Manifest(name=re.sub(r"[^A-Za-z0-9_.-]", "-", root.name) or "bundle")
     if not path.is_file():
-        problems.append(Problem(_rel(root, path), "missing; create it with at least name = \"...\""))
+        problems.append(Problem(file_name(root, path), "missing; create it with at least name = \"...\""))
         return fallback
     data = _read_toml(root, path, problems)
     if data is None:
@@ -225,23 +125,23 @@ def _load_envs(root: Path, problems: list[Problem]) -> dict[str, BundleEnv]:
     envs: dict[str, BundleEnv] = {}
     folders = sorted(p for p in (root / "envs").glob("*") if p.is_dir() and not p.name.startswith((".", "_")))
     if not folders:
-        problems.append(Problem(_rel(root, root / "envs"), "no env folders; add envs/<name>/env.toml"))
+        problems.append(Problem(file_name(root, root / "envs"), "no env folders; add envs/<name>/env.toml"))
     for folder in folders:
         path = folder / "env.toml"
         if not path.is_file():
-            problems.append(Problem(_rel(root, path), 'missing; add it with entry = "module:Class"'))
+            problems.append(Problem(file_name(root, path), 'missing; add it with entry = "module:Class"'))
             continue
         config = _read_config(root, path, EnvConfig, "env.toml", problems)
         if config is None:
             continue
         if (config.entry is None) == (config.command is None):
-            problems.append(Problem(_rel(root, path), 'set exactly one of entry = "module:Class" or command = [...]'))
+            problems.append(Problem(file_name(root, path), 'set exactly one of entry = "module:Class" or command = [...]'))
             continue
         if config.entry:
             module = config.entry.split(":")[0]
             module_path = folder / (module.replace(".", "/") + ".py")
             if not module_path.is_file() and not (folder / module.replace(".", "/") / "__init__.py").is_file():
-                problems.append(Problem(_rel(root, path), f"entry module {module!r} not found in {folder.name}/; add {module_path.name} or fix entry"))
+                problems.append(Problem(file_name(root, path), f"entry module {module!r} not found in {folder.name}/; add {module_path.name} or fix entry"))
         envs[folder.name] = BundleEnv(folder.name, folder, config)
     return envs
 
@@ -273,7 +173,7 @@ def _load_tasks(root: Path, defaults: dict[str, Any], problems: list[Problem]) -
         for number, line in enumerate(jsonl.read_text().splitlines(), start=1):
             if not line.strip():
                 continue
-            where = f"{_rel(root, jsonl)}:{number}"
+            where = f"{file_name(root, jsonl)}:{number}"
             try:
                 raw = json.loads(line)
             except json.JSONDecodeError as error:
@@ -284,11 +184,11 @@ def _load_tasks(root: Path, defaults: dict[str, Any], problems: list[Problem]) -
         try:
             raw = json.loads(path.read_text())
         except json.JSONDecodeError as error:
-            problems.append(Problem(_rel(root, path), f"not valid JSON: {error.msg} at line {error.lineno}"))
+            problems.append(Problem(file_name(root, path), f"not valid JSON: {error.msg} at line {error.lineno}"))
             continue
-        add(raw, _rel(root, path), path.stem)
-    if not tasks and not any(p.file.startswith((_rel(root, jsonl), _rel(root, root / "tasks"))) for p in problems):
-        problems.append(Problem(_rel(root, root / "tasks"), "no tasks; add tasks/<id>.json or tasks.jsonl"))
+        add(raw, file_name(root, path), path.stem)
+    if not tasks and not any(p.file.startswith((file_name(root, jsonl), file_name(root, root / "tasks"))) for p in problems):
+        problems.append(Problem(file_name(root, root / "tasks"), "no tasks; add tasks/<id>.json or tasks.jsonl"))
     return tasks
 
 
@@ -314,7 +214,7 @@ def _load_command_verifiers(root: Path, python_names: set[str], problems: list[P
     """Every verifiers/<name>.toml that is fine; each one that is not adds its problems."""
     loaded: dict[str, CommandVerifier] = {}
     for path in sorted((root / "verifiers").glob("[!_]*.toml")):
-        where = _rel(root, path)
+        where = file_name(root, path)
         if path.stem in python_names:
             problems.append(Problem(where, f"verifiers/{path.stem}.py has the same name; rename one of them"))
             continue
@@ -352,7 +252,7 @@ def _check_command_files(root: Path, task: Task, command_verifiers: dict[str, Co
             if not (root / entry).exists():
                 problems.append(Problem(
                     f"task {task.id}",
-                    f"verifier {name} copies {entry!r} into the sandbox, but {_rel(root, root / entry)} does not exist; add it",
+                    f"verifier {name} copies {entry!r} into the sandbox, but {file_name(root, root / entry)} does not exist; add it",
                 ))
 
 
@@ -366,7 +266,7 @@ def _load_evals(root: Path, tasks: dict[str, Task], problems: list[Problem]) -> 
     """Every evals/<split>.toml's tasks, evals/train.toml's included."""
     splits: dict[str, list[Task]] = {}
     for path in sorted((root / "evals").glob("*.toml")):
-        where = _rel(root, path)
+        where = file_name(root, path)
         if path.stem == RESERVED_SPLIT:
             problems.append(Problem(where, "the split 'all' is every task of the bundle; rename this eval"))
             continue

@@ -16,9 +16,10 @@ from typing import Any
 from corral.client.catalog import END_TURN, ToolSpec
 from corral.client.rewards import RewardRule, missing_rule_message
 from corral.sandboxes import SandboxError, SandboxProvider, SandboxSpec
-from corral.server.bundle import BundleEnv, LoadedBundle, Problem
 from corral.server.bundle_format import Task
+from corral.server.bundle_model import BundleEnv, LoadedBundle
 from corral.server.envproc import EnvCallError, EnvDied, EnvProcess
+from corral.server.problems import Problem
 from corral.server.verifiers import VerifierError, Verify, load_verifiers, score_episode
 
 PROBE_TIMEOUT_S = 120.0

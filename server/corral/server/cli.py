@@ -1,33 +1,31 @@
-"""The `corral` command: start a bundle, check it, build its images, serve it, play a task.
-
-A mistake in how it is called (an unknown sandbox, a port in use, a bundle folder that is not
-there) is one line on stderr saying what to do, and exit status 2; a bundle with problems
-lists them all, and exit status 1.
+"""The `corral` command: start a bundle, check it, build its images, serve it, play a task;
+evaluate a model and read what was played (`cli_runs`). How it stops when it cannot do what it
+was asked (exit status 2 for a mistake in the call, 1 for a bundle with problems) is `cli_exits`'.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import importlib.metadata
-import json
 import logging
 import os
-import socket
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 import uvicorn
 
 from corral.errors import AuthError, BundleInvalid, ConfigError, CorralError, ImageError
-from corral.sandboxes import KINDS, make_provider
+from corral.sandboxes import make_provider
 from corral.server.app import create_app, socket_settings
-from corral.server.bundle import TRAIN_SPLIT, load_bundle, merge_shared
+from corral.server.bundle import load_bundle
+from corral.server.bundle_model import TRAIN_SPLIT
 from corral.server.checks import sandbox_spec
+from corral.server.cli_exits import fail, listen, open_or_exit, refuse_bad_call
+from corral.server.cli_runs import episodes, eval_command, view
 from corral.server.harbor.hosted import HarborProvider
-from corral.server.harbor.loader import POLICIES
 from corral.server.harbor.oracle import check_tasks, report
+from corral.server.problems import merge_shared
 from corral.server.scaffold import starter_files, write_starter
 from corral.server.serve_token import serve_token
 from corral.server.served import ServedBundle, ServeOptions, default_instance
@@ -42,7 +40,6 @@ BundleArg = Annotated[Path, typer.Argument(help="The bundle folder (it holds bun
 UnsafeLocalShellOption = Annotated[bool, typer.Option(
     "--unsafe-local-shell", help="--sandbox local where bubblewrap cannot run: serve envs whose tools give the agent a shell or files anyway, though their processes then share this machine's files, processes and network (corral's own API included). Never on a machine with anything to protect.")]
 NetworkOption = Annotated[str | None, typer.Option(help="Harbor tasks: none (each runs offline; one that asks for a network is left out, and listed) or egress (each gets the network it asks for). Default: the folder's bundle.toml, else none.")]
-USAGE_ERROR = 2  # the exit status of a mistake in how corral was called
 
 
 def _version(show: bool) -> None:
@@ -68,7 +65,7 @@ def init(
     try:
         root = write_starter(name, path)
     except ConfigError as error:
-        _fail(str(error))
+        fail(str(error))
     shown = os.path.relpath(root)
     typer.echo(f"wrote the bundle {name}:")
     for file in starter_files():
@@ -89,11 +86,11 @@ def check(
 ) -> None:
     """List every problem of a bundle at once, each with its file and fix; exit 1 if any
     (or, with --oracle or --null, if any task is flagged)."""
-    _refuse_bad_call(bundle, sandbox, network)
-    served = _open_or_exit(bundle, ServeOptions(sandbox=sandbox, network=network, unsafe_local_shell=unsafe_local_shell))
+    refuse_bad_call(bundle, sandbox, network)
+    served = open_or_exit(bundle, ServeOptions(sandbox=sandbox, network=network, unsafe_local_shell=unsafe_local_shell))
     if (oracle or null) and served.bundle.harbor is None:
         asyncio.run(served.aclose())
-        _fail("--oracle and --null play Harbor tasks (a folder of task.toml folders); this is a corral bundle")
+        fail("--oracle and --null play Harbor tasks (a folder of task.toml folders); this is a corral bundle")
     findings, clean = asyncio.run(_play_and_close(served, oracle=oracle, null=null))
     typer.echo(summary(served))
     if findings:
@@ -153,7 +150,7 @@ def serve(
         token = serve_token(token, token_file,
                             on_command_line=getattr(ctx.get_parameter_source("token"), "name", "") == "COMMANDLINE")
     except ConfigError as error:
-        _fail(str(error))
+        fail(str(error))
     options = ServeOptions(
         sandbox=sandbox, max_concurrent_envs=max_concurrent_envs, reward=reward,
         tool_timeout_s=tool_timeout, reset_timeout_s=reset_timeout, token=token,
@@ -161,10 +158,10 @@ def serve(
         max_frame_bytes=int(max_frame_mb * 1024 * 1024), verifier_workers=verifier_workers, network=network,
         record_dir=record, unsafe_local_shell=unsafe_local_shell, **({"concurrent_starts": concurrent_starts} if concurrent_starts else {}),
     )
-    _refuse_bad_call(bundle, sandbox, network)
-    listener = _listen(host, port)  # before the bundle is opened: a port in use is known at once
+    refuse_bad_call(bundle, sandbox, network)
+    listener = listen(host, port)  # before the bundle is opened: a port in use is known at once
     try:
-        served = _open_or_exit(bundle, options)
+        served = open_or_exit(bundle, options)
     except BaseException:
         listener.close()
         raise
@@ -188,7 +185,7 @@ def build(bundle: BundleArg) -> None:
     try:
         provider = make_provider("docker")
     except ConfigError as error:
-        _fail(str(error))
+        fail(str(error))
     if loaded.harbor is not None:
         provider = HarborProvider(provider, loaded.harbor.images)
 
@@ -230,12 +227,12 @@ def play_command(
         from corral.server.play import PlayOptions, play
         from corral.server.play_input import read_script
     except ImportError as error:
-        _fail(f"corral play needs prompt_toolkit and rich: pip install 'corral[play]' ({error})")
+        fail(f"corral play needs prompt_toolkit and rich: pip install 'corral[play]' ({error})")
     if task is not None and (split is not None or index is not None):
-        _fail("name the task one way: --task ID, or --split (and --index)")
+        fail("name the task one way: --task ID, or --split (and --index)")
     remote = target.startswith(("http://", "https://"))
     if not remote:
-        _refuse_bad_call(Path(target), sandbox)
+        refuse_bad_call(Path(target), sandbox)
     try:
         calls = read_script(script) if script is not None else None
         options = PlayOptions(target=target, task_id=task, split=split, index=index, sandbox=sandbox,
@@ -245,117 +242,17 @@ def play_command(
         typer.echo(str(BundleInvalid(target, merge_shared(error.problems))), err=True)
         raise typer.Exit(1) from None
     except AuthError as error:
-        _fail(str(error.passed_as("--token TOKEN")))
+        fail(str(error.passed_as("--token TOKEN")))
     except CorralError as error:  # a server that is not there, a task the bundle lacks
-        _fail(str(error))
+        fail(str(error))
     except KeyboardInterrupt:  # Ctrl-C during a call: the session and server are already closed
         raise typer.Exit(130) from None
     raise typer.Exit(status)
 
 
-@app.command()
-def episodes(
-    folder: Annotated[Path, typer.Argument(metavar="DIR", help="The folder episodes were recorded in.", show_default=False)],
-    episode: Annotated[str | None, typer.Argument(help="Show this episode (its id, or a unique prefix) as a transcript.")] = None,
-    run: Annotated[str | None, typer.Option(help="Only this run (its name, or a prefix).")] = None,
-    task: Annotated[str | None, typer.Option(help="Only this task.")] = None,
-    split: Annotated[str | None, typer.Option(help="Only this split.")] = None,
-    status: Annotated[str | None, typer.Option(help="Only episodes that ended so: scored, failed or unscored.")] = None,
-    min_reward: Annotated[float | None, typer.Option(help="Only episodes with at least this reward.")] = None,
-    max_reward: Annotated[float | None, typer.Option(help="Only episodes with at most this reward.")] = None,
-    limit: Annotated[int, typer.Option(min=1, help="Rows shown.")] = 50,
-    runs: Annotated[bool, typer.Option("--runs", help="List the runs recorded, and stop.")] = False,
-    rollouts: Annotated[Path | None, typer.Option(help="The trainer's records, when it recorded into another folder.")] = None,
-    export: Annotated[str | None, typer.Option(help="Write training data as JSON lines to --out: sft (the best episodes of each task, as conversations) or rl (the trainer's rollouts, as token ids).")] = None,
-    out: Annotated[Path | None, typer.Option(help="The file --export writes.")] = None,
-    per_task: Annotated[int, typer.Option(min=1, help="--export sft: the most episodes kept per task (the best first).")] = 1,
-    seed: Annotated[int, typer.Option(help="--export sft: the draw among episodes of equal reward.")] = 0,
-    min_pass: Annotated[float | None, typer.Option(help="--export sft/prompts by difficulty: keep tasks whose pass rate is at least this.")] = None,
-    max_pass: Annotated[float | None, typer.Option(help="... and at most this.")] = None,
-    min_step: Annotated[int | None, typer.Option(help="... pass rates over the steps from this one (default: the whole run).")] = None,
-    max_step: Annotated[int | None, typer.Option(help="... up to this one.")] = None,
-    per_prompt: Annotated[int, typer.Option(min=1, help="... the most rows one prompt gives.")] = 1,
-    target: Annotated[int | None, typer.Option(min=1, help="... rows in all, every prompt's first before any second.")] = None,
-    by_tool_calls: Annotated[bool, typer.Option("--by-tool-calls", help="... draw a prompt's rows weighted by their tool calls.")] = False,
-    success: Annotated[float, typer.Option(help="... the reward at which an episode passes.")] = 1.0,
-) -> None:
-    """List recorded episodes (newest first, filtered), show one as a transcript, or export them."""
-    from corral.server.episode_list import Filters, Request, answer, by_difficulty
-
-    filters = Filters(run=run, task=task, split=split, status=status, min_reward=min_reward, max_reward=max_reward)
-    try:
-        typer.echo(answer(Request(folder, episode, filters, limit=limit, runs=runs, rollouts=rollouts, export=export,
-                                  out=out, per_task=per_task, seed=seed, difficulty=by_difficulty(
-                                      min_pass, max_pass, min_step, max_step, per_prompt, target, by_tool_calls,
-                                      success, seed))))
-    except ConfigError as error:
-        _fail(str(error))
-
-
-@app.command()
-def view(
-    folder: Annotated[Path, typer.Argument(metavar="DIR", help="The folder episodes and rollouts were recorded in.", show_default=False)],
-    rollouts: Annotated[Path | None, typer.Option(help="The trainer's records, when it recorded into another folder.")] = None,
-    host: Annotated[str, typer.Option(help="The address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="The port to listen on.")] = 8765,
-    success: Annotated[float, typer.Option(help="The reward at which an episode passes (pass@1, pass rates).")] = 1.0,
-) -> None:
-    """Browse training runs in a local web app: reward over steps, groups, episodes (docs/viewer.md)."""
-    from corral.server.viewer.app import create_viewer
-
-    try:
-        viewer = create_viewer(folder, rollouts, success=success)
-    except ConfigError as error:
-        _fail(str(error))
-    typer.echo(f"corral view: http://{host}:{port}/")
-    uvicorn.run(viewer, host=host, port=port, log_level="warning")
-
-
-@app.command(name="eval")
-def eval_command(
-    model: Annotated[str, typer.Argument(help="A local HF model's folder, or the URL of a vLLM (OpenAI-compatible, token-in /v1/completions) server.", show_default=False)],
-    target: Annotated[str, typer.Argument(metavar="BUNDLE|URL", help="A bundle folder (served in this process) or a corral server's URL.", show_default=False)],
-    split: Annotated[str, typer.Option(help="The split whose tasks to play.")] = "eval",
-    k: Annotated[int, typer.Option("-k", "--k", min=1, help="Samples per task; pass@k is reported for 1, powers of two and k.")] = 1,
-    concurrency: Annotated[int, typer.Option(min=1, help="Episodes played at once (the server needs as many sessions).")] = 8,
-    tokenizer: Annotated[str | None, typer.Option(help="The model's tokenizer (default: the model's folder, or the name a server serves).")] = None,
-    temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature; 0 is greedy.")] = 1.0,
-    top_p: Annotated[float, typer.Option(min=0.0, max=1.0)] = 1.0,
-    max_tokens: Annotated[int, typer.Option(min=1, help="Ids an episode may reach (sampled and rendered) before it is cut; no further than a local model's context.")] = 1024,
-    max_tool_calls: Annotated[int, typer.Option(min=1, help="Calls (end_turn included) an episode may make before it is cut.")] = 8,
-    success: Annotated[float, typer.Option(help="The reward at which an episode passes.")] = 1.0,
-    limit: Annotated[int | None, typer.Option(min=1, help="Play only the split's first N tasks.")] = None,
-    record: Annotated[Path | None, typer.Option(help="Record the episodes (server and tokens) in DIR.")] = None,
-    sandbox: Annotated[str, typer.Option(help="A bundle folder's sandbox: auto, docker, local or modal.")] = "auto",
-    token: Annotated[str | None, typer.Option(envvar="CORRAL_TOKEN", help="A URL's bearer token.")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the numbers as JSON to FILE.")] = None,
-    tasks_shown: Annotated[int, typer.Option(min=0, help="Rows of the per-task table.")] = 50,
-) -> None:
-    """Evaluate a model on a split of a served bundle: k samples per task, pass@k and mean reward
-    per task and overall, and why episodes failed or went unscored."""
-    try:  # imported here: evaluating needs corral[train] (torch, transformers), serving does not
-        from corral.training.evaluation import evaluate
-        from corral.training.generation import SamplingParams
-    except ImportError as error:
-        _fail(f"corral eval needs the training extra: pip install 'corral[train]' ({error})")
-    remote = target.startswith(("http://", "https://"))
-    if not remote:
-        _refuse_bad_call(Path(target), sandbox)
-    try:
-        report = evaluate(model, target, split=split, k=k, concurrency=concurrency, tokenizer=tokenizer,
-                          sampling=SamplingParams(temperature=temperature, top_p=top_p),
-                          max_completion_length=max_tokens, max_tool_calls=max_tool_calls, success=success,
-                          limit=limit, record_dir=record, sandbox=sandbox, token=token)
-    except BundleInvalid as error:
-        typer.echo(str(BundleInvalid(target, merge_shared(error.problems))), err=True)
-        raise typer.Exit(1) from None
-    except AuthError as error:
-        _fail(str(error.passed_as("--token TOKEN")))
-    except CorralError as error:
-        _fail(str(error))
-    typer.echo(report.table(tasks_shown=tasks_shown))
-    if json_out is not None:
-        json_out.write_text(json.dumps(report.as_dict(), indent=1))
+app.command()(episodes)
+app.command()(view)
+app.command(name="eval")(eval_command)
 
 
 def summary(served: ServedBundle) -> str:
@@ -372,51 +269,6 @@ def summary(served: ServedBundle) -> str:
         f"{bundle.manifest.name}: {len(bundle.tasks)} tasks; splits {splits}; "
         f"{len(bundle.envs)} env(s) ({', '.join(bundle.envs)}); tools {', '.join(tools)}"
     )
-
-
-def _open_or_exit(bundle: Path, options: ServeOptions) -> ServedBundle:
-    """The bundle, checked and served with `options`; exit 1 listing every problem of a bundle
-    with problems, exit 2 (one line) for a setting that cannot work (no Docker engine...)."""
-    try:
-        return asyncio.run(ServedBundle.open(bundle, options))
-    except BundleInvalid as error:
-        # Problems the env checks added after loading are merged too: one line per shared problem.
-        typer.echo(str(BundleInvalid(bundle, merge_shared(error.problems))), err=True)
-        raise typer.Exit(1) from None
-    except ConfigError as error:
-        _fail(str(error))
-
-
-def _refuse_bad_call(bundle: Path, sandbox: str, network: str | None = None) -> None:
-    """Exit 2, in one line, for an unknown sandbox or network policy, or a bundle folder that is not there."""
-    if sandbox not in KINDS:
-        _fail(f"unknown --sandbox {sandbox!r}; choose one of: {', '.join(KINDS)}")
-    if network not in (None, *POLICIES):
-        _fail(f"unknown --network {network!r}; choose one of: {', '.join(POLICIES)}")
-    if not bundle.is_dir():
-        _fail(f"no bundle folder at {bundle}; give the folder that holds bundle.toml, or write one with: corral init NAME")
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    """A socket bound to host:port for the server to listen on; exit 2 saying why when it cannot be."""
-    listener = None
-    try:
-        family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        listener = socket.socket(family, kind)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
-        listener.bind(address)
-    except OSError as error:
-        if listener is not None:
-            listener.close()
-        if error.errno == errno.EADDRINUSE:
-            _fail(f"port {port} on {host} is in use (another corral serve?); stop what listens there, or serve with --port {port + 1}")
-        _fail(f"cannot listen on {host}:{port} ({error.strerror or error}); serve with another --host or --port")
-    return listener
-
-
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(USAGE_ERROR)
 
 
 def main() -> None:

@@ -26,11 +26,13 @@ from corral.client.records import EpisodeRecord
 from corral.client.rewards import RewardRule
 from corral.errors import BundleInvalid, SandboxError
 from corral.sandboxes import SandboxProvider, make_provider
-from corral.server.bundle import RESERVED_SPLIT, BundleEnv, LoadedBundle, Problem, load_bundle
+from corral.server.bundle import load_bundle
 from corral.server.bundle_format import Task
+from corral.server.bundle_model import RESERVED_SPLIT, BundleEnv, LoadedBundle
 from corral.server.checks import check_envs, check_reward_rule, check_verifiers, sandbox_spec
 from corral.server.harbor.hosted import HarborProvider
 from corral.server.metrics import Metrics
+from corral.server.problems import Problem
 from corral.server.recording import EpisodeRecorder
 from corral.server.verifier_pool import VerifierPool
 

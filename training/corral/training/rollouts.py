@@ -39,6 +39,7 @@ from corral.errors import ConfigError
 from corral.training.accounting import Outcome, StepAccount
 from corral.training.generation import Generator, episode_on, playing
 from corral.training.processors import HermesProcessor, Message, Processor
+from corral.training.reward_function import episode_reward
 from corral.training.rollout_player import Rollout, RolloutLimits, RolloutPlayer, chat_tools
 from corral.training.run_context import trainer_advantages, trainer_contexts
 from corral.training.trainer_sampling import trainer_policy
@@ -50,18 +51,6 @@ log = logging.getLogger("corral.training")
 
 TASK_KEY = "task_id"
 """The key of a prompt's last message that names its task (see `CorralRollout.dataset`)."""
-
-
-def episode_reward(completions: list[Any], episode_reward: list[float | None], log_metric: Callable | None = None,
-                   rollout_metrics: list[dict[str, float]] | None = None, **_: Any) -> list[float | None]:
-    """The reward function of `CorralRollout`: each episode's reward from the server (None: it
-    ended unscored, and TRL leaves it out of its group). It also logs the step's rollout
-    accounting through TRL's `log_metric`, which averages over processes: every process logs
-    the same totals, counted over the rollouts of all of them."""
-    if log_metric is not None and rollout_metrics:
-        for name, value in rollout_metrics[0].items():
-            log_metric(name, value)
-    return list(episode_reward)
 
 
 class CorralRollout:

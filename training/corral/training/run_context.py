@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.client.records import TrainingContext
+from corral.training.reward_function import episode_reward
 
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 
@@ -43,8 +44,6 @@ def trainer_advantages(trainer: Any, rewards: Sequence[float | None]) -> list[fl
     trainer's reward is not `episode_reward` alone (then its advantage is not known here)."""
     import torch
     from trl.trainer.utils import nanstd
-
-    from corral.training.rollouts import episode_reward
 
     if [getattr(f, "__wrapped__", f) for f in trainer.reward_funcs] != [episode_reward] or \
             trainer.args.multi_objective_aggregation != "sum_then_normalize":

@@ -20,50 +20,26 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from corral.sandboxes import Resources, SandboxSpec
-from corral.server.bundle import RESERVED_SPLIT, TRAIN_SPLIT, BundleEnv, LoadedBundle, Problem
 from corral.server.bundle_format import EnvConfig, Manifest, RewardFileVerifier, ServeDefaults, Task
+from corral.server.bundle_model import RESERVED_SPLIT, TRAIN_SPLIT, BundleEnv, LoadedBundle
 from corral.server.harbor.bundle_file import HarborManifest
 from corral.server.harbor.hosted import KEEPER
 from corral.server.harbor.images import ImagePlan, read_base_images
 from corral.server.harbor.legacy import is_legacy, read_legacy
+from corral.server.harbor.part import HarborPart
 from corral.server.harbor.task_files import HarborTask, NetworkMode, TaskFileError, read_task
 from corral.server.harbor.tools import MAX_TIMEOUT_S
+from corral.server.problems import Problem
 
 SCORE = "reward"  # the score id of every Harbor task's tests (reward.txt's score; reward.json names its own)
 RUN_TESTS = "if command -v bash >/dev/null 2>&1; then exec bash /tests/test.sh; else exec sh /tests/test.sh; fi"
 VERIFY_SETUP_S = 180.0  # committing, starting and reading back, beside test.sh's own timeout
 POLICIES = ("none", "egress")
-
-
-@dataclass
-class HarborPart:
-    """What serving a folder of Harbor tasks needs beyond a corral bundle's parts."""
-
-    tasks: dict[str, HarborTask]  # the tasks served, by id
-    images: ImagePlan
-    network: str  # the operator's policy in force: "none" or "egress"
-    left_out: list[Problem] = field(default_factory=list)  # each task not served, and why
-    notes: list[str] = field(default_factory=list)  # what `corral check` says beside problems
-
-    def describe(self) -> list[str]:
-        """What `corral check` and `corral serve` say of the folder beside its summary line."""
-        lines = [f"network: {self.network}" + ("" if self.network == "egress" else
-                                                " (every task offline; --network egress gives tasks what they ask)")]
-        if self.images.used:
-            mapped = ", ".join(f"{name} -> {self.images.mapped[name]} ({count} task(s))"
-                               for name, count in sorted(self.images.used.items()))
-            lines.append(f"base images mapped: {mapped}")
-        if self.left_out:
-            lines.append(f"left out ({len(self.left_out)} task(s), not served):")
-            lines.extend(f"  - {problem}" for problem in self.left_out)
-        lines.extend(f"note: {note}" for note in self.notes)
-        return lines
 
 
 def is_harbor_folder(root: Path) -> bool:
