@@ -30,6 +30,7 @@ class RecordedRun:
     advantages: list[list[float]]  # what TRL computed, per step, in the batch's order
     num_generations: int
     steps: int
+    model: Path  # the tiny model's folder, its tokenizer with it
 
 
 def record_grpo_run(folder: Path) -> RecordedRun:
@@ -65,4 +66,4 @@ def record_grpo_run(folder: Path) -> RecordedRun:
         advantages.append(list(trainer._logs["advantages"]))
         run = rollout.records.run
         rollout.close()
-    return RecordedRun(records, run, advantages, GROUP, STEPS)
+    return RecordedRun(records, run, advantages, GROUP, STEPS, model_dir)

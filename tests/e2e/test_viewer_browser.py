@@ -43,10 +43,10 @@ def viewer(grpo_run) -> Iterator[str]:
 
 
 @contextmanager
-def serving(records: Path) -> Iterator[str]:
-    """`corral view records` on a free loopback port, until the block ends."""
+def serving(records: Path, *options: str) -> Iterator[str]:
+    """`corral view records [options]` on a free loopback port, until the block ends."""
     port = free_port()
-    command, environ = corral_command("view", str(records), "--port", str(port), "--success", str(SUCCESS))
+    command, environ = corral_command("view", str(records), "--port", str(port), "--success", str(SUCCESS), *options)
     server = subprocess.Popen(command, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -185,3 +185,27 @@ def test_a_run_page_shows_new_episodes_while_the_trainer_writes(grpo_run, browse
             lambda b: b.find_element(By.ID, "episode-count").text == str(before + 1))
         assert str(last.step + 1) in _cells(browser, "#steps a.step")
         _no_console_errors(browser)
+
+
+def test_with_a_tokenizer_each_chip_shows_its_tokens_text(grpo_run, browser, tmp_path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(grpo_run.model)
+    answered = next(r for r, _ in _records(grpo_run) if 0 in r.env_mask)
+    browser.get("about:blank")
+    browser.get_log("browser")  # dropped: an earlier test's page polling the server that test stopped
+    with serving(grpo_run.records, "--tokenizer", str(grpo_run.model)) as url:
+        browser.get(f"{url}/episodes/{answered.episode_id}")
+        chips = browser.find_elements(By.CSS_SELECTOR, "#tokens .tok")
+        shown = [chip.text for chip in chips]
+        titles = [chip.get_attribute("title") for chip in chips]
+        shot = Path(os.environ.get("CORRAL_SCREENSHOTS", tmp_path))
+        browser.execute_script("document.getElementById('tokens').scrollIntoView()")
+        browser.save_screenshot(str(shot / "viewer-tokens.png"))
+        _no_console_errors(browser)
+    marks = {" ": "\u00b7", "\n": "\u21b5", "\t": "\u21e5", "\r": "\u240d"}  # how the page shows whitespace
+    decoded = [tokenizer.decode([i], clean_up_tokenization_spaces=False) for i in answered.completion_ids]
+    assert any(" " in text or "\n" in text for text in decoded)  # the marks are exercised
+    assert shown == ["".join(marks.get(c, c) for c in text) or "\u2205" for text in decoded]
+    assert titles == [f"id {i} · logprob {lp:.3f}" if m else f"id {i} · env token"
+                      for i, m, lp in zip(answered.completion_ids, answered.env_mask, answered.logprobs, strict=True)]

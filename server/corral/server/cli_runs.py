@@ -60,12 +60,13 @@ def view(
     host: Annotated[str, typer.Option(help="The address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="The port to listen on.")] = 8765,
     success: Annotated[float, typer.Option(help="The reward at which an episode passes (pass@1, pass rates).")] = 1.0,
+    tokenizer: Annotated[str | None, typer.Option(help="The model's tokenizer (its folder, or a name): an episode's tokens show their text, not ids. Needs transformers.")] = None,
 ) -> None:
     """Browse training runs in a local web app: reward over steps, groups, episodes (docs/viewer.md)."""
     from corral.server.viewer.app import create_viewer
 
     try:
-        viewer = create_viewer(folder, rollouts, success=success)
+        viewer = create_viewer(folder, rollouts, success=success, tokenizer=tokenizer)
     except ConfigError as error:
         fail(str(error))
     typer.echo(f"corral view: http://{host}:{port}/")

@@ -1,6 +1,6 @@
-"""The viewer's web app: routes only; the pages are built in `pages` and `transcripts`.
+"""The viewer's web app: routes only; the pages are built in `pages`, `transcripts` and `tokens`.
 
-    corral view records/ [--rollouts GPU_DIR] [--port 8765]
+    corral view records/ [--rollouts GPU_DIR] [--tokenizer MODEL_DIR] [--port 8765]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from corral.client.difficulty_exports import Difficulty, rl_prompts, sft_rows
 from corral.client.run_index import EpisodeFilter, RunIndex
 from corral.server.viewer.layout import FILTERS
 from corral.server.viewer.pages import run_page, runs_page, step_page
+from corral.server.viewer.tokens import load_tokenizer
 from corral.server.viewer.transcripts import episode_page, group_page
 
 _NUMBERS = {"min_reward": float, "max_reward": float, "min_step": int, "max_step": int}
@@ -36,9 +37,12 @@ def episode_filter(request: Request, run: str | None = None) -> EpisodeFilter:
     return EpisodeFilter(**values)  # type: ignore[arg-type]
 
 
-def create_viewer(records: Path, rollouts: Path | None = None, *, success: float = 1.0) -> FastAPI:
-    """The viewer over a records folder (and the trainer's, when it recorded elsewhere)."""
+def create_viewer(records: Path, rollouts: Path | None = None, *, success: float = 1.0,
+                  tokenizer: str | None = None) -> FastAPI:
+    """The viewer over a records folder (and the trainer's, when it recorded elsewhere); with a
+    tokenizer (its folder or name), an episode's tokens show their text."""
     index = RunIndex(records, rollouts, success=success)
+    text = None if tokenizer is None else load_tokenizer(tokenizer)
     app = FastAPI(title="corral view", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.get("/", response_class=HTMLResponse)
@@ -59,7 +63,7 @@ def create_viewer(records: Path, rollouts: Path | None = None, *, success: float
 
     @app.get("/episodes/{episode_id}", response_class=HTMLResponse)
     def episode(episode_id: str) -> str:
-        return _found(episode_page(index, episode_id), f"no episode {episode_id} is recorded in {records}")
+        return _found(episode_page(index, episode_id, text), f"no episode {episode_id} is recorded in {records}")
 
     @app.get("/runs/{run}/export.jsonl")
     def export(run: str, request: Request, kind: Literal["sft", "prompts"] = "sft", min_pass: float = 0.0,

@@ -9,14 +9,15 @@ from typing import Any
 
 from corral.client import run_views
 from corral.client.record_exports import conversation
-from corral.client.records import EpisodeRecord, RolloutRecord
+from corral.client.records import EpisodeRecord
 from corral.client.run_index import RunIndex
 from corral.server.viewer.layout import flags, number, page
+from corral.server.viewer.tokens import TokenText, token_chips
 
 _PHASES = {"start": "#6366f1", "reset": "#0ea5e9", "tools": "#10b981", "verify": "#f59e0b"}
 
 
-def episode_page(index: RunIndex, episode_id: str) -> str | None:
+def episode_page(index: RunIndex, episode_id: str, text: TokenText | None = None) -> str | None:
     episode, rollout = index.records(episode_id)
     if episode is None and rollout is None:
         return None
@@ -28,7 +29,7 @@ def episode_page(index: RunIndex, episode_id: str) -> str | None:
     if episode is not None:
         parts.append(_server_side(episode, index))
     if rollout is not None:
-        parts.append(_tokens(rollout))
+        parts.append(token_chips(rollout, text))
     task = episode.task_id if episode is not None else rollout.task_id  # type: ignore[union-attr]
     return page(f"Episode {episode_id[:12]} · {task}", "".join(parts))
 
@@ -64,16 +65,6 @@ def _timeline(seconds: dict[str, float]) -> str:
                    f"{p}</div>" for p, c in _PHASES.items() if seconds.get(p))
     listed = ", ".join(f"{k} {v:.3f}" for k, v in seconds.items())
     return f"<div class='timeline'>{bars}</div><p id='seconds'>{escape(listed)}</p>"
-
-
-def _tokens(rollout: RolloutRecord) -> str:
-    chips = "".join(
-        f"<span class='tok {'sampled' if m else 'env'}' title='{'logprob ' + format(lp, '.3f') if m else 'env token'}'>"
-        f"{i}</span>" for i, m, lp in zip(rollout.completion_ids, rollout.env_mask, rollout.logprobs, strict=False))
-    return (f"<h2>Tokens</h2><p>{len(rollout.prompt_ids)} prompt ids; <span id='sampled'>{rollout.sampled}</span> of "
-            f"{len(rollout.completion_ids)} completion ids sampled by the model (blue; logprob on hover), the rest "
-            f"rendered from the env's answers (grey){'; truncated: ' + rollout.truncated if rollout.truncated else ''}"
-            f"</p><div id='tokens'>{chips}</div>")
 
 
 def group_page(index: RunIndex, run: str, step: int, number_: int) -> str | None:
