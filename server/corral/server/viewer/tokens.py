@@ -53,16 +53,16 @@ def load_tokenizer(name: str) -> TokenText:
         from transformers import AutoTokenizer
     except ImportError as error:
         raise ConfigError(f"--tokenizer needs transformers, which is not installed here "
-                          f"(pip install transformers): {_first_line(error)}") from None
+                          f"(pip install transformers): {_one_line(error)}") from None
     try:
         return TokenText(AutoTokenizer.from_pretrained(name))
     except (OSError, ValueError, TypeError) as error:
         raise ConfigError(f"--tokenizer {name}: no tokenizer loads from it; give a tokenizer's folder "
-                          f"(one with tokenizer.json or tokenizer_config.json): {_first_line(error)}") from None
+                          f"(one with tokenizer.json or tokenizer_config.json): {_one_line(error)}") from None
 
 
-def _first_line(error: Exception) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+def _one_line(error: Exception) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def token_chips(rollout: RolloutRecord, text: TokenText | None) -> str:
