@@ -27,8 +27,12 @@ WS_QUEUE_FRAMES = 4  # frames uvicorn reads ahead of a session; past them the so
 
 def socket_settings(served: ServedBundle) -> dict[str, Any]:
     """uvicorn's WebSocket settings for serving `served`: its frame size limit, and a short
-    read-ahead, so a client flooding frames during a call holds little of the server's memory."""
-    return {"ws_max_size": served.options.max_frame_bytes, "ws_max_queue": WS_QUEUE_FRAMES}
+    read-ahead, so a client flooding frames during a call holds little of the server's memory.
+    No compression: uvicorn queues every message of a chunk it reads before it pauses reading,
+    and a chunk of compressed frames (1 KB each on the wire) expanded to a megabyte each held
+    250 MB at once."""
+    return {"ws_max_size": served.options.max_frame_bytes, "ws_max_queue": WS_QUEUE_FRAMES,
+            "ws_per_message_deflate": False}
 
 
 def create_app(served: ServedBundle) -> FastAPI:
