@@ -3,6 +3,8 @@ plants: each must end the episode scored at the failure score (never null, never
 
 - A lone surrogate in a tool's argument (JSON's `\\udc80`, as any client that writes JSON with
   `ensure_ascii` sends it), which comes back in the tool's answer.
+- shellfix's reference fix beside a folder the agent made mode 000 (the copy of its files for
+  verifying leaves out what it cannot read: the fix still scores 1).
 - A Harbor task whose agent is not root (csv-stats as `worker`, tests/docker/test_harbor_attacks.py):
   its answer file left as a link to where the task's own tests, with their expected answer,
   will be once the agent's turn is over; an answer that hangs the tests (a fifo, a link to
@@ -20,11 +22,12 @@ import pytest
 
 from corral.client.protocol import CallToolObservation
 from corral.server.embedded import EmbeddedServer
+from tests.attacks import bash, play
 from tests.conftest import BUNDLES, serving
 from tests.docker.test_harbor_attacks import TASK as WORKER_TASK
 from tests.docker.test_harbor_attacks import play as play_worker
 from tests.docker.test_harbor_attacks import worker_tasks  # noqa: F401 - the fixture, shared
-from tests.integration.test_adversary import raw_call
+from tests.integration.test_adversary import ODD_FILES, raw_call
 from tests.wire import called, observed, opened, send, ws
 
 pytestmark = pytest.mark.docker
@@ -47,6 +50,13 @@ def test_a_lone_surrogate_in_a_shellfix_argument_neither_breaks_the_session_nor_
         ended = called(socket, "end_turn", response="done")
 
     assert (ended.status, ended.reward) == ("scored", 0.0)
+
+
+def test_the_fix_beside_a_folder_nobody_may_read_still_scores_1(shellfix_docker):
+    ended = play(shellfix_docker, [bash(ODD_FILES["a folder nobody may read"])], fixed=True)
+
+    assert (ended.status, ended.reward) == ("scored", 1.0), ended.metadata
+    assert "left out" in str(ended.metadata["verifier_output"]), ended.metadata
 
 
 def test_a_lone_surrogate_in_a_harbor_command_neither_breaks_the_session_nor_dodges_the_0(harbor_worker):
