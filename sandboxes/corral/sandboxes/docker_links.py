@@ -17,6 +17,7 @@ could reach), in batches, by `/bin/sh` and `readlink` of the image, before the t
 
 from __future__ import annotations
 
+import asyncio
 import posixpath
 from collections.abc import Generator, Iterable, Sequence
 
@@ -53,16 +54,18 @@ async def forged_links(engine: Engine, container: str, user: str, changed: Itera
 
 async def _judge(engine: Engine, container: str, user: str, paths: list[str], roots: list[bytes]) -> list[str]:
     named = [path.encode() for path in paths if "\ufffd" not in path]
-    links = {path: target for path, target in zip(named, await _lstat(engine, container, user, named), strict=True)
-             if target is not None}
+    # Where the folders are mounted: their paths as links there resolve (docker's own rule),
+    # found while the agent's paths are looked at.
+    targets, resolved = await asyncio.gather(
+        _lstat(engine, container, user, named),
+        _run_walks(engine, container, user, {root: _walk(b"/", root, []) for root in roots}))
+    links = {path: target for path, target in zip(named, targets, strict=True) if target is not None}
     # The engine's diff (JSON) mangles a name that is not UTF-8: every link under the nearest
     # folder it names right is looked at instead.
     for folder in dict.fromkeys(_named_ancestor(path) for path in paths if "\ufffd" in path):
         links.update(await _links_under(engine, container, user, folder))
     if not links:
         return []
-    # Where the folders are mounted: their paths as links there resolve (docker's own rule).
-    resolved = await _run_walks(engine, container, user, {root: _walk(b"/", root, []) for root in roots})
     roots = roots + [path for path in resolved.values() if isinstance(path, bytes)]
     walks = {path: _walk(posixpath.dirname(path), target, roots) for path, target in links.items()}
     found = await _run_walks(engine, container, user, walks)

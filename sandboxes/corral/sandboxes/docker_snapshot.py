@@ -93,8 +93,8 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
             if (gone := await _pause(engine, source)) is not None:
                 return CommandResult(exit_code=1, output=gone)
             commit_started = True
-            await engine.call(commit)
-            changed = await engine.call(engine.api.diff, source) or []  # what the agent made, by the engine's word
+            # What the agent made, by the engine's word, read while the commit is under way.
+            _, changed = await asyncio.gather(engine.call(commit), engine.call(engine.api.diff, source))
             fresh = fresh_config(config, snapshot, name, files_dir=files_dir, results=results, user=user,
                                  environment=environment, command=list(command(files_dir)))
             made.append((await engine.call(engine.api.create_container, **fresh))["Id"])
@@ -151,12 +151,12 @@ def folders_of(results: Sequence[str]) -> list[str]:
     return [VERIFIER_HOME, *dict.fromkeys(posixpath.dirname(path) for path in results)]
 
 
-async def _links_checked(engine: Engine, container: str, user: str, changed: list[dict],
+async def _links_checked(engine: Engine, container: str, user: str, changed: list[dict] | None,
                          brought_in: list[str]) -> str | None:
     """None when no link the agent made leads into what the verifier brought in (docker_links),
     else why the tests do not run: that is the agent's doing, and its tests fail."""
     try:
-        found = await forged_links(engine, container, user, changed, brought_in)
+        found = await forged_links(engine, container, user, changed or [], brought_in)
     except SandboxError as error:  # the container stopped: the gate's /bin/sh did not run
         return f"[corral] the tests could not start in a copy of what the agent left: its /bin/sh failed ({error})"
     if not found:
