@@ -3,10 +3,15 @@ plants: each must end the episode scored at the failure score (never null, never
 
 - A lone surrogate in a tool's argument (JSON's `\\udc80`, as any client that writes JSON with
   `ensure_ascii` sends it), which comes back in the tool's answer.
+- shellfix's reference fix beside a folder the agent made mode 000 (the copy of its files for
+  verifying leaves out what it cannot read: the fix still scores 1).
 - A Harbor task whose agent is not root (csv-stats as `worker`, tests/docker/test_harbor_attacks.py):
   its answer file left as a link to where the task's own tests, with their expected answer,
-  will be once the agent's turn is over; an answer that hangs the tests (a fifo, a link to
-  stdin); pytest configuration left in the tests' working folder.
+  will be once the agent's turn is over (absolute, relative, a chain of links, a linked folder,
+  through /proc/self/root or /proc/self/cwd, /dev/fd), or to the verifier's results folder or
+  HOME; an agent that is root making the results folder a link to the tests, or /logs a link
+  to a folder of its own that its answer links into; an answer that hangs the tests (a fifo, a link to stdin); pytest configuration left in
+  the tests' working folder. The solution beside harmless links still scores 1.
 """
 
 from __future__ import annotations
@@ -20,11 +25,13 @@ import pytest
 
 from corral.client.protocol import CallToolObservation
 from corral.server.embedded import EmbeddedServer
+from tests.attacks import bash, play
 from tests.conftest import BUNDLES, serving
+from tests.docker.test_harbor import harbor  # noqa: F401 - the fixture, shared
+from tests.docker.test_harbor_attacks import SOLVE, worker_tasks  # noqa: F401 - the fixture, shared
 from tests.docker.test_harbor_attacks import TASK as WORKER_TASK
 from tests.docker.test_harbor_attacks import play as play_worker
-from tests.docker.test_harbor_attacks import worker_tasks  # noqa: F401 - the fixture, shared
-from tests.integration.test_adversary import raw_call
+from tests.integration.test_adversary import ODD_FILES, raw_call
 from tests.wire import called, observed, opened, send, ws
 
 pytestmark = pytest.mark.docker
@@ -49,6 +56,13 @@ def test_a_lone_surrogate_in_a_shellfix_argument_neither_breaks_the_session_nor_
     assert (ended.status, ended.reward) == ("scored", 0.0)
 
 
+def test_the_fix_beside_a_folder_nobody_may_read_still_scores_1(shellfix_docker):
+    ended = play(shellfix_docker, [bash(ODD_FILES["a folder nobody may read"])], fixed=True)
+
+    assert (ended.status, ended.reward) == ("scored", 1.0), ended.metadata
+    assert "left out" in str(ended.metadata["verifier_output"]), ended.metadata
+
+
 def test_a_lone_surrogate_in_a_harbor_command_neither_breaks_the_session_nor_dodges_the_0(harbor_worker):
     with ws(harbor_worker) as socket:
         opened(socket, task_id=WORKER_TASK)
@@ -56,6 +70,58 @@ def test_a_lone_surrogate_in_a_harbor_command_neither_breaks_the_session_nor_dod
         ended = called(socket, "end_turn", response="done")
 
     assert (ended.status, ended.reward) == ("scored", 0.0)
+
+
+LINKS = {  # each leaves /app/totals.json resolving, when the tests read it, into what the verifier brought in
+    "absolute": "ln -s /tests/data/expected.json /app/totals.json",
+    "relative": "ln -s ../tests/data/expected.json /app/totals.json",
+    "a chain through /tmp": "ln -s ../tests/data/expected.json /tmp/e && ln -s ../tmp/e /app/totals.json",
+    "a linked folder": "ln -s /tests/data /app/d && ln -s d/expected.json /app/totals.json",
+    "a linked root": "ln -s / /tmp/root && ln -s /tmp/root/./tests//data/expected.json /app/totals.json",
+    "through /proc/self/root": "ln -s /proc/self/root/tests/data/expected.json /app/totals.json",
+    "through /proc/self/cwd": "ln -s /proc/self/cwd/../tests/data/expected.json /app/totals.json",
+    "through /dev/fd": "ln -s /dev/fd/3 /app/totals.json",
+    "into the results folder": "ln -s /logs/verifier/reward.txt /app/totals.json",
+    "into the verifier's HOME": "ln -s /corral-verifier-home/x /app/totals.json",
+    "a loop": "ln -s /app/loop2 /app/loop1 && ln -s /app/loop1 /app/loop2 && ln -s loop1 /app/totals.json",
+    "through a name that is not UTF-8": (
+        "mkdir $'/app/\\xc3(' && ln -s /tests/data/expected.json $'/app/\\xc3(/e' && ln -s $'\\xc3(/e' /app/totals.json"),
+}
+HARMLESS_LINKS = ("ln -s /etc/hostname /app/host && ln -s . /app/self && ln -s /nowhere/at/all /app/dangling && "
+                  "ln -s ../app/sales.csv /tmp/sales && ln -s /usr/bin /app/bin && "
+                  "mkdir $'/app/\\xc3(' && ln -s /etc/hostname $'/app/\\xc3(/\\xff'")
+
+
+@pytest.mark.parametrize("link", LINKS)
+def test_an_answer_linked_into_what_the_verifier_brings_in_scores_0(harbor_worker, link):
+    ended = play_worker(harbor_worker, LINKS[link] + " && ls -l /app/totals.json")
+
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.metadata["verifier_output"]
+    assert "links the agent left" in ended.metadata["verifier_output"]["reward"]
+
+
+ROOT_LINKS = {  # an agent that is root may make the folders the verifier mounts links of its own
+    "the results folder a link to the tests": "mkdir -p /logs && rm -rf /logs/verifier && ln -s /tests /logs/verifier",
+    "the answer into a results folder moved by a link": (
+        "rm -rf /logs && mkdir -p /app/l && ln -s /app/l /logs && ln -s /app/l/verifier/reward.txt /app/totals.json"),
+}
+
+
+@pytest.mark.parametrize("link", ROOT_LINKS)
+def test_a_root_agent_s_links_on_the_verifier_s_folders_score_0(harbor, link):  # noqa: F811
+    with ws(harbor) as socket:
+        opened(socket, task_id="csv-stats")
+        assert called(socket, "bash", command=ROOT_LINKS[link]).result.endswith("[exit status 0]")
+        ended = called(socket, "end_turn", response="done")
+
+    # Named as a link, or the results folder's volume mounted where the link leads, over the tests: a 0 either way.
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended
+
+
+def test_the_solution_beside_harmless_links_still_scores_1(harbor_worker):
+    ended = play_worker(harbor_worker, SOLVE, HARMLESS_LINKS)
+
+    assert (ended.status, ended.reward) == ("scored", 1.0), ended.metadata["verifier_output"]
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ the agent acted is the platform's only when the same task, played untouched, fai
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -15,12 +16,13 @@ import httpx
 import pytest
 
 from corral.client import Bundle, Episode, Session
-from corral.client.protocol import Limits, ResetData
+from corral.client.protocol import CallToolObservation, Limits, ResetData
 from corral.client.record_store import EpisodeStore
 from corral.errors import SandboxError
-from corral.sandboxes.local import LocalProvider
+from corral.sandboxes.local import LocalProvider, LocalSandbox
 from tests.conftest import BUNDLES, serving
 from tests.probe_bundle import write_probe_bundle
+from tests.wire import call, called, observed, opened, send, ws
 
 pytestmark = [pytest.mark.timing, pytest.mark.usefixtures("no_leftover_env_processes")]
 
@@ -260,3 +262,40 @@ def test_the_docs_list_every_ending():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "bundle-format.md").read_text()
     missing = [cause for cause in ENDINGS if f"`{cause}`" not in doc]
     assert missing == [], f"docs/bundle-format.md does not describe: {missing}"
+
+
+
+HUNG_CLOSE_S = 300.0  # a close that does not end, as far as any deadline here is concerned
+ANSWER_WAIT_S = 120.0  # far beyond the 8 s reset deadline a bounded close gives up at, far below the hang
+
+
+@pytest.mark.parametrize("dies", [True, False], ids=["an early end (the env dies)", "a scored end"])
+def test_a_sandbox_whose_close_hangs_does_not_hold_the_episodes_end(serve, tmp_path, monkeypatch, dies):
+    """The episode's own sandbox closes (every process gone), then hangs, as a close on a stuck
+    engine would: the episode still ends, with the outcome it had, long before the hang ends.
+    (The untouched replay an early end plays closes normally.)"""
+    closing = LocalSandbox.close
+    closes: list[LocalSandbox] | None
+
+    async def hangs_the_first_time(sandbox: LocalSandbox) -> None:
+        await closing(sandbox)
+        if closes is not None:  # once the server has started (it closes a sandbox of its own)
+            closes.append(sandbox)
+            if len(closes) == 1:
+                await asyncio.sleep(HUNG_CLOSE_S)
+
+    monkeypatch.setattr(LocalSandbox, "close", hangs_the_first_time)
+    closes = None
+    server = serve(write_probe_bundle(tmp_path), max_concurrent_envs=2, reset_timeout_s=8)
+    closes = []
+    with ws(server) as socket:
+        opened(socket, task_id="plain")
+        if dies:
+            last = call("die", how="exit")
+        else:
+            called(socket, "say", word="apple")
+            last = call("end_turn", response="done")
+        ended = observed(send(socket, last, timeout_s=ANSWER_WAIT_S), CallToolObservation)
+
+    assert closes, "the sandbox was never closed"
+    assert (ended.done, ended.status, ended.reward) == ((True, "failed", 0.0) if dies else (True, "scored", 1.0)), ended

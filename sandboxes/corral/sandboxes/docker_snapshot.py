@@ -18,12 +18,15 @@ A Harbor task's agent may write anywhere in its container, so a copy of a few fo
    content there (`nocopy`), so nothing the agent left at those paths is seen, and the engine
    writes the files (its archive API): no program of the image, which the agent may have
    changed, takes part.
-5. The command runs to its end or its deadline (then the container is killed), with a
+5. Before the command starts (it waits at a gate: a line on its stdin), every link the agent
+   made is resolved, and one that leads into those folders or through /proc fails the tests
+   (docker_links): an answer linked to /tests/data/expected.json would read as the answer.
+6. The command runs to its end or its deadline (then the container is killed), with a
    pristine environment (pristine.py: no user site, no cwd on Python's path, no bytecode
    cache); its output comes over the attach stream (the container keeps no log), its exit code
    from the engine, and the result files are read by the engine out of their volume once it
    has ended.
-6. The container, its volumes and the committed image are removed, whatever happened: on the
+7. The container, its volumes and the committed image are removed, whatever happened: on the
    engine's threads, after the commit has finished, even one still under way past its
    deadline (a container of 200,000 files the agent made slow to commit).
 
@@ -51,6 +54,7 @@ from corral.errors import SandboxError
 from corral.sandboxes.archives import tar_of
 from corral.sandboxes.base import CommandResult, SandboxSpec
 from corral.sandboxes.docker_engine import Engine
+from corral.sandboxes.docker_links import forged_links
 from corral.sandboxes.docker_stream import MuxStream
 from corral.sandboxes.pristine import pristine_environment
 
@@ -61,6 +65,9 @@ FILES_MODE = 0o555  # the files are read-only; executable, so a test.sh may run 
 KILLED = 137
 VERIFIER_HOME = "/corral-verifier-home"  # the command's HOME: an empty volume the agent never saw
 COMMIT_WAIT_S = 600.0  # how long the removal waits for a commit still under way, at most
+SH = "/bin/sh"
+# The command waits for corral's word that the agent's links were checked, then reads no stdin.
+GATE = 'read -r _ && exec "$@" </dev/null'
 
 
 async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, source: str, files: Mapping[str, bytes],
@@ -86,7 +93,8 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
             if (gone := await _pause(engine, source)) is not None:
                 return CommandResult(exit_code=1, output=gone)
             commit_started = True
-            await engine.call(commit)
+            # What the agent made, by the engine's word, read while the commit is under way.
+            _, changed = await asyncio.gather(engine.call(commit), engine.call(engine.api.diff, source))
             fresh = fresh_config(config, snapshot, name, files_dir=files_dir, results=results, user=user,
                                  environment=environment, command=list(command(files_dir)))
             made.append((await engine.call(engine.api.create_container, **fresh))["Id"])
@@ -94,11 +102,15 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
             if refused is not None:
                 return CommandResult(exit_code=1, output=refused)
             stream = await MuxStream.open(await engine.call(
-                engine.api.attach_socket, made[0], {"stdout": 1, "stderr": 1, "stream": 1}), merged=True)
+                engine.api.attach_socket, made[0], {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}), merged=True)
             refused = await _start(engine, made[0], files_dir)
+            if refused is None:
+                refused = await _links_checked(engine, made[0], fresh["user"], changed, [files_dir, *folders_of(results)])
         if refused is not None:
             await stream.close()
             return CommandResult(exit_code=1, output=refused)
+        # The gate opens. Its stdin stays open: closing it would end the attach, output and all.
+        await stream.write(b"go\n")
         code, output = await _run(engine, made[0], stream, timeout_s=timeout_s, keep=keep)
         found = {path: content for path in results if (content := await _read_back(engine, made[0], path)) is not None}
         return CommandResult(code, output, found)
@@ -119,19 +131,40 @@ def fresh_config(config: Mapping, image: str, name: str, *, files_dir: str, resu
     """create_container's arguments for the verifier: the agent container's, with the commit
     as its image, docker's init as its first process, the command as its one child, empty
     volumes at `files_dir` and at each result file's folder, and no log kept."""
-    folders = [files_dir, VERIFIER_HOME, *dict.fromkeys(posixpath.dirname(path) for path in results)]
+    folders = [files_dir, *folders_of(results)]
     host_config = {
         **config["host_config"], "AutoRemove": False, "Init": True, "LogConfig": {"Type": "none", "Config": {}},
         "Mounts": [docker.types.Mount(folder, None, type="volume", no_copy=True) for folder in folders],
     }
     labels = {key: value for key, value in config["labels"].items() if key != "corral.pool"}
     return {
-        "image": image, "command": command, "entrypoint": [""], "user": config["user"] if user is None else user,
+        "image": image, "command": [SH, "-c", GATE, "corral-gate", *command], "entrypoint": [""], "user": config["user"] if user is None else user,
         "environment": pristine_environment({**config["environment"], **(environment or {})}, home=VERIFIER_HOME),
         "working_dir": config.get("working_dir"),
         "name": name, "labels": {**labels, "corral.purpose": "verify"}, "host_config": host_config,
-        "stdin_open": False, "tty": False, "detach": True, "use_config_proxy": False,
+        "stdin_open": True, "tty": False, "detach": True, "use_config_proxy": False,
     }
+
+
+def folders_of(results: Sequence[str]) -> list[str]:
+    """The folders the verifier brings in beside its files: HOME and each result file's."""
+    return [VERIFIER_HOME, *dict.fromkeys(posixpath.dirname(path) for path in results)]
+
+
+async def _links_checked(engine: Engine, container: str, user: str, changed: list[dict] | None,
+                         brought_in: list[str]) -> str | None:
+    """None when no link the agent made leads into what the verifier brought in (docker_links),
+    else why the tests do not run: that is the agent's doing, and its tests fail."""
+    try:
+        found = await forged_links(engine, container, user, changed or [], brought_in)
+    except SandboxError as error:  # the container stopped: the gate's /bin/sh did not run
+        return f"[corral] the tests could not start in a copy of what the agent left: its /bin/sh failed ({error})"
+    if not found:
+        return None
+    with contextlib.suppress(docker.errors.APIError):
+        await engine.call(engine.api.kill, container)
+    shown = "; ".join(found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")
+    return f"[corral] the tests did not run: links the agent left lead where the verifier's own files are: {shown}"
 
 
 async def _pause(engine: Engine, container: str) -> str | None:
@@ -174,7 +207,7 @@ async def _copy_in(engine: Engine, container: str, files: Mapping[str, bytes], f
     resolve (a link it made is followed within the container): an error there is its doing."""
     try:
         await engine.call(engine.api.put_archive, container, files_dir, tar_of(files, file_mode=FILES_MODE))
-        for folder in dict.fromkeys([VERIFIER_HOME, *(posixpath.dirname(path) for path in results)]):
+        for folder in folders_of(results):
             parent, base = posixpath.split(folder.rstrip("/"))
             writable_by_all = tar_of({base: None}, file_mode=FILES_MODE, dir_mode=0o777)
             await engine.call(engine.api.put_archive, container, parent or "/", writable_by_all)

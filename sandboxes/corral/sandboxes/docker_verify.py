@@ -15,7 +15,8 @@ it wrote can be executed by corral or run with privileges:
    fresh one by `tar` run as the env's user on both sides (they are tmpfs mounts, which
    neither `docker commit` nor the archive API sees), at most twice their size in bytes; more
    is the agent's doing (a sparse file of terabytes, say) and fails the verifier.
-   Bytecode is left out of the copy (pristine.BYTECODE).
+   Bytecode is left out of the copy (pristine.BYTECODE), and so is what that user cannot
+   read (a folder the agent made mode 000), as the local sandbox does; the output says so.
 5. The command runs as the env's user in the image's working directory, with a pristine
    environment (pristine.py: no user site, no cwd on Python's path, no bytecode cache, HOME a
    fresh tmpfs of its own); the engine reports its exit code. The fresh container is removed,
@@ -74,13 +75,15 @@ async def verify_in_fresh_container(
             await asyncio.gather(agent_stopped, start_fresh(engine, spec, fresh, container))
             # The root tar reads only its own archive and writes only in root's tmpfs, from the
             # image's /bin: the agent's files arriving beside it meanwhile cannot reach it.
-            _, failed = await asyncio.gather(put_files(engine, container[0], files),
-                                             copy_writable(engine, spec, source, container[0], user=config["user"]))
+            _, (failed, skipped) = await asyncio.gather(
+                put_files(engine, container[0], files), copy_writable(engine, spec, source, container[0], user=config["user"]))
         if failed is not None:
             return CommandResult(exit_code=1, output=failed)
         run = await Exec.start(engine, container[0], list(command(VERIFIER_DIR)), user=config["user"],
                                environment=fresh["environment"], merged=True)
         code, output = await run.output(timeout_s=timeout_s, keep=keep)
+        if skipped:
+            output = f"[corral] some of the agent's files could not be copied, and are left out: {skipped}\n{output}"
         return CommandResult(code, output)
     except TimeoutError:
         raise SandboxError(f"setting up the verification of env {spec.env_name} took more than "
@@ -139,16 +142,19 @@ async def put_files(engine: Engine, container: str, files: Mapping[str, bytes]) 
         raise SandboxError(f"could not unpack the verifier's files: {unpack.stderr_tail()}")
 
 
-async def copy_writable(engine: Engine, spec: SandboxSpec, source: str, target: str, *, user: str) -> str | None:
-    """Stream the env's writable folders from `source` into `target` with `tar` as `user`;
-    None when done, else why not (the agent's doing: the verifier fails)."""
+async def copy_writable(engine: Engine, spec: SandboxSpec, source: str, target: str, *,
+                        user: str) -> tuple[str | None, str]:
+    """Stream the env's writable folders from `source` into `target` with `tar` as `user`:
+    (None when done, else why not: the agent's doing, the verifier fails; what was left out
+    because `user` cannot read it, as tar words it, or "")."""
     if not spec.writable:
-        return None
+        return None, ""
     most = 2 * spec.scratch_mb * 2**20 * len(spec.writable)
     folders = [path.lstrip("/") for path in spec.writable]
     excluded = [f"--exclude={pattern}" for pattern in BYTECODE]
-    pack = await Exec.start(engine, source, [TAR, "-c", "-f", "-", *excluded, "-C", "/", *folders], user=user,
-                            workdir="/")
+    # --ignore-failed-read: what cannot be read is left out with a warning, not a failed copy.
+    pack = await Exec.start(engine, source, [TAR, "-c", "-f", "-", "--ignore-failed-read", *excluded, "-C", "/", *folders],
+                            user=user, workdir="/")
     unpack = await Exec.start(engine, target, [TAR, "-x", "-p", "-f", "-", "-C", "/"], user=user, stdin=True, workdir="/")
     sent = 0
     try:
@@ -156,7 +162,7 @@ async def copy_writable(engine: Engine, spec: SandboxSpec, source: str, target: 
             sent += len(chunk)
             if sent > most:
                 return (f"[corral] the env's writable folders ({', '.join(spec.writable)}) came to more than "
-                        f"{most >> 20} MB as an archive, twice their size limit; nothing was verified")
+                        f"{most >> 20} MB as an archive, twice their size limit; nothing was verified"), ""
             await unpack.stream.write(chunk)
         await unpack.stream.close_stdin()
         packed, unpacked = await pack.exit_code(), (await unpack.output(timeout_s=SETUP_TIMEOUT_S, keep=1000))[0]
@@ -166,6 +172,6 @@ async def copy_writable(engine: Engine, spec: SandboxSpec, source: str, target: 
         await pack.stream.close()
         await unpack.stream.close()
     if packed == 0 and unpacked == 0:
-        return None
+        return None, pack.stderr_tail()
     return ("[corral] the agent's files could not be copied for verifying (tar exited with "
-            f"{packed} and {unpacked}): {pack.stderr_tail()} {unpack.stderr_tail()}".rstrip())
+            f"{packed} and {unpacked}): {pack.stderr_tail()} {unpack.stderr_tail()}".rstrip()), ""

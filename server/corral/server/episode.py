@@ -208,7 +208,7 @@ class ServedEpisode:
         try:
             async with asyncio.timeout(self.limits.reset_timeout_s):
                 checked = await self._run_command_verifiers()
-                await self._close_sandbox()
+            await self._close_sandbox()  # its own deadline: a close that hangs takes no verdict
             if report is None and python_verifiers:
                 return await self._end_early(ended, "the agent's time ran out while the env was busy, so it could "
                                              "not report what the verifiers grade", cause="time_budget")
@@ -270,9 +270,17 @@ class ServedEpisode:
         await self._close_sandbox()
 
     async def _close_sandbox(self) -> None:
+        """Close the sandbox (once) within the reset deadline: a close that hangs (an engine that
+        stopped answering, a container slow to remove) must not hold the episode's end, whose
+        outcome is already decided; it is given up and logged."""
         if self._env is not None:
             env, self._env = self._env, None
-            await env.sandbox.close()
+            try:
+                async with asyncio.timeout(self.limits.reset_timeout_s):
+                    await env.sandbox.close()
+            except TimeoutError:
+                log.warning("episode %s: closing its sandbox took more than %gs; given up", self.episode_id,
+                            self.limits.reset_timeout_s)
 
     async def _end_early(self, observed: ResetObservation | CallToolObservation, reason: str, *, cause: str,
                          error_type: str = "execution_error", scores: dict[str, float] | None = None) -> Any:
