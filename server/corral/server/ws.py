@@ -5,7 +5,8 @@ The socket is read while a frame is being handled, so a client that disconnects 
 has its episode torn down at once rather than when the call ends. Two tasks per socket, made
 once: a reader that queues frames, and a player that handles them and answers. The request's
 own task (under every middleware's frame) only waits for either to end, so a frame costs no
-task of its own and wakes no deep coroutine stack: that is most of a tool call's CPU here.
+task of its own and wakes no deep coroutine stack (a task and a wait per frame, and two wakes
+of that stack, were about a tenth of a tool call's CPU in the server).
 """
 
 from __future__ import annotations
