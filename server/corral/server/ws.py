@@ -70,9 +70,10 @@ async def _play(websocket: WebSocket, session: ServedSession, registry: SessionR
         # episode is torn down by the caller), and frames still queued go unanswered.
         await asyncio.wait({reader, player}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        player.cancel()
-        reader.cancel()
-        await asyncio.gather(player, reader, return_exceptions=True)
+        reader.cancel()  # not awaited: nothing waits on it, and the episode's end is not delayed
+        if not player.done():
+            player.cancel()
+            await asyncio.gather(player, return_exceptions=True)
     failed = None if player.cancelled() else player.exception()
     if failed is not None and not isinstance(failed, WebSocketDisconnect):
         raise failed
