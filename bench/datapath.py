@@ -2,12 +2,15 @@
 
     python bench/datapath.py                 # ~3 min on 2 busy cores
     python bench/datapath.py --rounds 2      # quicker, noisier
+    python bench/datapath.py --baseline /tmp/main   # and corral local from another checkout, beside
 
 Three servers, each `uvicorn` in a process of its own, one trivial echo tool each:
 - corral local: `corral serve tests/fixtures/dockerbox --sandbox local` (tool `say`, the env a
   child process reached over pipes);
 - corral docker: the same with `--sandbox docker --warm-pool 4` (each env in a hardened
   container reached over its Unix socket);
+- with `--baseline CHECKOUT`, `baseline`: corral local again, run from another checkout's code
+  (a worktree of main, say), so a change's effect is measured in the same run as the change;
 - OpenEnv 0.10, in the server's own process (no sandbox at all), two ways: `openenv`, the
   plain echo `Environment` of OpenEnv's own template (a step with `{"message"}` answers it:
   the least a step can cost there, and the baseline), and `openenv-mcp`, an `MCPEnvironment`
@@ -21,7 +24,9 @@ in alternating rounds so a busy moment of the shared machine hits each alike:
    and of that, the server's own process (OpenEnv's is all of it: its env runs inside);
 3. docker warm reset p50: sequential resets, each once the pool is full again.
 Printed as ratios to OpenEnv (and absolute figures beside them, for the record only); both
-CPU columns are ratios to OpenEnv's whole CPU per call.
+CPU columns are ratios to OpenEnv's whole CPU per call. On a machine others share, the whole
+CPU counts their work too: the last column, the server's process against OpenEnv's (its whole
+call: its env runs inside), is the figure to compare there.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ END_TURN = json.dumps({"type": "step", "data": {"type": "call_tool", "tool_name"
                                                 "arguments": {"response": "done"}}})
 WARM_POOL = 4
 KINDS = ("openenv", "openenv-mcp", "local", "docker")
+PACKAGE_ROOTS = ("client", "server", "sandboxes", "training")  # a checkout's folders that hold corral's packages
 
 ECHO = json.dumps({"type": "step", "data": {"message": "plain"}})
 OPENENV_SERVER = textwrap.dedent("""
@@ -116,15 +122,19 @@ OPENENV_SERVER = textwrap.dedent("""
 """)
 
 
-def start(kind: str, sessions: int) -> tuple[subprocess.Popen, str]:
+def start(kind: str, sessions: int, baseline: Path | None = None) -> tuple[subprocess.Popen, str]:
     port = free_port()
+    env = None
     if kind.startswith("openenv"):
         command = [sys.executable, "-c", OPENENV_SERVER, str(port), str(sessions), kind.removeprefix("openenv-")]
     else:
         corral = Path(sys.executable).parent / "corral"
+        sandbox = "local" if kind == "baseline" else kind
         command = [str(corral), "serve", str(BUNDLE), "--port", str(port), "--max-concurrent-envs", str(sessions),
-                   "--sandbox", kind, *(["--warm-pool", str(WARM_POOL)] if kind == "docker" else [])]
-    return start_server(command, port, f"the {kind} server")
+                   "--sandbox", sandbox, *(["--warm-pool", str(WARM_POOL)] if kind == "docker" else [])]
+        if kind == "baseline":  # the other checkout's packages win over the installed ones
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(baseline / part) for part in PACKAGE_ROOTS)}
+    return start_server(command, port, f"the {kind} server", env=env)
 
 
 async def opened(url: str, reset: str):
@@ -241,15 +251,16 @@ async def measure(urls: dict[str, str], pids: dict[str, int], args: argparse.Nam
 def report(figures: dict, sessions: int) -> None:
     base = "openenv"
     print(f"{'':14s}{'p50 (1 session)':>22s}{'p99 (1 session)':>22s}{f'calls/s ({sessions} sessions)':>28s}"
-          f"{'CPU per call':>24s}{'its server process':>22s}")
-    for kind in KINDS:
+          f"{'CPU per call':>24s}{'its server process':>22s}{'vs OpenEnv process':>20s}")
+    for kind in figures["p50_ms"]:
         p50, p99, rate_ = figures["p50_ms"][kind], figures["p99_ms"][kind], figures["calls_per_s"][kind]
         cpu, server = figures["cpu_us_per_call"][kind], figures["server_cpu_us_per_call"][kind]
         print(f"{kind:14s}{p50 / figures['p50_ms'][base]:8.2f}x ({p50:6.3f} ms)"
               f"{p99 / figures['p99_ms'][base]:8.2f}x ({p99:6.3f} ms)"
               f"{rate_ / figures['calls_per_s'][base]:14.2f}x ({rate_:7.0f}/s)"
               f"{cpu / figures['cpu_us_per_call'][base]:12.2f}x ({cpu:5.0f} us)"
-              f"{server / figures['cpu_us_per_call'][base]:12.2f}x ({server:5.0f} us)")
+              f"{server / figures['cpu_us_per_call'][base]:12.2f}x ({server:5.0f} us)"
+              f"{server / figures['server_cpu_us_per_call'][base]:19.2f}x")
     print(f"docker warm reset p50 {figures['warm_reset_p50_ms']:.2f} ms (p95 {figures['warm_reset_p95_ms']:.2f} ms), "
           f"{figures['warm_reset_p50_ms'] / figures['p50_ms']['docker']:.1f}x a docker tool call")
 
@@ -262,11 +273,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds per round at --sessions")
     parser.add_argument("--resets", type=int, default=40, help="docker warm resets")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    parser.add_argument("--baseline", type=Path, help="also serve corral local from this checkout's code (e.g. main's)")
     args = parser.parse_args()
     servers = {}
     try:
-        for kind in KINDS:
-            servers[kind] = start(kind, args.sessions + 2)
+        for kind in (*KINDS, *(["baseline"] if args.baseline else [])):
+            servers[kind] = start(kind, args.sessions + 2, args.baseline)
         figures = asyncio.run(measure({kind: url for kind, (_, url) in servers.items()},
                                       {kind: server.pid for kind, (server, _) in servers.items()}, args))
     finally:

@@ -104,6 +104,22 @@ def test_an_observation_travels_as_openenv_serialises_it_and_parses_back(observa
     assert reply.data.parse(type(observation)) == observation
 
 
+@pytest.mark.parametrize("observation", [
+    CallToolObservation(tool_name="say", result="plain", reward=0.0),
+    CallToolObservation(tool_name="say", result={"nested": [1, 2.5, None, "\u00e9\u2028\U0001f600"]}, reward=0.0),
+    CallToolObservation(tool_name="end_turn", result="x", done=True, reward=1e-7, status="scored", scores={"a": 1e16},
+                        metadata={"verifier_output": {"a": "ok"}, "odd": [float("inf"), float("nan")]}),
+    # Set without validation, as the episode ends one: an int reward, a NaN score.
+    CallToolObservation(tool_name="end_turn").model_copy(update={"done": True, "reward": 1, "scores": {"a": float("nan")}}),
+    CallToolObservation(tool_name="wait", error=ToolError(error_type="timeout", message="late"), done=True, reward=None),
+    ResetObservation(task_id="t", episode_id="e", prompt="Go.", offered_tools=[TOOL, END_TURN_TOOL],
+                     limits=Limits(tool_timeout_s=3, reset_timeout_s=600), metadata={"limits": "lowered"}),
+    ListToolsObservation(tools=[TOOL], reward=0.0),
+], ids=["call_tool", "structured", "scored", "unvalidated", "unscored", "reset", "list_tools"])
+def test_the_servers_one_pass_observation_frame_is_the_models_own_text(observation):
+    assert ObservationReply.json_of(observation) == ObservationReply.of(observation).model_dump_json()
+
+
 def test_openenv_parses_corral_observations_with_its_own_models():
     listed = ObservationData.of(ListToolsObservation(tools=[TOOL], reward=0.0))
     assert oe_mcp.ListToolsObservation.model_validate({**listed.observation, "reward": 0.0}).tools[0].name == "submit"

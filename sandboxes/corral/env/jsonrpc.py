@@ -35,6 +35,10 @@ INTERNAL_ERROR = -32603
 SERVER_ERROR = -32000  # the method itself failed (in the runtime: reset, end_turn or report)
 
 
+# json.dumps would build this encoder again for every line (each end writes one a tool call).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 class RpcError(Exception):
     """A JSON-RPC error: `code`, `message` and optional `data`."""
 
@@ -48,8 +52,7 @@ def encode(message: dict) -> bytes:
 
     A lone surrogate (which UTF-8 cannot carry) is written as JSON's own `\\udXXX` escape.
     """
-    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
-    return text.encode("utf-8", "backslashreplace")
+    return _ENCODER.encode(message).encode("utf-8", "backslashreplace")
 
 
 def decode(line: bytes | str) -> dict:

@@ -55,16 +55,17 @@ def parse_frame(text: str) -> ClientFrame:
         raise FrameError(ErrorCode.VALIDATION_ERROR, f"invalid {raw['type']} frame: {summary}", errors=details) from None
 
 
-async def handle_frame(session: ServedSession, registry: SessionRegistry, text: str) -> BaseModel | None:
-    """The reply to one frame, or None when the client asked to close the session."""
+async def handle_frame(session: ServedSession, registry: SessionRegistry, text: str) -> str | BaseModel | None:
+    """The reply to one frame (an observation as its JSON text already), or None when the
+    client asked to close the session."""
     try:
         frame = parse_frame(text)
         if isinstance(frame, CloseRequest):
             return None
         if isinstance(frame, ResetRequest):
-            return ObservationReply.of(await session.reset(frame.data))
+            return ObservationReply.json_of(await session.reset(frame.data))
         if isinstance(frame, StepRequest):
-            return ObservationReply.of(await session.step(frame.data))
+            return ObservationReply.json_of(await session.step(frame.data))
         if isinstance(frame, McpRequest):
             return McpReply(data=await answer_mcp(frame.data, registry, session=session))
         assert isinstance(frame, StateRequest)

@@ -2,7 +2,11 @@
 `?session_id=`), frames handled one at a time.
 
 The socket is read while a frame is being handled, so a client that disconnects mid-call
-has its episode torn down at once rather than when the call ends.
+has its episode torn down at once rather than when the call ends. Two tasks per socket, made
+once: a reader that queues frames, and a player that handles them and answers. The request's
+own task (under every middleware's frame) only waits for either to end, so a frame costs no
+task of its own and wakes no deep coroutine stack (a task and a wait per frame, and two wakes
+of that stack, were about a tenth of a tool call's CPU in the server).
 """
 
 from __future__ import annotations
@@ -58,36 +62,40 @@ def _refusal(refused: CapacityReached | FrameError) -> ErrorReply:
 async def _play(websocket: WebSocket, session: ServedSession, registry: SessionRegistry) -> None:
     # Bounded: a client that floods frames during a call waits (its socket is not read) instead
     # of filling the server's memory. A close queued behind a full inbox is seen once a frame is handled.
-    inbox: asyncio.Queue[str | None] = asyncio.Queue(maxsize=INBOX_FRAMES)
+    inbox: asyncio.Queue[str] = asyncio.Queue(maxsize=INBOX_FRAMES)
     reader = asyncio.create_task(_read(websocket, inbox))
+    player = asyncio.create_task(_answer(websocket, session, registry, inbox))
     try:
-        while (text := await inbox.get()) is not None:
-            handling = asyncio.create_task(handle_frame(session, registry, text))
-            await asyncio.wait({handling, reader}, return_when=asyncio.FIRST_COMPLETED)
-            if not handling.done():  # the client left mid-call: stop waiting for the env
-                handling.cancel()
-                await asyncio.gather(handling, return_exceptions=True)
-                return
-            reply = handling.result()
-            if reply is None or reader.done():  # a close frame, or nobody left to answer
-                return
-            await websocket.send_text(reply.model_dump_json())
+        # The reader ends when the client leaves: the player then stops, mid-call or not (its
+        # episode is torn down by the caller), and frames still queued go unanswered.
+        await asyncio.wait({reader, player}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        reader.cancel()
+        reader.cancel()  # not awaited: nothing waits on it, and the episode's end is not delayed
+        if not player.done():
+            player.cancel()
+            await asyncio.gather(player, return_exceptions=True)
+    failed = None if player.cancelled() else player.exception()
+    if failed is not None and not isinstance(failed, WebSocketDisconnect):
+        raise failed
 
 
-async def _read(websocket: WebSocket, inbox: asyncio.Queue[str | None]) -> None:
-    """Queue the client's frames; a None marks the end of the socket."""
+async def _answer(websocket: WebSocket, session: ServedSession, registry: SessionRegistry,
+                  inbox: asyncio.Queue[str]) -> None:
+    """Handle the queued frames one at a time and send each its reply, until a close frame."""
+    while (reply := await handle_frame(session, registry, await inbox.get())) is not None:
+        await websocket.send_text(reply if isinstance(reply, str) else reply.model_dump_json())
+
+
+async def _read(websocket: WebSocket, inbox: asyncio.Queue[str]) -> None:
+    """Queue the client's frames until the socket ends."""
     try:
         while True:
             message = await websocket.receive()
             if message["type"] == "websocket.disconnect":
-                break
+                return
             text = message.get("text")
             if text is None:
                 text = (message.get("bytes") or b"").decode("utf-8", errors="replace")
             await inbox.put(text)
     except Exception as error:  # noqa: BLE001 - a broken socket ends the session like a disconnect
         log.info("session socket closed: %s", error)
-    finally:
-        await inbox.put(None)
