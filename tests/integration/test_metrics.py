@@ -26,20 +26,29 @@ def scraped(url: str) -> dict[tuple[str, tuple], float]:
 
 def test_metrics_count_episodes_by_how_they_ended_and_each_ends_with_a_log_line(serve, caplog):
     server = serve(FIXTURES / "toybox", max_concurrent_envs=2, tool_timeout_s=1)
-    with caplog.at_level(logging.INFO, logger="corral.episodes"), Bundle(server.url, split="toy") as env:
-        first, second, third = env.factory(), env.factory(), env.factory()
-        first.reset(**env.dataset[0])
-        first.say(text="apple")
-        assert first.get_reward() == 1.0
-        second.reset(**env.dataset[0])
-        second.wait(seconds=5)  # past the 1 s deadline: the agent's doing
-        assert second.get_reward() == 0.0
-        with pytest.raises(CapacityError):
-            third.reset(**env.dataset[0])
-        first.reset(**env.dataset[0])  # left open: abandoned once its session closes
-    deadline = time.monotonic() + 10  # the server releases a session once its socket has closed
-    while (samples := scraped(server.url))[("corral_sessions_active", ())] and time.monotonic() < deadline:
-        time.sleep(0.05)
+    def lines() -> list[dict]:
+        return [json.loads(record.getMessage()) for record in caplog.records if record.name == "corral.episodes"]
+
+    with caplog.at_level(logging.INFO, logger="corral.episodes"):  # the episodes' lines, until the last is in
+        with Bundle(server.url, split="toy") as env:
+            first, second, third = env.factory(), env.factory(), env.factory()
+            first.reset(**env.dataset[0])
+            first.say(text="apple")
+            assert first.get_reward() == 1.0
+            second.reset(**env.dataset[0])
+            second.wait(seconds=5)  # past the 1 s deadline: the agent's doing
+            assert second.get_reward() == 0.0
+            with pytest.raises(CapacityError):
+                third.reset(**env.dataset[0])
+            first.reset(**env.dataset[0])  # left open: abandoned once its session closes
+        # The server releases a session once its socket has closed, and ends its episode beside it:
+        # poll for both (the session count, the episode's line), however busy the machine.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            samples = scraped(server.url)
+            if not samples[("corral_sessions_active", ())] and not samples[("corral_sandboxes_live", ())] and len(lines()) == 3:
+                break
+            time.sleep(0.05)
     ended = {labels: value for (name, labels), value in samples.items() if name == "corral_episodes_ended_total"}
     assert ended[(("cause", "scored"), ("status", "scored"))] == 1
     assert ended[(("cause", "tool_timeout"), ("status", "failed"))] == 1
@@ -51,10 +60,9 @@ def test_metrics_count_episodes_by_how_they_ended_and_each_ends_with_a_log_line(
     assert samples[("corral_verify_seconds_count", ())] == 1
     assert samples[("corral_sessions_active", ())] == 0 and samples[("corral_sandboxes_live", ())] == 0
 
-    lines = [json.loads(record.getMessage()) for record in caplog.records if record.name == "corral.episodes"]
-    assert [(line["status"], line["cause"], line["reward"]) for line in lines] == [
+    assert [(line["status"], line["cause"], line["reward"]) for line in lines()] == [
         ("scored", "scored", 1.0), ("failed", "tool_timeout", 0.0), ("unscored", "abandoned", None)]
-    timed_out = lines[1]
+    timed_out = lines()[1]
     assert "wait didn't answer within 1s" in timed_out["reason"] and timed_out["tool_calls"] == 1
     assert timed_out["task"] == "say-apple" and set(timed_out["seconds"]) == {"start", "reset", "tools", "verify", "total"}
     assert timed_out["seconds"]["tools"] >= 1.0
