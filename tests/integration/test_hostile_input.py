@@ -4,6 +4,7 @@ grow the server's memory; odd headers get 401/403, never a 500 or a traceback.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
@@ -106,12 +107,13 @@ def good_player(toybox):
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
 @given(batch=st.lists(frames, min_size=200, max_size=200))  # a thousand in all: two cores loaded 8 deep play them in minutes
 def test_a_thousand_malformed_frames_each_get_an_error_and_a_good_session_plays_on(toybox, good_player, caplog, batch):
-    with caplog.at_level(logging.WARNING), ws(toybox) as socket_:
+    with caplog.at_level(logging.WARNING), contextlib.ExitStack() as sockets:
+        socket_ = sockets.enter_context(ws(toybox))
         for frame in batch:
             try:
                 reply = send(socket_, frame, timeout_s=30)
             except ConnectionClosed:  # a close frame (valid or not) may end the socket: open another
-                socket_ = ws(toybox)
+                socket_ = sockets.enter_context(ws(toybox))  # closed too at the end, with its episode
                 continue
             assert isinstance(reply, ErrorReply | McpReply | ObservationReply | StateReply)
             if isinstance(reply, ErrorReply):
@@ -144,11 +146,12 @@ def test_a_flood_of_large_frames_during_a_call_does_not_grow_the_server(toybox):
 
 
 def test_a_frame_over_the_size_limit_closes_only_its_socket(toybox, good_player):
-    with ws(toybox) as socket_:
+    with ws(toybox) as socket_, pytest.raises(ConnectionClosed) as closed:
         socket_.send("x" * (5 * 1024 * 1024))
-        with pytest.raises(ConnectionClosed) as closed:
-            socket_.recv(timeout=30)
-    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009  # message too big
+        socket_.recv(timeout=30)
+    # The server closes with 1009 (message too big) as soon as it reads the frame's length; the
+    # close can be lost when the kernel resets the connection first (the frame's rest unread).
+    assert closed.value.rcvd is None or closed.value.rcvd.code == 1009
     time.sleep(0.5)
     assert good_player.failures == []
 
