@@ -91,6 +91,8 @@ ODD_FILES = {
     "a name that is not UTF-8": "touch $'\\x80\\xff' && mkdir $'\\xc3('",
     "a name with a newline": "touch $'a\\nb' && touch $'-rf'",
     "a path 200 folders deep": "p=.; for i in $(seq 200); do p=$p/dddddddddddddddddddd; done; mkdir -p $p && touch $p/f",
+    # Deeper than Python 3.11's os.walk and shutil.rmtree can recurse: they raised RecursionError.
+    "a path 1,500 folders deep": "p=.; for i in $(seq 1500); do p=$p/d; done; mkdir -p $p && touch $p/f",
     "a hard link to a file of the repository": "ln batching.py linked.py",
     "a symlink loop": "ln -s loop loop && ln -s a b && ln -s b a",
     "20,000 empty files": "mkdir many && cd many && seq 20000 | xargs touch",
@@ -104,7 +106,8 @@ def test_odd_files_beside_the_bug_score_0_not_unscored(shellfix, odd):
     assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
 
 
-@pytest.mark.parametrize("odd", ["a folder nobody may read", "a unix socket", "a name that is not UTF-8"])
+@pytest.mark.parametrize("odd", ["a folder nobody may read", "a unix socket", "a name that is not UTF-8",
+                                 "a path 1,500 folders deep"])
 def test_odd_files_beside_the_fix_still_score_1(shellfix, odd):
     assert play(shellfix, [bash(ODD_FILES[odd])], fixed=True).reward == 1.0
 
