@@ -171,4 +171,6 @@ HARMLESS: dict[str, Steps] = {
     "a fifo": [bash("mkfifo pipe")],
     "a read-only folder": [bash("mkdir -p frozen/inner && echo x > frozen/inner/file && chmod 555 frozen/inner frozen")],
     "links out of the repository": [bash("ln -s / root; ln -s /etc/shadow shadow; ln -s nowhere dangling")],
+    # 100 MB by each name's size, past the 64 MB a copy may take, but 1 MB copied (cp -a and tar link them).
+    "hard links to one file": [bash("head -c 1000000 /dev/zero > big && mkdir many && for i in $(seq 100); do ln big many/$i; done")],
 }

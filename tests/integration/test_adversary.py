@@ -4,11 +4,13 @@ the episode scored at the failure score (never null, never above it).
 - Frames the server cannot send back: an argument holding a lone surrogate (JSON's `\\udc80`,
   which any client that writes JSON with `ensure_ascii` sends as it is) comes back in the
   tool's answer, which UTF-8 cannot carry.
-- Odd files a repository with the bug in it may hold, which the verifier's copy must survive.
+- Odd files a repository with the bug in it may hold, which the verifier's copy must survive
+  (a tree deeper than Python's recursion limit among them).
 - The Python verifiers' worker pool, shared by every episode: episodes of the same policy that
   keep it busy with verifications that hang must not make an untouched replay time out too,
   nor take a good episode's 1.
 - An env answer past the protocol's line limit (64 MB).
+- Numbers in a tool's arguments that no integer argument takes (NaN, Infinity, 400 digits).
 """
 
 from __future__ import annotations
@@ -91,6 +93,8 @@ ODD_FILES = {
     "a name that is not UTF-8": "touch $'\\x80\\xff' && mkdir $'\\xc3('",
     "a name with a newline": "touch $'a\\nb' && touch $'-rf'",
     "a path 200 folders deep": "p=.; for i in $(seq 200); do p=$p/dddddddddddddddddddd; done; mkdir -p $p && touch $p/f",
+    # Deeper than Python 3.11's os.walk and shutil.rmtree can recurse: they raised RecursionError.
+    "a path 1,500 folders deep": "p=.; for i in $(seq 1500); do p=$p/d; done; mkdir -p $p && touch $p/f",
     "a hard link to a file of the repository": "ln batching.py linked.py",
     "a symlink loop": "ln -s loop loop && ln -s a b && ln -s b a",
     "20,000 empty files": "mkdir many && cd many && seq 20000 | xargs touch",
@@ -104,7 +108,8 @@ def test_odd_files_beside_the_bug_score_0_not_unscored(shellfix, odd):
     assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
 
 
-@pytest.mark.parametrize("odd", ["a folder nobody may read", "a unix socket", "a name that is not UTF-8"])
+@pytest.mark.parametrize("odd", ["a folder nobody may read", "a unix socket", "a name that is not UTF-8",
+                                 "a path 1,500 folders deep"])
 def test_odd_files_beside_the_fix_still_score_1(shellfix, odd):
     assert play(shellfix, [bash(ODD_FILES[odd])], fixed=True).reward == 1.0
 
@@ -178,3 +183,26 @@ def test_an_answer_past_the_env_s_line_limit_ends_with_the_failure_score(probe):
             said = called(socket, "end_turn", response="done")
 
     assert (said.status, said.reward) == ("failed", 0.0), said.reason
+
+
+@pytest.fixture(scope="module")
+def gridsim():
+    yield from serving(BUNDLES / "gridsim", sandbox="local", max_concurrent_envs=2)
+
+
+# Numbers JSON can spell that no integer argument takes: Python's json writes NaN and Infinity,
+# and reads an integer of any length.
+ODD_NUMBERS = {"NaN": float("nan"), "Infinity": float("inf"), "an integer of 400 digits": 10**400}
+
+
+@pytest.mark.parametrize("number", ODD_NUMBERS)
+def test_numbers_no_integer_argument_takes_are_refused_or_infeasible_and_score_0(gridsim, number):
+    with ws(gridsim) as socket:
+        opened(socket, task_id="gridsim-2014-01-02")
+        said = observed(send(socket, raw_call("submit_schedule", actions=[ODD_NUMBERS[number]] * 24)),
+                        CallToolObservation)
+        ended = called(socket, "end_turn", response="done")
+
+    refused = said.error is not None and said.error.error_type == "invalid_args"
+    assert refused or json.loads(said.result)["feasible"] is False, said
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason

@@ -269,22 +269,27 @@ HUNG_CLOSE_S = 300.0  # a close that does not end, as far as any deadline here i
 ANSWER_WAIT_S = 120.0  # far beyond the 8 s reset deadline a bounded close gives up at, far below the hang
 
 
+@pytest.mark.parametrize("fails", ["hangs", "raises"])
 @pytest.mark.parametrize("dies", [True, False], ids=["an early end (the env dies)", "a scored end"])
-def test_a_sandbox_whose_close_hangs_does_not_hold_the_episodes_end(serve, tmp_path, monkeypatch, dies):
+def test_a_sandbox_whose_close_hangs_or_raises_does_not_hold_the_episodes_end(serve, tmp_path, monkeypatch, dies,
+                                                                               fails):
     """The episode's own sandbox closes (every process gone), then hangs, as a close on a stuck
-    engine would: the episode still ends, with the outcome it had, long before the hang ends.
-    (The untouched replay an early end plays closes normally.)"""
+    engine would, or raises, as one on files the agent left could: the episode still ends, with
+    the outcome it had, long before the hang ends. (The untouched replay an early end plays
+    closes normally.)"""
     closing = LocalSandbox.close
     closes: list[LocalSandbox] | None
 
-    async def hangs_the_first_time(sandbox: LocalSandbox) -> None:
+    async def fails_the_first_time(sandbox: LocalSandbox) -> None:
         await closing(sandbox)
         if closes is not None:  # once the server has started (it closes a sandbox of its own)
             closes.append(sandbox)
+            if len(closes) == 1 and fails == "raises":
+                raise RecursionError("maximum recursion depth exceeded")
             if len(closes) == 1:
                 await asyncio.sleep(HUNG_CLOSE_S)
 
-    monkeypatch.setattr(LocalSandbox, "close", hangs_the_first_time)
+    monkeypatch.setattr(LocalSandbox, "close", fails_the_first_time)
     closes = None
     server = serve(write_probe_bundle(tmp_path), max_concurrent_envs=2, reset_timeout_s=8)
     closes = []

@@ -217,6 +217,12 @@ def test_pick_reward_by_a_function_of_the_scores():
     assert pick_reward(SCORES, lambda s: sum(s.values()) / len(s)) == 0.75
 
 
+@pytest.mark.parametrize("rule", [lambda s: s["a"] + s["b"], lambda s: s["a"] * 10 - s["b"] * 10], ids=["inf", "nan"])
+def test_pick_reward_refuses_a_function_that_makes_no_finite_number_of_finite_scores(rule):
+    with pytest.raises(RewardError, match="must be a finite number"):
+        pick_reward({"a": 1e308, "b": 1e308}, rule)
+
+
 def test_pick_reward_takes_the_only_score_without_a_rule():
     assert pick_reward({"grade": 0.5}, None) == 0.5
 

@@ -291,6 +291,26 @@ def test_the_idle_process_of_a_task_container_answers_the_warm_pools_readiness_p
     assert json.loads(READY_REPLY) == {"jsonrpc": "2.0", "id": PING_ID, "result": {}}
 
 
+def test_check_names_the_tasks_whose_tests_run_as_their_agent_s_user(copy):
+    """Tests that run as the agent's own user (shell-only, as it comes) run what the agent
+    configured for the programs they call (git runs the core.fsmonitor script a repository's
+    .git/config names, which can write reward.json: docs/harbor.md): `corral check` names
+    them, and says the fix."""
+    root = copy
+    for task in ("csv-stats", "yaml-config"):  # USER worker in the image; tests as the image's user
+        dockerfile = root / task / "environment" / "Dockerfile"
+        dockerfile.write_text(dockerfile.read_text() + "USER worker:worker\n")
+    toml = root / "yaml-config" / "task.toml"  # ...unless the task runs them as root
+    toml.write_text(toml.read_text().replace("[verifier]\n", '[verifier]\nuser = "root"\n'))
+    toml = root / "two-scores" / "task.toml"  # both phases as the same user, named in task.toml
+    toml.write_text(toml.read_text().replace("[verifier]\n", '[verifier]\nuser = "1000"\n')
+                    .replace("[agent]\n", '[agent]\nuser = "1000"\n'))
+    notes = load_bundle(root).harbor.notes
+    (shared,) = [note for note in notes if "run their tests as their agent's user" in note]
+    assert shared.startswith("3 task(s) run their tests as their agent's user (csv-stats, shell-only, two-scores)")
+    assert "[verifier] user" in shared
+
+
 def test_check_names_the_tasks_whose_agent_runs_as_root_and_says_the_fix(copy):
     """A root agent can replace python3 or bash under its tests: `corral check` says which tasks
     let it, as far as task.toml and the Dockerfile tell, and how to stop it."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 from corral.errors import RewardError
@@ -12,10 +13,15 @@ RewardRule = str | Callable[[dict[str, float]], float] | None
 def pick_reward(scores: Mapping[str, float], rule: RewardRule) -> float:
     """The reward of an episode that recorded `scores`.
 
-    `rule=None` takes the only score; a string picks that score; a function combines them.
+    `rule=None` takes the only score; a string picks that score; a function combines them,
+    into a finite number: finite scores can still combine into inf or nan (1e308 + 1e308), which
+    a trainer would learn from as it would from a number.
     """
     if callable(rule):
-        return float(rule(dict(scores)))
+        reward = float(rule(dict(scores)))
+        if not math.isfinite(reward):
+            raise RewardError(f"the reward function made {reward} of the scores {dict(scores)}; it must be a finite number")
+        return reward
     if rule is None:
         if len(scores) != 1:
             raise RewardError(missing_rule_message(sorted(scores)))

@@ -61,10 +61,10 @@ from corral.sandboxes.local_procs import (
     kill_marked,
     kill_uid,
     minimal_environment,
-    remove_tree,
 )
 from corral.sandboxes.local_verify import verify_on_a_copy
 from corral.sandboxes.runtime_dirs import private_folder
+from corral.sandboxes.trees import remove_tree
 from corral.sandboxes.warm_pool import WarmPools
 
 log = logging.getLogger("corral.sandboxes")

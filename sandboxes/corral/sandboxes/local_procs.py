@@ -125,18 +125,6 @@ async def kill_uid(uid: int) -> None:
     await killer.wait()
 
 
-def remove_tree(path: Path) -> None:
-    """Remove a folder and all in it, read-only folders this user owns included (blocking):
-    an env that made a folder 0555 cannot leave it behind. Links are never followed."""
-    if not running_as_root():  # root removes whatever the modes say
-        for root, dirs, _ in os.walk(path):
-            for name in [".", *dirs]:
-                with contextlib.suppress(OSError):
-                    if stat.S_ISDIR(os.lstat(os.path.join(root, name)).st_mode):
-                        os.chmod(os.path.join(root, name), 0o700)
-    shutil.rmtree(path, ignore_errors=True)
-
-
 class UidPool:
     """Uids for episodes of a root server: one each, held (a lock on a file) while it lives."""
 

@@ -33,8 +33,9 @@ from typing import Protocol
 
 from corral.sandboxes.base import CommandResult, SandboxSpec
 from corral.sandboxes.local_namespace import Contained
-from corral.sandboxes.local_procs import minimal_environment, remove_tree
+from corral.sandboxes.local_procs import minimal_environment
 from corral.sandboxes.pristine import pristine_environment, remove_bytecode
+from corral.sandboxes.trees import remove_tree, walk
 
 SETUP_TIMEOUT_S = 120.0  # copying the env's folder: the platform's part, apart from the command's deadline
 ENTRY_BYTES = 512  # what each file or folder costs in the copy's size, beside its content
@@ -138,22 +139,27 @@ def write_files(folder: Path, files: Mapping[str, bytes]) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content)
         target.chmod(0o444)
-    for root, _, _ in os.walk(folder):
+    for root, _, _ in walk(folder):
         os.chmod(root, 0o555)
 
 
 def larger_than(folder: Path, limit: int) -> bool:
     """Whether the files under `folder` come to more than `limit` bytes, by their sizes (a
     sparse file counts whole: a copy would be) plus 512 bytes an entry, as in an archive (a
-    million empty files cost as much as docker's copy counts them); links are not followed
-    (blocking)."""
+    million empty files cost as much as docker's copy counts them); a file's hard links count
+    its size once, as `cp -a` and `tar` copy it once; links are not followed (blocking)."""
     total = 0
-    for root, dirs, names in os.walk(folder):
+    seen: set[tuple[int, int]] = set()  # (device, inode) of what has more than one link
+    for root, dirs, names in walk(folder):
         for name in names + dirs:
             try:
-                total += ENTRY_BYTES + os.lstat(os.path.join(root, name)).st_size
+                found = os.lstat(os.path.join(root, name))
             except OSError:
                 continue
+            inode = (found.st_dev, found.st_ino)
+            total += ENTRY_BYTES + (0 if inode in seen else found.st_size)
+            if found.st_nlink > 1:
+                seen.add(inode)
             if total > limit:
                 return True
     return False

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
+
+from corral.sandboxes.trees import remove_tree, walk
 
 # No process can make this folder (/dev/null is not one), so no cache is read from it or
 # written to it: every module is compiled from its source.
@@ -47,13 +48,13 @@ def remove_bytecode(folder: Path) -> int:
     """Remove from `folder` (a verifier's copy) every file and folder named as `BYTECODE`,
     following no link; how many went. A link so named goes as a link."""
     removed = 0
-    for root, folders, files in os.walk(folder):
+    for root, folders, files in walk(folder):
         for name in [*folders, *files]:
             if not any(fnmatch.fnmatch(name, pattern) for pattern in BYTECODE):
                 continue
             path = os.path.join(root, name)
             if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
+                remove_tree(Path(path))
                 folders.remove(name)
             else:
                 os.unlink(path)

@@ -271,8 +271,9 @@ class ServedEpisode:
 
     async def _close_sandbox(self) -> None:
         """Close the sandbox (once) within the reset deadline: a close that hangs (an engine that
-        stopped answering, a container slow to remove) must not hold the episode's end, whose
-        outcome is already decided; it is given up and logged."""
+        stopped answering, a container slow to remove) or fails (on files the agent left) must
+        not hold or break the episode's end, whose outcome is already decided; it is given up
+        and logged."""
         if self._env is not None:
             env, self._env = self._env, None
             try:
@@ -281,6 +282,8 @@ class ServedEpisode:
             except TimeoutError:
                 log.warning("episode %s: closing its sandbox took more than %gs; given up", self.episode_id,
                             self.limits.reset_timeout_s)
+            except Exception:  # what the agent left may make a close fail: it takes no verdict either
+                log.warning("episode %s: closing its sandbox failed; given up", self.episode_id, exc_info=True)
 
     async def _end_early(self, observed: ResetObservation | CallToolObservation, reason: str, *, cause: str,
                          error_type: str = "execution_error", scores: dict[str, float] | None = None) -> Any:

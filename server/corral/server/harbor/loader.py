@@ -111,7 +111,7 @@ def _read_tasks(root: Path, manifest: HarborManifest, policy: str, problems: lis
         child for child in root.iterdir() if child.is_dir() and not child.name.startswith((".", "_")) and _is_task(child))
     served: dict[str, HarborTask] = {}
     left_out: list[Problem] = []
-    defaulted, unenforced, rooted = [], [], []
+    defaulted, unenforced, rooted, shared = [], [], [], []
     for folder in folders:
         where = f"{root.name}/{folder.name}" if folder != root else root.name
         try:
@@ -134,6 +134,8 @@ def _read_tasks(root: Path, manifest: HarborManifest, policy: str, problems: lis
             unenforced.append(task.id)
         if task.agent_may_be_root:
             rooted.append(task.id)
+        if task.tests_run_as_the_agent:
+            shared.append(task.id)
     if not folders:
         problems.append(Problem(root.name, "no task folders (a folder with task.toml, or task.yaml); add some"))
     notes = []
@@ -145,6 +147,11 @@ def _read_tasks(root: Path, manifest: HarborManifest, policy: str, problems: lis
         notes.append(f"{len(rooted)} task(s) run their agent as root ({', '.join(rooted[:3])}), which can replace the "
                      "programs their tests run (python3, bash): their verdict does not hold against an agent that "
                      "tries; run the agent as another user ([agent] user, or USER in the Dockerfile; docs/harbor.md)")
+    if shared:
+        notes.append(f"{len(shared)} task(s) run their tests as their agent's user ({', '.join(shared[:3])}): "
+                     "configuration the agent leaves that a program of the tests honours (a repository's .git/config "
+                     "naming a core.fsmonitor script, which git status runs) runs as the tests, which can write "
+                     "/logs/verifier/reward.json; run the tests as another user ([verifier] user; docs/harbor.md)")
     if unenforced:
         notes.append(f"{len(unenforced)} task(s) set storage_mb or a healthcheck, which corral does not enforce or run "
                      f"({', '.join(unenforced[:3])})")

@@ -167,13 +167,26 @@ class HarborTask:
         """Whether the agent may run as root, as far as task.toml and the Dockerfile say: no
         `[agent] user` other than root, and no last `USER` other than root in the Dockerfile.
         A root agent can replace the programs its tests run (python3, bash, a library)."""
-        user = self.config.agent.user
-        if user not in (None, "", "root", 0, "0"):
-            return False
+        return self._user_of(self.config.agent.user) in ("root", "0")
+
+    @property
+    def tests_run_as_the_agent(self) -> bool:
+        """Whether test.sh runs as the agent's own user (not root), as far as task.toml and
+        the Dockerfile say. Then configuration the agent leaves that a program of the tests
+        honours (a repository's .git/config whose core.fsmonitor names a script, run by
+        `git status`) runs the agent's code as the tests, which may write the reward files."""
+        agent = self._user_of(self.config.agent.user)
+        return agent not in ("root", "0") and self._user_of(self.config.verifier.user) == agent
+
+    def _user_of(self, configured: str | int | None) -> str:
+        """The user a phase runs as: `configured` in task.toml, else the Dockerfile's last
+        `USER`, else root; the name or uid, without a group."""
+        if configured not in (None, ""):
+            return str(configured).split(":")[0]
         dockerfile = self.environment_dir / "Dockerfile"
         lines = dockerfile.read_text(errors="replace").splitlines() if dockerfile.is_file() else []
         users = [line.split()[1] for line in lines if line.strip().upper().startswith("USER ") and len(line.split()) > 1]
-        return user is not None or not users or users[-1].split(":")[0] in ("root", "0")
+        return users[-1].split(":")[0] if users else "root"
 
     @property
     def compose_file(self) -> Path | None:
