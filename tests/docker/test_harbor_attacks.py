@@ -89,3 +89,37 @@ def test_the_oracle_plays_a_task_whose_agent_is_not_root(harbor_worker, worker_t
     assert result.exit_code == 0, result.output
     assert "oracle: 1 of 1 task(s) score 1 with their solution" in result.output
     assert "null: 1 of 1 task(s) score 0 when the agent does nothing" in result.output
+
+
+# The same task with tests a careful author wrote: they run as root and start the agent's own
+# program as the agent's user (runuser), so that program cannot write the verdict.
+RUNS_THE_AGENTS_PROGRAM = (
+    "#!/bin/bash\npython3 -m pytest -q -p no:cacheprovider /tests/test_totals.py\n"
+    "if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
+    "runuser -u worker -- python3 /app/summarize.py || true\n")
+FORGES_THE_VERDICT = (
+    "printf 'import json, pathlib\\nfor path in (\"/logs/verifier/reward.json\", \"/corral-verifier-home/forged\"):\\n"
+    "    try: pathlib.Path(path).write_text(json.dumps({\"reward\": 1}))\\n"
+    "    except OSError as error: print(\"refused:\", error)\\n' > /app/summarize.py")
+
+
+@pytest.fixture(scope="module")
+def root_tests(docker_engine, worker_tasks, tmp_path_factory) -> Iterator[EmbeddedServer]:
+    root = Path(shutil.copytree(worker_tasks, tmp_path_factory.mktemp("harbor-root-tests") / "tasks"))
+    task = root / TASK
+    (task / "tests" / "test.sh").write_text(RUNS_THE_AGENTS_PROGRAM)
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace("[verifier]\n", '[verifier]\nuser = "root"\n'))
+    yield from serving(root, sandbox="docker", max_concurrent_envs=2)
+
+
+def test_tests_run_as_root_keep_the_agent_s_program_from_the_verdict(root_tests):
+    ended = play(root_tests, FORGES_THE_VERDICT)
+    output = "\n".join(ended.metadata["verifier_output"].values())
+    assert (ended.status, ended.reward) == ("scored", 0.0), output
+    assert output.count("refused: [Errno 13] Permission denied") == 2, output  # the verdict's folder and HOME
+
+
+def test_tests_run_as_root_still_write_the_verdict_of_a_solution(root_tests):
+    ended = play(root_tests, SOLVE, FORGES_THE_VERDICT)
+    assert (ended.status, ended.reward) == ("scored", 1.0), ended.metadata["verifier_output"]

@@ -13,8 +13,9 @@ A Harbor task's agent may write anywhere in its container, so a copy of a few fo
    docker's own init (from the engine, not the image) and the command that init's only child:
    when the command ends, everything else in the container ends with it.
 4. The files (the task's tests) go into an empty volume at `files_dir` (Harbor's /tests), and
-   the folder of each result file (/logs/verifier) is another empty volume that every user may
-   write, as is the command's HOME (VERIFIER_HOME). The volumes are made without the image's
+   the folder of each result file (/logs/verifier) is another empty volume, as is the command's
+   HOME (VERIFIER_HOME): writable by root only when the command runs as root (which may then
+   run the agent's programs as another user: it alone keeps SETUID and SETGID), else by all. The volumes are made without the image's
    content there (`nocopy`), so nothing the agent left at those paths is seen, and the engine
    writes the files (its archive API): no program of the image, which the agent may have
    changed, takes part.
@@ -95,10 +96,12 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
             commit_started = True
             # What the agent made, by the engine's word, read while the commit is under way.
             _, changed = await asyncio.gather(engine.call(commit), engine.call(engine.api.diff, source))
-            fresh = fresh_config(config, snapshot, name, files_dir=files_dir, results=results, user=user,
+            user = config["user"] if user is None else user
+            as_root = await _runs_as_root(engine, snapshot, user)
+            fresh = fresh_config(config, snapshot, name, files_dir=files_dir, results=results, user=user, as_root=as_root,
                                  environment=environment, command=list(command(files_dir)))
             made.append((await engine.call(engine.api.create_container, **fresh))["Id"])
-            refused = await _copy_in(engine, made[0], files, files_dir, results)
+            refused = await _copy_in(engine, made[0], files, files_dir, results, by_root_only=as_root)
             if refused is not None:
                 return CommandResult(exit_code=1, output=refused)
             stream = await MuxStream.open(await engine.call(
@@ -126,24 +129,34 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
                              made[0] if made else name, snapshot, committed)
 
 
-def fresh_config(config: Mapping, image: str, name: str, *, files_dir: str, results: Sequence[str], user: str | None,
-                 environment: Mapping[str, str] | None, command: list[str]) -> dict:
+def fresh_config(config: Mapping, image: str, name: str, *, files_dir: str, results: Sequence[str], user: str,
+                 as_root: bool, environment: Mapping[str, str] | None, command: list[str]) -> dict:
     """create_container's arguments for the verifier: the agent container's, with the commit
     as its image, docker's init as its first process, the command as its one child, empty
-    volumes at `files_dir` and at each result file's folder, and no log kept."""
+    volumes at `files_dir` and at each result file's folder, and no log kept. Tests that run
+    as root (`as_root`) may also change user, so that they can run the agent's programs as
+    a user that cannot write their verdict (`runuser -u worker -- ...`)."""
     folders = [files_dir, *folders_of(results)]
     host_config = {
         **config["host_config"], "AutoRemove": False, "Init": True, "LogConfig": {"Type": "none", "Config": {}},
         "Mounts": [docker.types.Mount(folder, None, type="volume", no_copy=True) for folder in folders],
+        **({"CapAdd": ["SETUID", "SETGID"]} if as_root else {}),
     }
     labels = {key: value for key, value in config["labels"].items() if key != "corral.pool"}
     return {
-        "image": image, "command": [SH, "-c", GATE, "corral-gate", *command], "entrypoint": [""], "user": config["user"] if user is None else user,
+        "image": image, "command": [SH, "-c", GATE, "corral-gate", *command], "entrypoint": [""], "user": user,
         "environment": pristine_environment({**config["environment"], **(environment or {})}, home=VERIFIER_HOME),
         "working_dir": config.get("working_dir"),
         "name": name, "labels": {**labels, "corral.purpose": "verify"}, "host_config": host_config,
         "stdin_open": True, "tty": False, "detach": True, "use_config_proxy": False,
     }
+
+
+async def _runs_as_root(engine: Engine, image: str, user: str) -> bool:
+    """Whether a container of `image` run as `user` runs as root: the image's own USER where
+    `user` is empty, and root where that is empty too."""
+    user = user or (await engine.call(engine.api.inspect_image, image))["Config"].get("User") or ""
+    return user.split(":")[0] in ("", "root", "0")
 
 
 def folders_of(results: Sequence[str]) -> list[str]:
@@ -201,16 +214,19 @@ async def _stopped(engine: Engine, container: str, settle_s: float = STOPPING_S)
 
 
 async def _copy_in(engine: Engine, container: str, files: Mapping[str, bytes], files_dir: str,
-                   results: Sequence[str]) -> str | None:
-    """The files into their volume, and HOME and each result folder made writable by all; None when
-    done, else why not. Before the start the volumes are the paths as the agent left them
-    resolve (a link it made is followed within the container): an error there is its doing."""
+                   results: Sequence[str], *, by_root_only: bool) -> str | None:
+    """The files into their volume, and HOME and each result folder made writable by root only
+    (`by_root_only`: the tests run as root) or else by all; None when done, else why not.
+    Tests that run as root and start the agent's programs as another user thereby keep those
+    from the reward files and from HOME's configuration (a ~/.gitconfig the tests' git reads).
+    Before the start the volumes are the paths as the agent left them resolve (a link it made
+    is followed within the container): an error there is its doing."""
     try:
         await engine.call(engine.api.put_archive, container, files_dir, tar_of(files, file_mode=FILES_MODE))
         for folder in folders_of(results):
             parent, base = posixpath.split(folder.rstrip("/"))
-            writable_by_all = tar_of({base: None}, file_mode=FILES_MODE, dir_mode=0o777)
-            await engine.call(engine.api.put_archive, container, parent or "/", writable_by_all)
+            made = tar_of({base: None}, file_mode=FILES_MODE, dir_mode=0o755 if by_root_only else 0o777)
+            await engine.call(engine.api.put_archive, container, parent or "/", made)
     except docker.errors.APIError as error:
         return (f"[corral] the tests could not be put at {files_dir} in a copy of what the agent left "
                 f"(did it replace a folder there with a file?): {error.explanation or error}")
