@@ -79,6 +79,7 @@ def play_on_rank(rank: int, port: int, model_dir: str, results: Any) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.timing
 def test_processes_with_different_episodes_generate_in_lockstep(tmp_path: Path) -> None:
     model_dir = str(make_tiny_model(tmp_path / "model"))
     with socket.socket() as probe:
