@@ -26,13 +26,13 @@ import contextlib
 import logging
 import os
 import secrets
-import shutil
 import socket
 import tempfile
 from pathlib import Path
 
 from corral.errors import ConfigError
 from corral.sandboxes.runtime_dirs import private_folder
+from corral.sandboxes.trees import remove_tree
 
 log = logging.getLogger("corral.sandboxes.docker")
 
@@ -62,7 +62,7 @@ class Channels:
             return 0
         left = list(self.root.iterdir())
         for folder in left:
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(folder)
         return len(left)
 
     def open(self) -> Channel | None:
@@ -78,7 +78,7 @@ class Channels:
             folder.mkdir(mode=0o755)
             return Channel(folder)
         except OSError as error:  # a folder it may not write, a path too long for a socket (108 bytes)
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(folder)
             self._give_up(f"this server cannot make a socket in {self.root} ({error}); set {DIRECTORY_VARIABLE} "
                           "to a short folder it may write")
             return None
@@ -101,7 +101,7 @@ class Channels:
             log.warning("env containers talk over their attach streams, through the engine (slower): %s", why)
 
     def close(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tree(self.root)
 
 
 class Channel:
@@ -165,7 +165,7 @@ class Channel:
             self._writer.close()
             with contextlib.suppress(OSError, ConnectionError):
                 await self._writer.wait_closed()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        remove_tree(self.folder)
 
 
 async def write_line(writer: asyncio.StreamWriter, line: bytes) -> None:
