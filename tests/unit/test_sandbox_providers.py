@@ -222,6 +222,26 @@ def test_as_root_the_env_s_files_are_copied_readable_by_every_uid_keeping_what_r
     asyncio.run(check())
 
 
+def test_a_line_sent_to_an_exited_env_raises_even_while_a_process_it_left_holds_its_stdin(no_leftover_env_processes):
+    # Without namespaces nothing ends the child with the env, and the pipe stays open.
+    spec = SandboxSpec("leaver", TOY, ("python3", "-c", "import subprocess, sys; subprocess.Popen(['sleep', '60']); sys.exit(3)"))
+
+    async def check() -> None:
+        provider = LocalProvider(unsafe_local_shell=True)
+        provider.bubblewrap = None
+        try:
+            sandbox = await provider.start(spec)
+            async with asyncio.timeout(30):
+                while sandbox.alive:
+                    await asyncio.sleep(0.05)
+            with pytest.raises(EOFError, match=r"has exited \(status 3\)"):
+                await sandbox.send_line(b"{}")
+        finally:
+            await provider.aclose()
+
+    asyncio.run(check())
+
+
 def test_a_local_env_line_longer_than_the_limit_ends_the_stream(monkeypatch, no_leftover_env_processes):
     monkeypatch.setattr(local_module, "LINE_LIMIT", 4096)
     spec = SandboxSpec("flood", TOY, ("python3", "-c", "print('x' * 10000, flush=True); import time; time.sleep(60)"))

@@ -152,13 +152,20 @@ class LocalSandbox(Sandbox):
             os.chown(path, self.uid, self.uid)
 
     async def send_line(self, line: bytes) -> None:
-        stdin = self._running().stdin
+        process = self._running()
+        stdin = process.stdin
         assert stdin is not None
+        if process.returncode is not None:  # a process it left behind may still hold the pipe open
+            raise EOFError(f"the env process has exited (status {process.returncode})")
         try:
             stdin.write(line + b"\n")
             await stdin.drain()
         except (BrokenPipeError, ConnectionResetError) as error:
             raise EOFError("the env process closed its stdin") from error
+        # A write that meets a closed pipe closes the transport, but asyncio tells the stream
+        # one turn of the loop later, so drain() may return as if the line went.
+        if stdin.is_closing():
+            raise EOFError("the env process closed its stdin")
 
     async def read_line(self) -> bytes:
         stdout = self._running().stdout
