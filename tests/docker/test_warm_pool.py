@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from corral.client import Bundle
@@ -21,7 +22,12 @@ def test_a_reset_takes_a_warm_container_and_the_pool_refills(serve_docker, docke
         return {c["Id"] for c in containers(docker_engine, corral_instance=instance, corral_env="probe",
                                             corral_pool="warm") if "-warm-" in name_of(c)}
 
-    warm = poll(lambda: found if len(found := waiting()) == 2 else None, what="two warm probe containers")
+    def ready() -> int:  # answering their ping: what a reset takes (a container exists before that)
+        return httpx.get(f"{server.url}/health", timeout=10).json()["sandbox"]["warm"].get("probe", 0)
+
+    poll(lambda: ready() == 2, what="two warm probe containers ready")
+    warm = waiting()
+    assert len(warm) == 2
     with ws(server.url) as socket_:
         episode = reset(socket_)
         # Labels are fixed at creation, so a claimed container carries its episode in its name.

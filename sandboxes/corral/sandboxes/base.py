@@ -87,6 +87,7 @@ class ProviderStatus:
     isolated: bool  # whether a sandbox is an isolation boundary (local: whether its namespaces run here)
     live: int  # sandboxes started for episodes and not yet closed
     warm: dict[str, int] = field(default_factory=dict)  # started sandboxes waiting, per env name
+    warm_dry: dict[str, int] = field(default_factory=dict)  # resets that found no warm one, per env name
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,8 @@ class DockerProvider(SandboxProvider):
         return sandbox
 
     def status(self) -> ProviderStatus:
-        return ProviderStatus(self.kind, self.isolated, live=len(self._running), warm=self._pools.ready())
+        return ProviderStatus(self.kind, self.isolated, live=len(self._running), warm=self._pools.ready(),
+                              warm_dry=self._pools.dry())
 
     async def check(self) -> None:
         """The engine answers a ping within PING_TIMEOUT_S, or SandboxError says it stopped."""

@@ -346,7 +346,8 @@ class LocalProvider(SandboxProvider):
         return sandbox
 
     def status(self) -> ProviderStatus:
-        return ProviderStatus(self.kind, self.isolated, live=len(self.running - self.waiting), warm=self._pools.ready())
+        return ProviderStatus(self.kind, self.isolated, live=len(self.running - self.waiting), warm=self._pools.ready(),
+                              warm_dry=self._pools.dry())
 
     async def aclose(self) -> None:
         await self._pools.close()

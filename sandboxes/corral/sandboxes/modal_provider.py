@@ -220,7 +220,8 @@ class ModalProvider(SandboxProvider):
             log.warning("a Modal call in the background failed: %s", task.exception())
 
     def status(self) -> ProviderStatus:
-        return ProviderStatus(self.kind, self.isolated, live=len(self._running - self._waiting), warm=self._pools.ready())
+        return ProviderStatus(self.kind, self.isolated, live=len(self._running - self._waiting), warm=self._pools.ready(),
+                              warm_dry=self._pools.dry())
 
     async def check(self) -> None:
         """Modal answers for the app, or SandboxError says it does not."""

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 
 from corral.client.records import EpisodeRecord
 from corral.sandboxes import ProviderStatus
@@ -49,6 +50,7 @@ class Metrics:
               registry=registry).set_function(lambda: sandboxes().live)
         self._warm = Gauge("corral_warm_pool_ready", "Started sandboxes waiting for an episode, by env.", ["env"],
                            registry=registry)
+        registry.register(WarmPoolDry(sandboxes))
         self._sandboxes = sandboxes
 
     def count_sessions(self, sessions: Callable[[], int]) -> None:
@@ -68,3 +70,25 @@ class Metrics:
             "tool_calls": record.tool_calls, "seconds": {k: round(v, 4) for k, v in record.seconds.items()},
         }
         episodes_log.info(json.dumps(fields))
+
+
+class WarmPoolDry:
+    """`corral_warm_pool_dry_total`: resets that found their env's warm pool empty (a pool too
+    small for its load), a counter the provider keeps and this reads when scraped."""
+
+    def __init__(self, sandboxes: Callable[[], ProviderStatus]):
+        self._sandboxes = sandboxes
+
+    def describe(self) -> Iterator[CounterMetricFamily]:  # so registering does not read the provider
+        yield self._family()
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = self._family()
+        for env, dry in self._sandboxes().warm_dry.items():
+            family.add_metric([env], dry)
+        yield family
+
+    @staticmethod
+    def _family() -> CounterMetricFamily:
+        return CounterMetricFamily("corral_warm_pool_dry", "Resets that found no warm sandbox ready, by env.",
+                                   labels=["env"])
