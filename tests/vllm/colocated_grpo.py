@@ -17,11 +17,11 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer
 
-from corral.client import Bundle  # noqa: E402
-from corral.training.cpu import one_cpu_thread  # noqa: E402
-from corral.training.tiny import CPU_RUN_SETTINGS  # noqa: E402
+from corral.client import Bundle
+from corral.training.cpu import one_cpu_thread
+from corral.training.tiny import CPU_RUN_SETTINGS
 
 GROUP = 4
 
