@@ -70,11 +70,23 @@ def _rollout(ids: list[int]) -> RolloutRecord:
 def test_a_token_whose_text_is_markup_renders_as_text() -> None:
     chips = Chips(token_chips(_rollout(list(range(len(HOSTILE)))), TokenText(Tokenizer(HOSTILE))))
     assert chips.texts == SHOWN
-    assert {tag for tag, _ in chips.tags} <= {"h2", "p", "span", "div", "br"}
+    assert {tag for tag, _ in chips.tags} <= {"h2", "p", "span", "div", "br", "details", "summary"}
     assert {name for _, attrs in chips.tags for name in attrs} <= {"class", "id", "title"}
     titles = [attrs["title"] for tag, attrs in chips.tags if tag == "span" and attrs.get("title")]
     assert titles == ["id 0 · env token", "id 1 · logprob -0.500", "id 2 · env token", "id 3 · logprob -0.500",
                       "id 4 · env token"]
+
+
+def test_the_prompt_s_ids_show_as_chips_of_their_own_escaped_too() -> None:
+    rollout = _rollout([2, 3]).model_copy(update={"prompt_ids": [0, 1]})
+    fragment = token_chips(rollout, TokenText(Tokenizer(HOSTILE)))
+    chips = Chips(fragment)
+    assert chips.texts == SHOWN[:4]
+    spans = [attrs for tag, attrs in chips.tags if tag == "span" and attrs.get("title")]
+    assert [(attrs["class"], attrs["title"]) for attrs in spans] == [
+        ("tok prompt", "id 0 · prompt"), ("tok prompt", "id 1 · prompt"),
+        ("tok env", "id 2 · env token"), ("tok sampled", "id 3 · logprob -0.500")]
+    assert "2 prompt ids" in fragment
 
 
 def test_each_distinct_id_is_decoded_once_across_pages() -> None:

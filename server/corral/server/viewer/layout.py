@@ -18,7 +18,7 @@ table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding
 .members{display:flex;gap:1em;align-items:flex-start}.member{flex:1;min-width:0;border:1px solid #ccc;padding:.5em}
 .msg{white-space:pre-wrap;border-left:3px solid #ccc;margin:.3em 0;padding:.2em .5em;font-family:monospace;font-size:12px}
 .differs{border-left-color:#dc2626;background:#fef2f2}.tok{display:inline-block;font-family:monospace;font-size:11px;padding:0 1px;margin:0 1px 1px 0}
-.sampled{background:#dbeafe}.env{background:#e5e7eb;color:#666}form.filters input{width:7em}
+.sampled{background:#dbeafe}.env{background:#e5e7eb;color:#666}.prompt{background:#fef3c7}form.filters input{width:7em}
 .timeline{display:flex;height:18px;width:480px}.timeline div{font-size:10px;color:#fff;overflow:hidden}
 """
 

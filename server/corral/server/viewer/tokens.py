@@ -1,5 +1,6 @@
-"""An episode's completion as chips, one per token id: the model's sampled ids apart from the
-env's, the logprob on hover, and with `corral view --tokenizer` each token's text.
+"""An episode's tokens as chips, one per id: its prompt's (folded), then its completion's, the
+model's sampled ids apart from the env's, the logprob on hover, and with `corral view
+--tokenizer` each token's text.
 
 The text came from a model and an env: it is escaped like any other text on the page, and its
 whitespace is shown as marks so that a token of spaces or a newline can be seen and hovered.
@@ -66,18 +67,29 @@ def _one_line(error: Exception) -> str:
 
 
 def token_chips(rollout: RolloutRecord, text: TokenText | None) -> str:
-    """The completion's ids as chips: blue sampled (logprob on hover), grey the env's."""
+    """The prompt's ids (folded), then the completion's as chips: blue sampled (logprob on hover),
+    grey the env's."""
     ids = rollout.completion_ids
-    shown = text.html(ids) if text is not None else [str(i) for i in ids]
     chips = []
-    for i, label, sampled, logprob in zip(ids, shown, rollout.env_mask, rollout.logprobs, strict=False):
+    for i, label, sampled, logprob in zip(ids, _labels(ids, text), rollout.env_mask, rollout.logprobs, strict=False):
         title = f"id {i} · logprob {logprob:.3f}" if sampled else f"id {i} · env token"
-        chips.append(f"<span class='tok {'sampled' if sampled else 'env'}' title='{title}'>{label}</span>")
-        if text is not None and "↵" in label:
-            chips.append("<br>")  # the newline a chip shows also breaks the line, so it reads like the text
+        chips.append(_chip("sampled" if sampled else "env", title, label, text))
+    prompt = "".join(_chip("prompt", f"id {i} · prompt", label, text)
+                     for i, label in zip(rollout.prompt_ids, _labels(rollout.prompt_ids, text), strict=True))
     hint = "" if text is not None else (
         "<p id='token-hint'>Ids only: <code>corral view ... --tokenizer PATH</code> shows each token's text.</p>")
-    return (f"<h2>Tokens</h2><p>{len(rollout.prompt_ids)} prompt ids; <span id='sampled'>{rollout.sampled}</span> of "
+    return (f"<h2>Tokens</h2><details id='prompt-tokens'><summary>{len(rollout.prompt_ids)} prompt ids</summary>"
+            f"<div>{prompt}</div></details><p><span id='sampled'>{rollout.sampled}</span> of "
             f"{len(ids)} completion ids sampled by the model (blue; id and logprob on hover), the rest "
             f"rendered from the env's answers (grey){'; truncated: ' + escape(rollout.truncated) if rollout.truncated else ''}"
             f"</p>{hint}<div id='tokens'>{''.join(chips)}</div>")
+
+
+def _labels(ids: Sequence[int], text: TokenText | None) -> list[str]:
+    return text.html(ids) if text is not None else [str(i) for i in ids]
+
+
+def _chip(kind: str, title: str, label: str, text: TokenText | None) -> str:
+    chip = f"<span class='tok {kind}' title='{title}'>{label}</span>"
+    # the newline a chip shows also breaks the line, so it reads like the text
+    return chip + "<br>" if text is not None and "↵" in label else chip
