@@ -19,6 +19,7 @@ from corral.server.mcp import answer_mcp, parse_error
 from corral.server.served import ServedBundle
 from corral.server.sessions import SessionRegistry
 from corral.server.taskapi import task_router
+from corral.server.worker_seat import WorkerSeat
 from corral.server.ws import serve_socket
 
 OPENENV_HTTP_VERSION = "1.0.0"  # the OpenEnv HTTP profile the routes follow (openenv validate reads it)
@@ -35,9 +36,10 @@ def socket_settings(served: ServedBundle) -> dict[str, Any]:
             "ws_per_message_deflate": False}
 
 
-def create_app(served: ServedBundle) -> FastAPI:
-    """An app serving `served` (see `ServedBundle.open`); shutting it down tears every episode down."""
-    registry = SessionRegistry(served, served.options.max_concurrent_envs)
+def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
+    """An app serving `served` (see `ServedBundle.open`); shutting it down tears every episode down.
+    `seat`: this process is one worker of several (workers.py), whose session limit is the host's."""
+    registry = SessionRegistry(served, served.options.max_concurrent_envs, seat)
     token = served.options.token
     served.metrics.count_sessions(lambda: len(registry.sessions))
 
@@ -45,6 +47,8 @@ def create_app(served: ServedBundle) -> FastAPI:
     async def lifespan(app: FastAPI):
         served.start_pools()
         registry.start_reaping()
+        if seat is not None:
+            seat.serving()
         yield
         await registry.close_all()
         await served.aclose()
@@ -73,11 +77,14 @@ def create_app(served: ServedBundle) -> FastAPI:
     @app.get("/health")
     async def health() -> dict[str, Any]:  # on the loop: the provider's state is the loop's
         sandbox = served.provider.status()
+        workers = {} if seat is None else {"worker": seat.index, "workers": seat.workers()}
         return {
             "status": "healthy",
-            "sessions": len(registry.sessions),
+            "sessions": registry.active(),
             "max_sessions": registry.limit,
+            # This process's sandboxes: with several workers, the answering one's (see "worker").
             "sandbox": {"kind": sandbox.kind, "isolated": sandbox.isolated, "live": sandbox.live, "warm": sandbox.warm},
+            **workers,
         }
 
     @app.get("/metrics")
