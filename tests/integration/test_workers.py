@@ -1,5 +1,5 @@
 """`corral serve --workers 2`: sessions over one port spread over both workers and score; the
-session limit and /health are the host's; a worker killed mid-run costs only its own episodes
+session limit, /health and /metrics are the host's; a worker killed mid-run costs only its own episodes
 and is replaced; the host's processes all end with it, however it ends."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from corral.client import Bundle
 from corral.errors import CapacityError
@@ -86,7 +87,7 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_sessions_over_one_port_reach_both_workers_score_and_share_the_hosts_limit():
+def test_sessions_over_one_port_reach_both_workers_score_and_share_the_hosts_limit_and_metrics():
     with two_workers("--max-concurrent-envs", str(SESSIONS)) as (url, _), Bundle(url, split="toy") as env:
         environments = [env.factory() for _ in range(SESSIONS)]
         start_episodes(environments, env.dataset[0])
@@ -99,6 +100,16 @@ def test_sessions_over_one_port_reach_both_workers_score_and_share_the_hosts_lim
         with pytest.raises(CapacityError, match=f"at its limit of {SESSIONS} sessions"):
             one_more.reset(**env.dataset[0])
         assert rewards_of(environments) == [1.0] * SESSIONS
+        for _ in range(4):  # whichever worker answers, the totals are the host's: each worker played some
+            assert metric(url, "corral_episodes_started_total") == SESSIONS
+            assert metric(url, "corral_episodes_ended_total", status="scored") == SESSIONS
+            assert metric(url, "corral_sessions_active") == SESSIONS
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    text = httpx.get(url + "/metrics", timeout=30, trust_env=False).text
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == name and labels.items() <= sample.labels.items())
 
 
 def test_a_session_created_over_http_is_refused_saying_what_to_do_instead():

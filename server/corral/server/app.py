@@ -19,6 +19,7 @@ from corral.server.mcp import answer_mcp, parse_error
 from corral.server.served import ServedBundle
 from corral.server.sessions import SessionRegistry
 from corral.server.taskapi import task_router
+from corral.server.worker_metrics import OWN_ONLY, peers_metrics, summed
 from corral.server.worker_seat import WorkerSeat
 from corral.server.ws import serve_socket
 
@@ -88,8 +89,12 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
         }
 
     @app.get("/metrics")
-    async def metrics() -> Response:  # on the loop, as /health: the gauges read the provider's state
-        return Response(served.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    async def metrics(request: Request) -> Response:  # on the loop, as /health: the gauges read the provider's state
+        own = served.metrics.render()
+        if seat is None or OWN_ONLY in request.headers:
+            return Response(own, media_type=CONTENT_TYPE_LATEST)
+        peers = await peers_metrics(seat, request.headers.get("authorization"))
+        return Response(summed([own.decode(), *peers]), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/metadata")
     def metadata() -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """What one worker of `corral serve --workers N` shares with the others: the host's session
-count (each worker writes its own slot, every worker reads them all) and each worker's pid.
+count (each worker writes its own slot, every worker reads them all), each worker's pid, and
+the folder of their private Unix sockets (how one asks the others for their /metrics).
 
 Shared memory the supervisor made (workers.py), not a lock: a worker killed while holding a
 lock would stop every other. Without one, workers opening their last free slots at the same
@@ -20,6 +21,10 @@ class WorkerSeat:
     index: int
     sessions: MutableSequence[int]  # per worker: its open sessions (0 for a worker that died)
     pids: MutableSequence[int]  # per worker: its pid once it serves (0 while none does)
+    folder: str  # the workers' private sockets, in a folder only this user may enter
+
+    def socket_path(self, index: int) -> str:
+        return os.path.join(self.folder, f"worker-{index}.sock")
 
     def host_sessions(self) -> int:
         return sum(self.sessions)

@@ -5,7 +5,8 @@ and the hold on the server's instance: a second host of the instance refuses), t
 N workers that accept on the same listening socket; the kernel hands each new connection to
 one of them. Worker K is a whole server of its own: it opens the bundle as instance
 `INSTANCE-wK`, so its sandboxes, local folders and container labels are its own, and the
-worker that replaces it reaps what it left. The session limit is the host's (worker_seat).
+worker that replaces it reaps what it left. The session limit is the host's (worker_seat); so
+is /metrics, which the worker asked sums over every worker's private Unix socket (worker_metrics).
 
 A worker that dies costs only the episodes it held (their sockets close) and is replaced;
 one that dies before it ever served stops the host, since its replacement would fail alike.
@@ -22,9 +23,11 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
@@ -55,6 +58,7 @@ class Supervisor:
         self._context = multiprocessing.get_context("spawn")  # no fork: the supervisor holds threads
         self.sessions = self._context.RawArray("i", count)
         self.pids = self._context.RawArray("i", count)
+        self.folder = ""  # the workers' private sockets (made on run)
         self.processes: list[BaseProcess] = []
         self._stopping = False
 
@@ -62,15 +66,18 @@ class Supervisor:
         """Serve until SIGTERM or SIGINT (0), or until a worker fails to start (1)."""
         previous = {sig: signal.signal(sig, self._stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
+            self.folder = tempfile.mkdtemp(prefix="corral-workers-")  # mode 0700
             self.processes = [self._start(index) for index in range(self.count)]
             return self._watch()
         finally:
             self._stop_all()
+            if self.folder:
+                shutil.rmtree(self.folder, ignore_errors=True)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
     def _start(self, index: int) -> BaseProcess:
-        seat = WorkerSeat(index, self.sessions, self.pids)
+        seat = WorkerSeat(index, self.sessions, self.pids, self.folder)
         process = self._context.Process(target=_work, name=f"corral-worker-{index}", daemon=False,
                                         args=(self.root, self.options, seat, self.listener, os.getpid()))
         process.start()
@@ -126,7 +133,17 @@ def _work(root: Path, options: ServeOptions, seat: WorkerSeat, listener: socket.
         log.error("worker %d cannot serve: %s", seat.index, error)
         sys.exit(1)
     config = uvicorn.Config(create_app(served, seat), log_level="info", **socket_settings(served))
-    uvicorn.Server(config).run(sockets=[listener])
+    uvicorn.Server(config).run(sockets=[listener, _private_socket(seat)])
+
+
+def _private_socket(seat: WorkerSeat) -> socket.socket:
+    """This worker's Unix socket, where the other workers ask for its /metrics."""
+    path = seat.socket_path(seat.index)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # the socket of the worker this one replaces
+    private = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    private.bind(path)
+    return private
 
 
 def _die_with(parent: int) -> None:
