@@ -133,9 +133,10 @@ def test_a_killed_worker_costs_only_its_episodes_and_comes_back():
         rewards = rewards_of(environments)
         assert rewards.count(None) == lost and rewards.count(1.0) == SESSIONS - lost, rewards
         wait_for(lambda: health(url)["workers"][victim]["pid"] not in (0, pid), "the killed worker's replacement")
-        assert health(url)["sessions"] == SESSIONS - lost  # the dead worker's no longer hold the host's slots
+        answer = health(url)  # the clients of the lost episodes may have opened new sessions since
+        assert answer["sessions"] == sum(worker["sessions"] for worker in answer["workers"]) <= SESSIONS
 
-        start_episodes(environments, row)
+        start_episodes(environments, row)  # all 16 at the limit of 16: the dead worker's slots were freed
         assert rewards_of(environments) == [1.0] * SESSIONS
 
 
