@@ -181,6 +181,8 @@ def serve(
     if workers > 1:  # this process holds the instance and watches the workers; they serve
         try:
             status = Supervisor(bundle, options, listener, workers).run()
+        except ConfigError as error:  # the workers' folder is not one of this user's alone
+            fail(str(error))
         finally:
             asyncio.run(served.aclose())
         raise typer.Exit(status)

@@ -35,6 +35,7 @@ from types import FrameType
 import uvicorn
 
 from corral.errors import CorralError
+from corral.sandboxes.runtime_dirs import private_folder, safe_name
 from corral.server.app import create_app, socket_settings
 from corral.server.served import ServedBundle, ServeOptions
 from corral.server.worker_seat import WorkerSeat
@@ -58,7 +59,9 @@ class Supervisor:
         self._context = multiprocessing.get_context("spawn")  # no fork: the supervisor holds threads
         self.sessions = self._context.RawArray("i", count)
         self.pids = self._context.RawArray("i", count)
-        self.folder = ""  # the workers' private sockets (made on run)
+        # The workers' private sockets: the same folder after a restart, so a killed host leaves one at most.
+        assert options.instance is not None
+        self.folder = os.path.join(tempfile.gettempdir(), f"corral-{safe_name(options.instance)}-workers")
         self.processes: list[BaseProcess] = []
         self._stopping = False
 
@@ -66,13 +69,12 @@ class Supervisor:
         """Serve until SIGTERM or SIGINT (0), or until a worker fails to start (1)."""
         previous = {sig: signal.signal(sig, self._stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            self.folder = tempfile.mkdtemp(prefix="corral-workers-")  # mode 0700
+            private_folder(Path(self.folder), 0o700)
             self.processes = [self._start(index) for index in range(self.count)]
             return self._watch()
         finally:
             self._stop_all()
-            if self.folder:
-                shutil.rmtree(self.folder, ignore_errors=True)
+            shutil.rmtree(self.folder, ignore_errors=True)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
