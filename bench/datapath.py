@@ -3,6 +3,7 @@
     python bench/datapath.py                 # ~3 min on 2 busy cores
     python bench/datapath.py --rounds 2      # quicker, noisier
     python bench/datapath.py --baseline /tmp/main   # and corral local from another checkout, beside
+    python bench/datapath.py --workers 2     # and corral local served by 2 worker processes, beside
 
 Three servers, each `uvicorn` in a process of its own, one trivial echo tool each:
 - corral local: `corral serve tests/fixtures/dockerbox --sandbox local` (tool `say`, the env a
@@ -11,6 +12,8 @@ Three servers, each `uvicorn` in a process of its own, one trivial echo tool eac
   container reached over its Unix socket);
 - with `--baseline CHECKOUT`, `baseline`: corral local again, run from another checkout's code
   (a worktree of main, say), so a change's effect is measured in the same run as the change;
+- with `--workers N`, `local-wN`: corral local served with `corral serve --workers N` (its
+  "server process" CPU is every worker's, summed);
 - OpenEnv 0.10, in the server's own process (no sandbox at all), two ways: `openenv`, the
   plain echo `Environment` of OpenEnv's own template (a step with `{"message"}` answers it:
   the least a step can cost there, and the baseline), and `openenv-mcp`, an `MCPEnvironment`
@@ -122,19 +125,28 @@ OPENENV_SERVER = textwrap.dedent("""
 """)
 
 
-def start(kind: str, sessions: int, baseline: Path | None = None) -> tuple[subprocess.Popen, str]:
+def start(kind: str, sessions: int, baseline: Path | None = None, workers: int = 1) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = None
     if kind.startswith("openenv"):
         command = [sys.executable, "-c", OPENENV_SERVER, str(port), str(sessions), kind.removeprefix("openenv-")]
     else:
         corral = Path(sys.executable).parent / "corral"
-        sandbox = "local" if kind == "baseline" else kind
+        sandbox = "local" if kind == "baseline" or kind.startswith("local-w") else kind
         command = [str(corral), "serve", str(BUNDLE), "--port", str(port), "--max-concurrent-envs", str(sessions),
-                   "--sandbox", sandbox, *(["--warm-pool", str(WARM_POOL)] if kind == "docker" else [])]
+                   "--sandbox", sandbox, *(["--warm-pool", str(WARM_POOL)] if kind == "docker" else []),
+                   *(["--workers", str(workers)] if kind.startswith("local-w") else [])]
         if kind == "baseline":  # the other checkout's packages win over the installed ones
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(baseline / part) for part in PACKAGE_ROOTS)}
-    return start_server(command, port, f"the {kind} server", env=env)
+    server, url = start_server(command, port, f"the {kind} server", env=env)
+    while kind.startswith("local-w") and not all(worker["pid"] for worker in workers_of(url)):
+        time.sleep(0.2)  # every worker serving, so that each is counted and gets its share of sessions
+    return server, url
+
+
+def workers_of(url: str) -> list[dict]:
+    """Each worker's pid and sessions, from a `corral serve --workers` host's /health."""
+    return httpx.get(f"{url}/health", trust_env=False, timeout=30).json()["workers"]
 
 
 async def opened(url: str, reset: str):
@@ -154,7 +166,7 @@ async def latencies(socket_, count: int, call: str) -> list[float]:
     return found
 
 
-async def rate(sockets, seconds: float, call: str, server_pid: int) -> tuple[float, float, float]:
+async def rate(sockets, seconds: float, call: str, server_pids: list[int]) -> tuple[float, float, float]:
     """Calls per second with every socket calling at once, and the CPU seconds each call cost
     the machine outside this driver (server, envs, engine), from /proc/stat, and the server's
     own process alone."""
@@ -167,11 +179,29 @@ async def rate(sockets, seconds: float, call: str, server_pid: int) -> tuple[flo
             await socket_.recv()
             done += 1
 
-    busy, mine, server, started = machine_busy_s(), time.process_time(), process_cpu_s(server_pid), time.perf_counter()
+    busy, mine, server, started = machine_busy_s(), time.process_time(), processes_cpu_s(server_pids), time.perf_counter()
     await asyncio.gather(*(play(s) for s in sockets))
     elapsed = time.perf_counter() - started
     serving_cpu = (machine_busy_s() - busy) - (time.process_time() - mine)
-    return done / elapsed, serving_cpu / done, (process_cpu_s(server_pid) - server) / done
+    return done / elapsed, serving_cpu / done, (processes_cpu_s(server_pids) - server) / done
+
+
+def server_processes(pid: int) -> list[int]:
+    """The processes that serve for `corral serve` process `pid`: itself, and its workers when it
+    has some (its children started by multiprocessing's spawn: not env processes, not the resource tracker)."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == pid and b"spawn_main" in (entry / "cmdline").read_bytes():
+                children.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return [pid, *children]
+
+
+def processes_cpu_s(pids: list[int]) -> float:
+    return sum(process_cpu_s(pid) for pid in pids)
 
 
 def process_cpu_s(pid: int) -> float:
@@ -214,7 +244,7 @@ def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1]
 
 
-async def measure(urls: dict[str, str], pids: dict[str, int], args: argparse.Namespace) -> dict:
+async def measure(urls: dict[str, str], pids: dict[str, list[int]], args: argparse.Namespace) -> dict:
     resets = {kind: OPENENV_RESET if kind.startswith("openenv") else CORRAL_RESET for kind in urls}
     steps = {kind: ECHO if kind == "openenv" else SAY for kind in urls}
     single = {kind: await opened(url, resets[kind]) for kind, url in urls.items()}
@@ -224,6 +254,8 @@ async def measure(urls: dict[str, str], pids: dict[str, int], args: argparse.Nam
     rates = {kind: [] for kind in urls}
     cpu = {kind: [] for kind in urls}
     server_cpu = {kind: [] for kind in urls}
+    spread = {kind: [worker["sessions"] for worker in workers_of(url)] for kind, url in urls.items()
+              if kind.startswith("local-w")}
     for kind in urls:  # warm-up: imports, caches, the first calls' connections
         await latencies(single[kind], 100, steps[kind])
         await rate(many[kind], 1.0, steps[kind], pids[kind])
@@ -245,6 +277,7 @@ async def measure(urls: dict[str, str], pids: dict[str, int], args: argparse.Nam
         "server_cpu_us_per_call": {k: statistics.median(v) * 1e6 for k, v in server_cpu.items()},
         "warm_reset_p50_ms": statistics.median(warm) * 1e3,
         "warm_reset_p95_ms": percentile(warm, 95) * 1e3,
+        "sessions_per_worker": spread,
     }
 
 
@@ -263,6 +296,8 @@ def report(figures: dict, sessions: int) -> None:
               f"{server / figures['server_cpu_us_per_call'][base]:19.2f}x")
     print(f"docker warm reset p50 {figures['warm_reset_p50_ms']:.2f} ms (p95 {figures['warm_reset_p95_ms']:.2f} ms), "
           f"{figures['warm_reset_p50_ms'] / figures['p50_ms']['docker']:.1f}x a docker tool call")
+    for kind, held in figures["sessions_per_worker"].items():
+        print(f"{kind}: sessions held by each worker {held} (the 1-session row's included)")
 
 
 def main() -> None:
@@ -274,13 +309,15 @@ def main() -> None:
     parser.add_argument("--resets", type=int, default=40, help="docker warm resets")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--baseline", type=Path, help="also serve corral local from this checkout's code (e.g. main's)")
+    parser.add_argument("--workers", type=int, default=1, help="also serve corral local with this many worker processes")
     args = parser.parse_args()
     servers = {}
     try:
-        for kind in (*KINDS, *(["baseline"] if args.baseline else [])):
-            servers[kind] = start(kind, args.sessions + 2, args.baseline)
+        extra = [*(["baseline"] if args.baseline else []), *([f"local-w{args.workers}"] if args.workers > 1 else [])]
+        for kind in (*KINDS, *extra):
+            servers[kind] = start(kind, args.sessions + 2, args.baseline, args.workers)
         figures = asyncio.run(measure({kind: url for kind, (_, url) in servers.items()},
-                                      {kind: server.pid for kind, (server, _) in servers.items()}, args))
+                                      {kind: server_processes(server.pid) for kind, (server, _) in servers.items()}, args))
     finally:
         for server, _ in servers.values():
             server.terminate()

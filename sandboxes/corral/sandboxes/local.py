@@ -63,7 +63,7 @@ from corral.sandboxes.local_procs import (
     minimal_environment,
 )
 from corral.sandboxes.local_verify import verify_on_a_copy
-from corral.sandboxes.runtime_dirs import private_folder
+from corral.sandboxes.runtime_dirs import private_folder, safe_name
 from corral.sandboxes.trees import remove_tree
 from corral.sandboxes.warm_pool import WarmPools
 
@@ -235,7 +235,7 @@ class LocalProvider(SandboxProvider):
     def __init__(self, *, instance: str | None = None, warm_pool: int = 0, unsafe_local_shell: bool = False) -> None:
         # Without a name (a one-off `corral check`), a unique one: it must never reap a server's.
         self.named = instance is not None
-        self.instance = "".join(c if c.isalnum() or c in "_.-" else "-" for c in instance or f"once-{uuid.uuid4().hex[:8]}")
+        self.instance = safe_name(instance or f"once-{uuid.uuid4().hex[:8]}")
         self.root = Path(tempfile.gettempdir()) / f"corral-{self.instance}"
         self.uids = UidPool() if local_procs.running_as_root() else None
         found = find_bubblewrap(PROBE_UID if self.uids is not None else None)  # as the envs will run it

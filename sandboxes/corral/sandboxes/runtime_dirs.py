@@ -15,6 +15,11 @@ from pathlib import Path
 from corral.errors import ConfigError
 
 
+def safe_name(name: str) -> str:
+    """`name` with every character a file name should not hold as `-` (an instance name, to name folders by)."""
+    return "".join(c if c.isalnum() or c in "_.-" else "-" for c in name)
+
+
 def private_folder(path: Path, mode: int, fix: str = "serve with another --instance") -> None:
     """Make `path` a folder of this user's with `mode` (blocking); ConfigError, naming `fix`
     beside removing it, when it exists and is a link, not a folder, another user's, or

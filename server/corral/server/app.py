@@ -19,6 +19,8 @@ from corral.server.mcp import answer_mcp, parse_error
 from corral.server.served import ServedBundle
 from corral.server.sessions import SessionRegistry
 from corral.server.taskapi import task_router
+from corral.server.worker_metrics import OWN_ONLY, peers_metrics, summed
+from corral.server.worker_seat import WorkerSeat
 from corral.server.ws import serve_socket
 
 OPENENV_HTTP_VERSION = "1.0.0"  # the OpenEnv HTTP profile the routes follow (openenv validate reads it)
@@ -35,9 +37,10 @@ def socket_settings(served: ServedBundle) -> dict[str, Any]:
             "ws_per_message_deflate": False}
 
 
-def create_app(served: ServedBundle) -> FastAPI:
-    """An app serving `served` (see `ServedBundle.open`); shutting it down tears every episode down."""
-    registry = SessionRegistry(served, served.options.max_concurrent_envs)
+def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
+    """An app serving `served` (see `ServedBundle.open`); shutting it down tears every episode down.
+    `seat`: this process is one worker of several (workers.py), whose session limit is the host's."""
+    registry = SessionRegistry(served, served.options.max_concurrent_envs, seat)
     token = served.options.token
     served.metrics.count_sessions(lambda: len(registry.sessions))
 
@@ -45,6 +48,8 @@ def create_app(served: ServedBundle) -> FastAPI:
     async def lifespan(app: FastAPI):
         served.start_pools()
         registry.start_reaping()
+        if seat is not None:
+            seat.serving()
         yield
         await registry.close_all()
         await served.aclose()
@@ -73,16 +78,23 @@ def create_app(served: ServedBundle) -> FastAPI:
     @app.get("/health")
     async def health() -> dict[str, Any]:  # on the loop: the provider's state is the loop's
         sandbox = served.provider.status()
+        workers = {} if seat is None else {"worker": seat.index, "workers": seat.workers()}
         return {
             "status": "healthy",
-            "sessions": len(registry.sessions),
+            "sessions": registry.active(),
             "max_sessions": registry.limit,
+            # This process's sandboxes: with several workers, the answering one's (see "worker").
             "sandbox": {"kind": sandbox.kind, "isolated": sandbox.isolated, "live": sandbox.live, "warm": sandbox.warm},
+            **workers,
         }
 
     @app.get("/metrics")
-    async def metrics() -> Response:  # on the loop, as /health: the gauges read the provider's state
-        return Response(served.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    async def metrics(request: Request) -> Response:  # on the loop, as /health: the gauges read the provider's state
+        own = served.metrics.render()
+        if seat is None or OWN_ONLY in request.headers:
+            return Response(own, media_type=CONTENT_TYPE_LATEST)
+        peers = await peers_metrics(seat, request.headers.get("authorization"))
+        return Response(summed([own.decode(), *peers]), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/metadata")
     def metadata() -> dict[str, Any]:

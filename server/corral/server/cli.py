@@ -29,6 +29,7 @@ from corral.server.problems import merge_shared
 from corral.server.scaffold import starter_files, write_starter
 from corral.server.serve_token import serve_token
 from corral.server.served import ServedBundle, ServeOptions, default_instance
+from corral.server.workers import Supervisor
 
 app = typer.Typer(
     help="corral: serve bundles of agent tasks as live environments for RL trainers.",
@@ -129,6 +130,11 @@ def serve(
     max_concurrent_envs: Annotated[int, typer.Option(
         envvar="MAX_CONCURRENT_ENVS", min=1,
         help="Sessions allowed at once; a trainer holds one per rollout it generates at once.")] = 8,
+    workers: Annotated[int, typer.Option(
+        envvar="CORRAL_WORKERS", min=1,
+        help="Server processes sharing the port, each with its own sandboxes and sessions (so one host uses "
+             "several cores); --max-concurrent-envs is the host's. With more than one, sessions created over "
+             "POST /mcp are refused (open them over /ws, as corral's client does).")] = 1,
     reward: Annotated[str | None, typer.Option(help="The score id that is the reward, for tasks that record several scores.")] = None,
     tool_timeout: Annotated[float | None, typer.Option(help="Seconds one tool call may take before its episode ends unscored (default: the bundle's, else 60).")] = None,
     reset_timeout: Annotated[float | None, typer.Option(help="Seconds a reset (deploy and task load) or an end_turn may take (default: the bundle's, else 600).")] = None,
@@ -169,8 +175,17 @@ def serve(
     sandboxes = served.provider.status()  # warm pools fill once serving starts; local processes keep none
     warm = f", {warm_pool} warm sandbox(es) per env" if warm_pool else ""
     recording = f"; recording episodes in {served.recorder.root}" if served.recorder is not None else ""
+    processes = f", {workers} workers" if workers > 1 else ""
     typer.echo(f"serving on http://{host}:{port} (sandbox: {sandboxes.kind}{warm}, at most {max_concurrent_envs} "
-               f"sessions{recording})")
+               f"sessions{processes}{recording})")
+    if workers > 1:  # this process holds the instance and watches the workers; they serve
+        try:
+            status = Supervisor(bundle, options, listener, workers).run()
+        except ConfigError as error:  # the workers' folder is not one of this user's alone
+            fail(str(error))
+        finally:
+            asyncio.run(served.aclose())
+        raise typer.Exit(status)
     uvicorn.Server(uvicorn.Config(create_app(served), log_level="info", **socket_settings(served))).run(sockets=[listener])
 
 

@@ -83,6 +83,10 @@ async def _dispatch(request: JsonRpcRequest, registry: SessionRegistry, own: Ser
 
 
 def _create(registry: SessionRegistry) -> ServedSession:
+    if registry.seat is not None:  # its later requests would reach any worker, most often not its own
+        raise _Refusal(jsonrpc.SERVER_ERROR, "this server runs several worker processes (corral serve --workers), "
+                       "and a session created over POST /mcp would live in one while its later requests reach any: "
+                       "open a session over /ws instead (corral's client does), or serve with --workers 1")
     try:
         return registry.open(over_http=True)
     except CapacityReached as full:

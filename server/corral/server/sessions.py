@@ -31,6 +31,7 @@ from corral.client.protocol import (
 from corral.errors import CorralError
 from corral.server.episode import ServedEpisode
 from corral.server.served import ServedBundle
+from corral.server.worker_seat import WorkerSeat
 
 log = logging.getLogger("corral.server")
 
@@ -128,21 +129,33 @@ class CapacityReached(CorralError):
 
 
 class SessionRegistry:
-    """Every open session, the limit on them, and the closing of those left behind."""
+    """Every open session, the limit on them, and the closing of those left behind. The limit
+    is the host's: with `seat` (one worker of `corral serve --workers N`), every worker's
+    sessions count against it."""
 
-    def __init__(self, served: ServedBundle, limit: int):
+    def __init__(self, served: ServedBundle, limit: int, seat: WorkerSeat | None = None):
         self.served = served
         self.limit = limit
+        self.seat = seat
         self.sessions: dict[str, ServedSession] = {}
         self._reaper: asyncio.Task | None = None
 
+    def active(self) -> int:
+        """Sessions open on the host: this process's, or every worker's."""
+        return self.seat.host_sessions() if self.seat is not None else len(self.sessions)
+
     def open(self, *, over_http: bool = False) -> ServedSession:
-        if len(self.sessions) >= self.limit:
+        if (active := self.active()) >= self.limit:
             self.served.metrics.sessions_refused.inc()
-            raise CapacityReached(len(self.sessions), self.limit)
+            raise CapacityReached(active, self.limit)
         session = ServedSession(self.served, over_http=over_http)
         self.sessions[session.session_id] = session
+        self._counted()
         return session
+
+    def _counted(self) -> None:
+        if self.seat is not None:
+            self.seat.count_own(len(self.sessions))
 
     def attach(self, session_id: str) -> ServedSession:
         """The HTTP-created session a socket asks for; FrameError when it cannot have it."""
@@ -168,6 +181,7 @@ class SessionRegistry:
             await session.close_episode()
         finally:
             self.sessions.pop(session.session_id, None)
+            self._counted()
 
     def start_reaping(self) -> None:
         """Close HTTP-created sessions left detached too long (call on the serving loop)."""

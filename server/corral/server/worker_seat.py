@@ -1,0 +1,40 @@
+"""What one worker of `corral serve --workers N` shares with the others: the host's session
+count (each worker writes its own slot, every worker reads them all), each worker's pid, and
+the folder of their private Unix sockets (how one asks the others for their /metrics).
+
+Shared memory the supervisor made (workers.py), not a lock: a worker killed while holding a
+lock would stop every other. Without one, workers opening their last free slots at the same
+instant may pass the host's limit by at most one session each.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import MutableSequence
+from dataclasses import dataclass
+
+
+@dataclass
+class WorkerSeat:
+    """Worker `index`'s place among the host's workers."""
+
+    index: int
+    sessions: MutableSequence[int]  # per worker: its open sessions (0 for a worker that died)
+    pids: MutableSequence[int]  # per worker: its pid once it serves (0 while none does)
+    folder: str  # the workers' private sockets, in a folder only this user may enter
+
+    def socket_path(self, index: int) -> str:
+        return os.path.join(self.folder, f"worker-{index}.sock")
+
+    def host_sessions(self) -> int:
+        return sum(self.sessions)
+
+    def count_own(self, open_sessions: int) -> None:
+        self.sessions[self.index] = open_sessions
+
+    def serving(self) -> None:
+        self.pids[self.index] = os.getpid()
+
+    def workers(self) -> list[dict[str, int]]:
+        """Each worker's pid and open sessions, for /health."""
+        return [{"pid": pid, "sessions": sessions} for pid, sessions in zip(self.pids, self.sessions, strict=True)]
