@@ -20,6 +20,40 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # The fixtures hold the tasks' own tests (a Harbor task runs them in its container), not corral's.
 collect_ignore_glob = ["fixtures/*"]
 
+# The fast tier (`pytest -m fast`): every test in tests/unit, plus the fake-backed tests that
+# carry the `fast` marker themselves (tests/contract: the modal provider on fake_modal). A unit
+# test that starts something slow (the `corral` command, a process pool, a Jupyter kernel, TRL)
+# opts out with `@pytest.mark.slow`; tests that use a server or Docker are never in the tier.
+# tests/unit/test_fast_tier.py checks every test in the tier against these sets.
+FAST_BY_FOLDER = "unit"
+FAST_FOLDERS = {"unit", "contract"}
+# Unit modules that import TRL as they load: `-m fast` does not import them (about 10 s of CPU).
+NOT_FAST_MODULES = {"test_processors.py"}
+NOT_FAST_MARKERS = {"slow", "docker", "trl", "vllm"}
+SLOW_FIXTURES = {"docker_engine", "serve"}
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under `-m fast`, the folders with no fast test are not even imported (tests/e2e alone
+    imports TRL and torch as it loads), nor the unit modules that import TRL."""
+    if config.option.markexpr.strip() != "fast":
+        return None
+    tests = Path(__file__).parent
+    if collection_path.parent == tests and collection_path.is_dir():
+        return True if collection_path.name not in FAST_FOLDERS else None
+    if collection_path.parent == tests / FAST_BY_FOLDER and collection_path.name in NOT_FAST_MODULES:
+        return True
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unit = Path(__file__).parent / FAST_BY_FOLDER
+    for item in items:
+        opted_out = any(item.get_closest_marker(name) for name in NOT_FAST_MARKERS)
+        slow_fixture = SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if item.path.is_relative_to(unit) and not opted_out and not slow_fixture:
+            item.add_marker(pytest.mark.fast)
+
 
 def env_processes() -> list[int]:
     """Pids of env runtimes (`python3 -m corral.env ...`) started by this test process."""

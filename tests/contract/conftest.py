@@ -16,7 +16,8 @@ import pytest
 from tests.contract import fake_modal
 from tests.contract.providers import DockerUnderTest, LocalUnderTest, ModalUnderTest
 
-ALL = ["local", "docker", "modal-fake", "modal"]
+# modal-fake runs in-process against fake_modal: in the fast tier (`pytest -m fast`).
+ALL = ["local", "docker", pytest.param("modal-fake", marks=pytest.mark.fast), "modal"]
 RUNS_COMMANDS = ["local", "docker", "modal"]  # the fake runs no commands in its sandboxes
 ISOLATED = ["docker", "modal"]  # providers that enforce [resources]
 FAKE_CREDENTIALS = {"token_id": "ak-fake", "token_secret": "as-fake"}

@@ -50,6 +50,7 @@ def cloud(monkeypatch):
     assert refused == [], "the provider called modal in ways the real package refuses"
 
 
+@pytest.mark.fast  # on fake_modal, in-process
 def test_without_credentials_the_provider_refuses_with_the_way_to_give_them(no_modal_credentials):
     with pytest.raises(ConfigError) as refused:
         make_provider("modal")
@@ -70,6 +71,7 @@ def test_serve_and_bundle_local_say_the_same_without_credentials(no_modal_creden
     assert served.stderr.startswith("error: --sandbox modal needs Modal credentials and found none"), served.stderr
 
 
+@pytest.mark.fast  # on fake_modal, in-process
 def test_an_env_image_is_its_folder_s_dockerfile_keyed_by_the_folder_s_content(tmp_path):
     folder = tmp_path / "contract"
     shutil.copytree(SPEC.context_dir, folder)
@@ -88,6 +90,7 @@ def test_an_env_image_is_its_folder_s_dockerfile_keyed_by_the_folder_s_content(t
         env_image(spec)
 
 
+@pytest.mark.fast  # on fake_modal, in-process
 def test_sandboxes_get_the_env_s_limits_no_network_unless_it_opts_in_and_tags_the_reaper_finds(cloud):
     async def check() -> None:
         provider = ModalProvider(instance="tagged-1")
@@ -111,6 +114,7 @@ def test_sandboxes_get_the_env_s_limits_no_network_unless_it_opts_in_and_tags_th
     asyncio.run(check())
 
 
+@pytest.mark.fast  # on fake_modal, in-process
 def test_an_unchanged_env_is_built_once_and_found_by_its_key_on_the_next_start(cloud, tmp_path):
     async def check() -> None:
         first, second = ModalProvider(), ModalProvider()  # a server, then its restart

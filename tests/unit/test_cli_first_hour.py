@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+# Out of the fast tier: each test starts the command, which imports the server (seconds each).
+pytestmark = pytest.mark.slow
+
 CORRAL = str(Path(sys.executable).with_name("corral"))
 STARTER_FILES = [
     "bundle.toml",

@@ -163,6 +163,7 @@ def build_and_list_tools(pickled: bytes) -> list[str]:
     return tool_names(type(environment))
 
 
+@pytest.mark.slow  # a spawned interpreter imports the client anew
 def test_the_class_builds_in_a_spawned_process():
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         names = pool.apply(build_and_list_tools, (pickle.dumps(Studio),))

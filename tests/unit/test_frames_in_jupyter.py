@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 SHOWN = """
 import json
 from IPython.core.interactiveshell import InteractiveShell
@@ -23,6 +25,7 @@ print(json.dumps([shell.display_formatter.format(frame)[0] for frame in (ended, 
 """
 
 
+@pytest.mark.slow  # IPython in a fresh interpreter
 def test_a_kernel_shows_the_frames_as_their_docs():
     out = subprocess.run([sys.executable, "-c", SHOWN], capture_output=True, text=True, check=True).stdout
     ended, opened = json.loads(out)

@@ -6,10 +6,12 @@ import sys
 from pathlib import Path
 
 import grimp
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # import-linter reads the whole tree
 def test_import_contracts_hold():
     linter = Path(sys.executable).parent / "lint-imports"
     result = subprocess.run([str(linter)], cwd=REPO, capture_output=True, text=True, check=False)
@@ -33,6 +35,7 @@ def test_no_corral_module_imports_itself_through_another():
     assert circles == []
 
 
+@pytest.mark.slow  # the client in a fresh interpreter
 def test_the_client_imports_without_the_server_or_torch():
     code = (
         "import sys; import corral.client; "

@@ -17,6 +17,7 @@ if os.environ.get("CI") != "true":
     pytest.importorskip("trl")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytestmark = pytest.mark.trl  # TRL's templates, out of the fast tier
 
 import trl
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -50,6 +50,7 @@ async def most_workers_during(pool: VerifierPool, calls: list) -> tuple[list, in
     return results, most
 
 
+@pytest.mark.slow  # a real process pool, its workers spawned
 def test_a_burst_of_quick_verifications_waits_for_the_pool_s_workers(verifier):
     async def run() -> tuple[list, int]:
         pool = VerifierPool(verifier, size=2)
@@ -65,6 +66,7 @@ def test_a_burst_of_quick_verifications_waits_for_the_pool_s_workers(verifier):
     assert most == 2
 
 
+@pytest.mark.slow  # a real process pool, its workers spawned
 def test_a_hung_verifier_holds_its_own_worker_and_the_next_episode_is_scored(verifier):
     async def run() -> tuple[list, int]:
         pool = VerifierPool(verifier, size=1)

@@ -112,6 +112,7 @@ def _records(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow  # the viewer in a fresh interpreter
 def test_the_viewer_imports_no_transformers_without_a_tokenizer(tmp_path: Path) -> None:
     code = ("import sys; from fastapi.testclient import TestClient; from corral.server.viewer.app import create_viewer; "
             f"page = TestClient(create_viewer({str(_records(tmp_path))!r})).get('/episodes/e'); "

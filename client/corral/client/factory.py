@@ -21,7 +21,8 @@ import keyword
 import logging
 import weakref
 from dataclasses import dataclass
-from typing import Any, Literal, Optional, Union
+from types import GenericAlias
+from typing import Any, Literal, Optional, Union, cast
 
 from corral.client.catalog import Toolset, ToolSpec
 from corral.client.display import ToolAnswer, episode_doc
@@ -141,7 +142,8 @@ def environment_class(spec: EnvironmentSpec) -> type[CorralEnvironment]:
                 f"{' or '.join(sorted(_METHODS))}"
             )
         namespace[tool.name] = _tool_method(tool)
-    cls = _EnvironmentType(spec.toolset.name, (CorralEnvironment,), namespace)
+    # A class the metaclass builds on CorralEnvironment: a subclass of it, which mypy cannot see.
+    cls = cast(type[CorralEnvironment], _EnvironmentType(spec.toolset.name, (CorralEnvironment,), namespace))
     cls.__qualname__ = spec.toolset.name
     return cls
 
@@ -150,7 +152,7 @@ def _reduce_class(cls: _EnvironmentType) -> Any:
     """A generated class rebuilds from its spec; a user's subclass of one pickles by reference,
     as any class does (rebuilding it from the spec would drop what the subclass adds)."""
     if "_corral_spec" in vars(cls):
-        return environment_class, (cls._corral_spec,)
+        return environment_class, (vars(cls)["_corral_spec"],)
     return cls.__qualname__
 
 
@@ -220,11 +222,11 @@ def python_type(schema: dict[str, Any]) -> Any:
         hint = Union[tuple(python_type({**schema, "type": t}) for t in schema["type"])]  # noqa: UP007 (built at run time)
     elif schema.get("type") == "array":
         if "prefixItems" in schema:
-            hint = tuple[tuple(python_type(item) for item in schema["prefixItems"])]
+            hint = GenericAlias(tuple, tuple(python_type(item) for item in schema["prefixItems"]))
         else:
-            hint = list[python_type(schema["items"])] if "items" in schema else list
+            hint = GenericAlias(list, python_type(schema["items"])) if "items" in schema else list
     elif schema.get("type") == "object" and isinstance(schema.get("additionalProperties"), dict):
-        hint = dict[str, python_type(schema["additionalProperties"])]
+        hint = GenericAlias(dict, (str, python_type(schema["additionalProperties"])))
     else:
         hint = _JSON_TYPES.get(schema.get("type", ""), Any)
     return Optional[hint] if schema.get("nullable") else hint  # noqa: UP045 (hint may be a typing form)

@@ -220,7 +220,8 @@ def _json(value: Any) -> str:
     return to_json(value, inf_nan_mode="null").decode()
 
 
-_ENVELOPE = frozenset({"reward", "done"})  # an observation's fields that travel beside it, not in it
+# An observation's fields that travel beside it, not in it (a set: pydantic's `exclude` takes one).
+_ENVELOPE: set[str] = {"reward", "done"}
 
 
 class ObservationData(BaseModel):
@@ -352,10 +353,10 @@ SERVER_FRAMES: TypeAdapter[ServerFrame] = TypeAdapter(ServerFrame)
 def schemas() -> dict[str, Any]:
     """`GET /schema`, as OpenEnv's validator reads it: JSON Schemas of the step action, of every
     step's observation and of the reset's (each with `reward` and `done`), and of the state."""
-    as_sent = {"by_alias": False, "mode": "serialization"}  # observations name fields as OpenEnv does
+    # Observations name fields as OpenEnv does (not by alias), as they are sent.
     return {
         "action": TypeAdapter(StepAction).json_schema(),
-        "observation": TypeAdapter(StepObservation).json_schema(**as_sent),
-        "reset_observation": ResetObservation.model_json_schema(**as_sent),
-        "state": EpisodeState.model_json_schema(**as_sent),
+        "observation": TypeAdapter(StepObservation).json_schema(by_alias=False, mode="serialization"),
+        "reset_observation": ResetObservation.model_json_schema(by_alias=False, mode="serialization"),
+        "state": EpisodeState.model_json_schema(by_alias=False, mode="serialization"),
     }

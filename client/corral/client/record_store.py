@@ -262,7 +262,8 @@ class EpisodeStore:
 def _where(kind: str, *, run: str | None = None, task: str | None = None, split: str | None = None,
            status: str | None = None, min_reward: float | None = None, max_reward: float | None = None,
            ) -> tuple[str, list[Any]]:
-    clauses, values = ["kind = ?"], [kind]
+    clauses: list[str] = ["kind = ?"]
+    values: list[Any] = [kind]
     for clause, value in (("task_id = ?", task), ("split = ?", split), ("status = ?", status),
                           ("reward >= ?", min_reward), ("reward <= ?", max_reward)):
         if value is not None:

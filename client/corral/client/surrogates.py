@@ -26,8 +26,9 @@ def loads(text: str | bytes) -> Any:
 
 def has_lone_surrogate_escape(text: str | bytes) -> bool:
     """Whether `text` may hold a JSON escape of a surrogate (a quick test, before any parsing)."""
-    pattern = _SURROGATE_ESCAPE if isinstance(text, str) else _SURROGATE_ESCAPE_BYTES
-    return pattern.search(text) is not None  # type: ignore[arg-type] - the pattern matches the type
+    if isinstance(text, str):
+        return _SURROGATE_ESCAPE.search(text) is not None
+    return _SURROGATE_ESCAPE_BYTES.search(text) is not None
 
 
 def replace_lone_surrogates(value: Any) -> Any:

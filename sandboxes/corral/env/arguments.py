@@ -6,6 +6,7 @@ the env. Only the schema features that `schema.tool_schema` writes are understoo
 """
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 _TYPES = {
@@ -117,7 +118,7 @@ def _array_fault(value: list, schema: dict) -> tuple[list[str], Any] | None:
     if "prefixItems" in schema:
         if len(value) != len(schema["prefixItems"]):
             return [], value
-        pairs = zip(value, schema["prefixItems"])
+        pairs: Iterable[tuple[Any, Any]] = zip(value, schema["prefixItems"])
     elif "items" in schema:
         pairs = ((item, schema["items"]) for item in value)
     else:

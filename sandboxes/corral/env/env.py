@@ -80,7 +80,8 @@ class Env:
         A subclass that redefines a tool keeps its place; one that redefines it without
         `@tool` withdraws it.
         """
-        return copy.deepcopy(list(_tools(cls).values()))
+        # A class with a tool that cannot be described failed when it was defined: all are dicts.
+        return copy.deepcopy([schema for schema in _tools(cls).values() if isinstance(schema, dict)])
 
 
 def _tools(cls: type) -> dict[str, dict | ToolSchemaError]:

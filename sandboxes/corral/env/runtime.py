@@ -133,7 +133,7 @@ def load_env(entry: str) -> Env:
             f"no module named '{exc.name}' in {os.getcwd()} or a --path folder; "
             f"run from the env's folder or pass --path DIR"
         ) from None
-    cls = module
+    cls: Any = module  # then each attribute named on the way to the class
     for part in class_name.split("."):
         cls = getattr(cls, part, None)
         if cls is None:

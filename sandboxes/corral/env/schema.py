@@ -125,7 +125,9 @@ def _parameters(fn: Callable) -> dict[str, inspect.Parameter]:
 
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     """The description (the text before `Args:`) and each argument's description."""
-    description = _DESCRIPTION_RE.search(doc).group(1).strip()
+    found = _DESCRIPTION_RE.search(doc)
+    assert found is not None  # the pattern may end at \Z: it matches every text
+    description = found.group(1).strip()
     args_match = _ARGS_RE.search(doc)
     if args_match is None:
         return description, {}

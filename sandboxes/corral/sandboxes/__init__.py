@@ -60,9 +60,9 @@ def make_provider(kind: str, *, instance: str | None = None, warm_pool: int = 0,
         except ImportError as error:
             raise ConfigError(
                 f"--sandbox modal needs the modal package: pip install 'corral[modal]' ({error})") from None
-        provider = ModalProvider(instance=instance, warm_pool=warm_pool)  # ConfigError without credentials
+        modal = ModalProvider(instance=instance, warm_pool=warm_pool)  # ConfigError without credentials
         log.info("sandbox: Modal sandboxes (one per episode, in Modal's cloud)")
-        return provider
+        return modal
     if kind in ("auto", "docker"):
         try:
             # The docker extra is optional: a laptop serving with local processes needs no docker package.

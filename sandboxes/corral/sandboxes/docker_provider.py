@@ -68,6 +68,7 @@ class DockerProvider(SandboxProvider):
         The tag is fixed here: an env folder edited while serving changes nothing until a restart.
         """
         prepared = await self.engine.call(ensure_image, self.engine.client, spec, progress)
+        assert prepared.image is not None  # a container always runs an image
         self._tags[spec] = prepared.image
         return prepared
 

@@ -117,10 +117,11 @@ class DockerSandbox(Sandbox):
         config = container_config(spec, image, name=name, labels=labels, api=engine.api)
         while True:
             wanted = channels is not None and channels.usable and bootstrapped(spec.command)
-            channel = channels.open() if wanted else None
+            channel = channels.open() if wanted and channels is not None else None
             try:
                 return await cls._create(engine, spec, config, on_close, channel)
             except _ChannelUnseen as unseen:
+                assert channel is not None and channels is not None  # only an opened channel goes unseen
                 await channel.close()
                 channels.unreachable(str(unseen))  # then again, over the attach stream
             except BaseException:

@@ -220,6 +220,7 @@ class LocalSandbox(Sandbox):
                 self._stderr = -1
             await asyncio.to_thread(remove_tree, self.folder)
             if self.uid is not None:
+                assert self.provider.uids is not None  # the uid came from the provider's pool
                 self.provider.uids.release(self.uid)
 
     def _running(self) -> asyncio.subprocess.Process:

@@ -27,7 +27,8 @@ def walk(top: str | Path) -> Iterator[tuple[str, list[str], list[str]]]:
                 found = list(entries)
         except OSError:
             continue
-        dirs, files = [], []
+        dirs: list[str] = []
+        files: list[str] = []
         for entry in found:
             try:
                 folder = entry.is_dir(follow_symlinks=False)

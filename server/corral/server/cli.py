@@ -25,7 +25,7 @@ from corral.server.cli_exits import fail, listen, open_or_exit, refuse_bad_call
 from corral.server.cli_runs import episodes, eval_command, view
 from corral.server.harbor.hosted import HarborProvider
 from corral.server.harbor.oracle import check_tasks, report
-from corral.server.problems import merge_shared
+from corral.server.problems import merge_shared, problems_of
 from corral.server.scaffold import starter_files, write_starter
 from corral.server.serve_token import serve_token
 from corral.server.served import ServedBundle, ServeOptions, default_instance
@@ -254,7 +254,7 @@ def play_command(
                               token=token, script=calls, record=record, unsafe_local_shell=unsafe_local_shell)
         status = play(options, Console(highlight=False))
     except BundleInvalid as error:
-        typer.echo(str(BundleInvalid(target, merge_shared(error.problems))), err=True)
+        typer.echo(str(BundleInvalid(target, merge_shared(problems_of(error)))), err=True)
         raise typer.Exit(1) from None
     except AuthError as error:
         fail(str(error.passed_as("--token TOKEN")))

@@ -16,7 +16,7 @@ import typer
 from corral.errors import BundleInvalid, ConfigError
 from corral.sandboxes import KINDS
 from corral.server.harbor.loader import POLICIES
-from corral.server.problems import merge_shared
+from corral.server.problems import merge_shared, problems_of
 from corral.server.served import ServedBundle, ServeOptions
 
 USAGE_ERROR = 2  # the exit status of a mistake in how corral was called
@@ -29,7 +29,7 @@ def open_or_exit(bundle: Path, options: ServeOptions) -> ServedBundle:
         return asyncio.run(ServedBundle.open(bundle, options))
     except BundleInvalid as error:
         # Problems the env checks added after loading are merged too: one line per shared problem.
-        typer.echo(str(BundleInvalid(bundle, merge_shared(error.problems))), err=True)
+        typer.echo(str(BundleInvalid(bundle, merge_shared(problems_of(error)))), err=True)
         raise typer.Exit(1) from None
     except ConfigError as error:
         fail(str(error))

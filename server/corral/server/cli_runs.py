@@ -13,7 +13,7 @@ import uvicorn
 
 from corral.errors import AuthError, BundleInvalid, ConfigError, CorralError
 from corral.server.cli_exits import fail, refuse_bad_call
-from corral.server.problems import merge_shared
+from corral.server.problems import merge_shared, problems_of
 
 
 def episodes(
@@ -108,7 +108,7 @@ def eval_command(
                           max_completion_length=max_tokens, max_tool_calls=max_tool_calls, success=success,
                           limit=limit, record_dir=record, sandbox=sandbox, token=token)
     except BundleInvalid as error:
-        typer.echo(str(BundleInvalid(target, merge_shared(error.problems))), err=True)
+        typer.echo(str(BundleInvalid(target, merge_shared(problems_of(error)))), err=True)
         raise typer.Exit(1) from None
     except AuthError as error:
         fail(str(error.passed_as("--token TOKEN")))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Literal, overload
 
 from pydantic import ValidationError
 
@@ -104,6 +104,12 @@ async def _close(registry: SessionRegistry, own: ServedSession | None, params: d
     return {"session_id": session.session_id, "closed": True}
 
 
+@overload
+def _session(registry: SessionRegistry, own: ServedSession | None, params: dict[str, Any], *,
+             required: Literal[True]) -> ServedSession: ...
+@overload
+def _session(registry: SessionRegistry, own: ServedSession | None, params: dict[str, Any], *,
+             required: Literal[False]) -> ServedSession | None: ...
 def _session(registry: SessionRegistry, own: ServedSession | None, params: dict[str, Any], *, required: bool) -> ServedSession | None:
     if own is not None:
         return own

@@ -6,6 +6,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
+
+from corral.errors import BundleInvalid
 
 TASKS_SHOWN = 3  # a problem shared by many tasks names this many of them
 
@@ -19,6 +22,13 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.file}: {self.message}"
+
+
+def problems_of(error: BundleInvalid) -> list[Problem]:
+    """The problems of a bundle the server refused (corral.errors, below the server, holds them
+    as objects)."""
+    assert all(isinstance(problem, Problem) for problem in error.problems)
+    return cast(list[Problem], error.problems)
 
 
 def merge_shared(problems: list[Problem]) -> list[Problem]:

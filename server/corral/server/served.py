@@ -265,12 +265,12 @@ def _toolsets(bundle: LoadedBundle, tools_by_env: dict[str, list[ToolSpec]]) -> 
     toolsets: dict[str, Toolset] = {}
     toolset_of: dict[str, str] = {}
     for key, ids in groups.items():
-        envs, tools = list(envs_of[key]), offered[ids[0]]
+        env_names, tools = list(envs_of[key]), offered[ids[0]]
         names = "+".join(tool.name for tool in tools)
-        if len(envs) > 1:
+        if len(env_names) > 1:
             env, name = bundle.manifest.name, bundle.manifest.name if shared == 1 else f"{bundle.manifest.name}:{names}"
         else:
-            env = envs[0]
+            env = env_names[0]
             name = env if groups_of_env[env] == 1 else f"{env}:{names}"
         toolsets[name] = Toolset(name=name, env=env, tools=[*tools, END_TURN_TOOL])
         toolset_of.update(dict.fromkeys(ids, name))

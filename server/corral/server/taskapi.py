@@ -7,7 +7,7 @@ included; an index out of range is 400.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict
@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict
 from corral.client.catalog import SplitInfo, TaskInfo
 from corral.server.served import ServedBundle
 
-OPENENV_SPLIT_TYPES = ("train", "validation", "test")
+OPENENV_SPLIT_TYPES: dict[str, Literal["train", "validation", "test"]] = {
+    "train": "train", "validation": "validation", "test": "test"}
 
 
 class SplitRequest(BaseModel):
@@ -55,7 +56,7 @@ def task_router(served: ServedBundle) -> APIRouter:
         is a `validation` split, as OpenEnv reads it), plus its number of tasks."""
         indices(env_name, "all")
         return [
-            SplitInfo(name=name, type=name if name in OPENENV_SPLIT_TYPES else "validation", num_tasks=len(tasks))
+            SplitInfo(name=name, type=OPENENV_SPLIT_TYPES.get(name, "validation"), num_tasks=len(tasks))
             for name, tasks in splits.items()
         ]
 

@@ -55,7 +55,12 @@ class _Worker:
         """The worker's next message, waited for on the event loop (no thread)."""
         loop = asyncio.get_running_loop()
         answered: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(self.conn.fileno(), lambda: answered.done() or answered.set_result(None))
+
+        def wake() -> None:
+            if not answered.done():
+                answered.set_result(None)
+
+        loop.add_reader(self.conn.fileno(), wake)
         try:
             await answered
         finally:
@@ -161,12 +166,11 @@ def _serve(conn: Connection, paths: dict[str, Path]) -> None:
     """A worker's loop: load the verifiers, then answer each request with its scores."""
     from corral.server.verifiers import load_verifiers, score_episode
 
+    failed: str | None = None
     try:
         loaded = load_verifiers(paths)
     except VerifierError as error:
         loaded, failed = {}, str(error)
-    else:
-        failed = None
     conn.send(("ready", None))
     while True:
         try:

@@ -184,11 +184,11 @@ def _parse_reward_json(data: bytes) -> tuple[dict[str, float] | None, str]:
     loaded = loaded if isinstance(loaded, dict) else {"reward": loaded}
     if not loaded:
         return None, "its reward.json is an empty object"
-    rewards = {str(key): _finite(value) for key, value in loaded.items()}
-    bad = [key for key, value in rewards.items() if value is None]
+    finite = {str(key): _finite(value) for key, value in loaded.items()}
+    bad = [key for key, value in finite.items() if value is None]
     if bad:
         return None, f"its reward.json holds values that are not finite numbers ({', '.join(bad)[:200]})"
-    return rewards, "reward.json"  # type: ignore[return-value] - every value is a float now
+    return {key: value for key, value in finite.items() if value is not None}, "reward.json"
 
 
 def _parse_reward_text(data: bytes) -> tuple[dict[str, float] | None, str]:

@@ -16,13 +16,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from corral.client.protocol import EpisodeStatus
+
 
 class RolloutOutcome(Protocol):
     """What accounting reads from one rollout."""
 
     toolset: str
     reward: float | None
-    status: str | None
+    status: EpisodeStatus | None
     unscored_reason: str | None
     truncated: str | None
     tool_calls: int
@@ -35,7 +37,7 @@ class Outcome:
 
     toolset: str
     reward: float | None
-    status: str | None
+    status: EpisodeStatus | None
     unscored_reason: str | None
     truncated: str | None
     tool_calls: int

@@ -317,7 +317,8 @@ def _load(name: str, tokenizer: Any) -> tuple[Any, Any]:
         where = "" if folder.exists() else f"there is no folder {folder.resolve()}, and "
         raise ConfigError(f"cannot load the model {name!r}: {where}transformers says: {_first_line(error)}; give a "
                           "saved model's folder or a vLLM server's URL") from error
-    return model.to("cuda" if _cuda() else "cpu"), tokenizer
+    # transformers' decorator on `to` types it as taking the model again: a wrong hint.
+    return model.to("cuda" if _cuda() else "cpu"), tokenizer  # type: ignore[arg-type]
 
 
 def _tokenizer(source: Any) -> Any:

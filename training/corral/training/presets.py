@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from corral.errors import ConfigError
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
     from transformers import TrainingArguments
 
 
@@ -95,7 +96,7 @@ def preset(name: str) -> Preset:
     return found
 
 
-def activation_checkpointing(enabled: bool, config_class: type | None = None) -> dict[str, bool]:
+def activation_checkpointing(enabled: bool, config_class: type[DataclassInstance] | None = None) -> dict[str, bool]:
     """The config setting that turns activation checkpointing on or off, under the name
     `config_class` knows (by default transformers' `TrainingArguments`, which every TRL config
     extends): `activation_checkpointing` from transformers 5.20, `gradient_checkpointing` before
@@ -106,7 +107,9 @@ def activation_checkpointing(enabled: bool, config_class: type | None = None) ->
     from dataclasses import fields
 
     if config_class is None:
-        from transformers import TrainingArguments as config_class
+        from transformers import TrainingArguments
+
+        config_class = TrainingArguments
 
     known = {field.name for field in fields(config_class)}
     return {"activation_checkpointing" if "activation_checkpointing" in known else "gradient_checkpointing": enabled}

@@ -119,10 +119,12 @@ class ChatTemplateProcessor(ABC):
     def render(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None,
                add_generation_prompt: bool = False) -> str:
         """The template's text for `messages` (what a token-exact sequence must decode to)."""
-        return self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, chat_template=self.chat_template, tokenize=False,
-            add_generation_prompt=add_generation_prompt, **self.template_kwargs,
+        rendered = self.tokenizer.apply_chat_template(
+            messages, tools=list(tools) if tools else None, chat_template=self.chat_template,
+            tokenize=False, add_generation_prompt=add_generation_prompt, **self.template_kwargs,
         )
+        assert isinstance(rendered, str)  # tokenize=False: the text (transformers types every form)
+        return rendered
 
     def render_prompt(self, messages: list[Message], tools: list[dict[str, Any]]) -> list[int]:
         return self._encode(self.render(messages, tools=tools, add_generation_prompt=True))
@@ -150,7 +152,9 @@ class ChatTemplateProcessor(ABC):
 
     def parse(self, completion_ids: list[int]) -> Turn:
         ids = completion_ids[:-1] if completion_ids and completion_ids[-1] in self.stop_token_ids else completion_ids
-        turn = self.read(self.tokenizer.decode(ids, skip_special_tokens=False))
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        assert isinstance(text, str)  # one sequence of ids decodes to one text
+        turn = self.read(text)
         if turn.tool_calls and not self._renders_back(turn):
             turn = replace(turn, verbatim=True)
         return turn

@@ -12,7 +12,7 @@ from typing import Any
 
 from corral.client import EnvironmentSpec, Episode, Session
 from corral.client.catalog import Toolset
-from corral.client.protocol import ResetData
+from corral.client.protocol import EpisodeStatus, ResetData
 from corral.client.records import RolloutRecord, TrainingContext
 from corral.training.generation import Generator
 from corral.training.processors import Message, Processor, Turn
@@ -40,7 +40,7 @@ class Rollout:
     logprobs: list[float] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
     reward: float | None = None
-    status: str | None = None  # scored, failed (by the agent: its failure score) or unscored
+    status: EpisodeStatus | None = None  # scored, failed (by the agent: its failure score) or unscored
     unscored_reason: str | None = None  # why it failed or went unscored
     truncated: str | None = None  # the limit that stopped it: "completion_length" or "tool_calls"
     tool_calls: int = 0

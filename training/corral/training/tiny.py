@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is local; never reach for the Hub
 
@@ -30,6 +30,7 @@ from torch.nn.utils.rnn import pad_sequence
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
+    BatchEncoding,
     GenerationConfig,
     PreTrainedTokenizerBase,
     Qwen3Config,
@@ -230,7 +231,7 @@ def _encode_lesson(
         {"role": "assistant", "content": lesson.reply},
     ]
     encoded = tokenizer.apply_chat_template(
-        messages,
+        messages,  # type: ignore[arg-type]  # transformers types a message dict[str, str]; tool_calls is a list
         tools=list(tools),
         chat_template=template,
         enable_thinking=False,
@@ -238,6 +239,7 @@ def _encode_lesson(
         return_dict=True,
         return_assistant_tokens_mask=True,
     )
+    assert isinstance(encoded, BatchEncoding)  # tokenize=True, return_dict=True: the named outputs
     input_ids = torch.tensor(encoded["input_ids"])
     mask = torch.tensor(encoded["assistant_masks"], dtype=torch.bool)
     if not mask.any():
@@ -273,7 +275,8 @@ def sample_tool_calls(
     """
     tokenizer = add_response_schema(AutoTokenizer.from_pretrained(model_dir))
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    prompt_ids = tokenizer.apply_chat_template(
+    # tokenize=True, return_dict=False on one conversation: its ids (transformers types every form).
+    prompt_ids = cast(list[int], tokenizer.apply_chat_template(
         lesson.prompt,
         tools=list(tools),
         chat_template=_trainer_chat_template(tokenizer),
@@ -281,7 +284,7 @@ def sample_tool_calls(
         enable_thinking=False,
         tokenize=True,
         return_dict=False,
-    )
+    ))
     input_ids = torch.tensor([prompt_ids] * samples)
     torch.manual_seed(seed)
     with torch.no_grad(), one_cpu_thread():

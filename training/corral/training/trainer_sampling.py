@@ -43,7 +43,7 @@ def trainer_policy(trainer: Any, generator: Generator | None,
     args = trainer.args
     if weight_sync is not None:
         url = getattr(generator, "base_url", None)
-        if url is None or not _same_server(url, weight_sync.base_url):
+        if generator is None or url is None or not _same_server(url, weight_sync.base_url):
             raise ConfigError(f"the weight sync pushes to {weight_sync.base_url}, but CorralRollout samples from "
                               f"{url or 'the trainer itself'}: pass generator=VLLMGenerator('{weight_sync.base_url}')")
         weight_sync.push_for_step(trainer.accelerator.unwrap_model(trainer.model), trainer.state.global_step)

@@ -116,7 +116,7 @@ def _build_context(source: Path) -> Path:
     if not compose:
         return source
     services = compose.get("services") or {}
-    main = services.get("client") or services.get("main") or next(iter(services.values()), {})
+    main: object = services.get("client") or services.get("main") or next(iter(services.values()), {})
     build = main.get("build") if isinstance(main, dict) else None
     context = build.get("context", ".") if isinstance(build, dict) else (build or ".")
     resolved = (source / str(context)).resolve()

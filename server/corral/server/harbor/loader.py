@@ -25,7 +25,14 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from corral.sandboxes import Resources, SandboxSpec
-from corral.server.bundle_format import EnvConfig, Manifest, RewardFileVerifier, ServeDefaults, Task
+from corral.server.bundle_format import (
+    CommandVerifier,
+    EnvConfig,
+    Manifest,
+    RewardFileVerifier,
+    ServeDefaults,
+    Task,
+)
 from corral.server.bundle_model import RESERVED_SPLIT, TRAIN_SPLIT, BundleEnv, LoadedBundle
 from corral.server.harbor.bundle_file import HarborManifest
 from corral.server.harbor.hosted import KEEPER
@@ -66,7 +73,7 @@ def load_harbor(root: Path, *, network: str | None = None) -> LoadedBundle:
     envs = {task.id: BundleEnv(task.id, task.environment_dir, EnvConfig(command=list(KEEPER)),
                                spec=_spec(task, manifest, policy)) for task in read.values()}
     tasks = {task.id: _task(task, manifest) for task in read.values()}
-    verifiers = {task.id: _tests(task) for task in read.values()}
+    verifiers: dict[str, CommandVerifier] = {task.id: _tests(task) for task in read.values()}
     splits = _splits(root, manifest, tasks, read, left_out, problems)
     longest_test = max((task.config.verifier.timeout_sec for task in read.values()), default=0.0)
     serve = ServeDefaults(

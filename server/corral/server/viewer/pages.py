@@ -21,7 +21,7 @@ def runs_page(index: RunIndex) -> str:
 
 def run_page(index: RunIndex, run: str, where: EpisodeFilter) -> str:
     steps = [s for s in run_views.steps(index, run) if s.step is not None]
-    plot = line_plot([s.step for s in steps], {"mean reward": [s.mean_reward for s in steps],
+    plot = line_plot([s.step for s in steps if s.step is not None], {"mean reward": [s.mean_reward for s in steps],
                                                 "pass@1": [s.pass_at_1 for s in steps]})
     step_rows = "".join(
         f"<tr><td><a class='step' href='/runs/{quote(run)}/steps/{s.step}'>{s.step}</a></td><td>{s.episodes}</td>"

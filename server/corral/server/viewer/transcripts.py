@@ -78,9 +78,9 @@ def group_page(index: RunIndex, run: str, step: int, number_: int) -> str | None
         transcripts.append([json.dumps(m, sort_keys=True, default=str) for m in messages])
     first = _first_difference(transcripts)
     columns = []
-    for member, messages in zip(found.members, transcripts, strict=True):
+    for member, encoded in zip(found.members, transcripts, strict=True):
         shown = "".join(f"<div class='msg{' differs' if n == first else ''}'>{escape(_text(m))}</div>"
-                        for n, m in enumerate(messages))
+                        for n, m in enumerate(encoded))
         columns.append(f"<div class='member'><p><a href='/episodes/{member.episode_id}'>member {member.group_index}</a>"
                        f" · reward {number(member.reward)} · advantage {number(member.advantage)} {flags(member.flags)}"
                        f"</p>{shown}</div>")
