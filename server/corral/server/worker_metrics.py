@@ -59,8 +59,8 @@ def summed(texts: Iterable[str]) -> bytes:
                     values[key] = min(values[key], sample.value)
                 else:
                     values[key] += sample.value
-    for (family, name, labels), value in values.items():
-        families[family].add_sample(name, dict(labels), value)
+    for (family_name, name, labels), value in values.items():
+        families[family_name].add_sample(name, dict(labels), value)
     registry = CollectorRegistry()
     registry.register(_Fixed(list(families.values())))
     return generate_latest(registry)
