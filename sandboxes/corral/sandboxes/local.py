@@ -20,6 +20,10 @@ shell (`SandboxSpec.agent_shell`) is refused unless the operator opts out
 - A server running as root runs each episode's env as a uid of its own (local_procs), whose
   folder (mode 0700) no other episode can read; bwrap runs as that uid. A server running as
   another user runs every env as itself.
+- A server running as root mounts a tmpfs of the env's share (`scratch_mb` per writable
+  folder) over its work folder, as docker mounts its writable folders: the kernel refuses a
+  write past it, and this machine's disk is out of the agent's reach. Another user cannot
+  (local_quota says what is left uncovered then).
 - When the episode ends, or before its command verifiers run, every process of the episode
   goes: its namespace; without one, its process group and every process carrying its marker
   (or, as root, its uid). Command verifiers run on a copy, in fresh namespaces (local_verify).
@@ -62,6 +66,7 @@ from corral.sandboxes.local_procs import (
     kill_uid,
     minimal_environment,
 )
+from corral.sandboxes.local_quota import Quotas, unbind_all_under
 from corral.sandboxes.local_verify import verify_on_a_copy
 from corral.sandboxes.runtime_dirs import private_folder
 from corral.sandboxes.trees import remove_tree
@@ -97,8 +102,11 @@ class LocalSandbox(Sandbox):
             # As root, 0711: the episode's uid may pass through to its own folders, and list none.
             self.folder.mkdir(mode=0o711 if self.uid is not None else 0o700)
             self.own(self.workdir)
+            quotas = self.provider.quotas
+            quotas.bound(self.workdir, self.share_mb, uid=self.uid)
             if not contained:  # in namespaces, /tmp is a tmpfs of the episode's own
                 self.own(tmp)
+                quotas.bound(tmp, spec.scratch_mb, uid=self.uid)
             # The env writes it, the server reads it by position through the same descriptor:
             # the env cannot swap the file for a link to a secret.
             self._stderr = os.open(stderr_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -140,6 +148,16 @@ class LocalSandbox(Sandbox):
         else:
             await self.stop(marker, pgid=started.process.pid)
             await started.process.wait()
+
+    @property
+    def share_mb(self) -> int:
+        """What the env may keep in its work folder: `scratch_mb` for each writable folder, as
+        docker allows."""
+        return self.spec.scratch_mb * max(1, len(self.spec.writable))
+
+    @property
+    def quotas(self) -> Quotas:
+        return self.provider.quotas
 
     @property
     def alive(self) -> bool:
@@ -218,6 +236,7 @@ class LocalSandbox(Sandbox):
             if self._stderr >= 0:
                 os.close(self._stderr)
                 self._stderr = -1
+            await asyncio.to_thread(unbind_all_under, self.folder)
             await asyncio.to_thread(remove_tree, self.folder)
             if self.uid is not None:
                 self.provider.uids.release(self.uid)
@@ -247,6 +266,7 @@ class LocalProvider(SandboxProvider):
         self._pools: WarmPools[LocalSandbox] = WarmPools(warm_pool, self._start_warm)
         self.waiting: set[LocalSandbox] = set()  # started for a pool, not yet taken: not live
         self.files = EnvFiles()  # as root: copies of the env's folder and the SDK, readable by all
+        self.quotas = Quotas(enabled=self.uids is not None)
         self._root_made = False
         self._lock = -1
 
@@ -268,6 +288,7 @@ class LocalProvider(SandboxProvider):
                 "(or CORRAL_INSTANCE)") from None
         self._lock = lock
         killed = kill_marked(f"{self.instance}/")
+        unbind_all_under(self.root)
         left = [entry for entry in self.root.iterdir() if entry.name != "lock"]
         for entry in left:
             remove_tree(entry)
@@ -352,6 +373,7 @@ class LocalProvider(SandboxProvider):
         await self._pools.close()
         await asyncio.gather(*(sandbox.close() for sandbox in list(self.running)))
         if self._lock >= 0 or not self.named:  # never the root of a live server of the same name
+            await asyncio.to_thread(unbind_all_under, self.root)
             await asyncio.to_thread(remove_tree, self.root)
         if self._lock >= 0:
             os.close(self._lock)  # after the folder is gone: a server starting now finds nothing to reap
