@@ -120,22 +120,23 @@ class LocalSandbox(Sandbox):
             self._env = await self.spawn(spec.command, cwd=self.workdir, environ=environ,
                                          read_only=self.provider.files.visible(spec), writable=[self.workdir],
                                          stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                                         stderr=self._stderr, limit=LINE_LIMIT)
+                                         stderr=self._stderr, limit=LINE_LIMIT, as_pid_1=True)
         except OSError as error:
             as_whom = (f" as uid {self.uid} (a server running as root runs each env as its own user: the bundle, "
                        "corral and the command must be readable by every user)") if self.uid is not None else ""
             raise SandboxError(f"could not start {spec.command[0]!r} for env {spec.env_name}{as_whom}: {error}") from None
 
     async def spawn(self, command: Sequence[str], *, cwd: Path, environ: dict[str, str], read_only: Sequence[Path] = (),
-                    writable: Sequence[Path] = (), **popen) -> Contained:
+                    writable: Sequence[Path] = (), as_pid_1: bool = False, **popen) -> Contained:
         """`command` as the episode's user: where bwrap runs, in namespaces of its own that see
-        the system, `read_only` and `writable` alone (local_namespace); else in a process group
-        of its own. `popen` goes to create_subprocess_exec. OSError when it cannot start."""
+        the system, `read_only` and `writable` alone (local_namespace; `as_pid_1`: as their
+        first process); else in a process group of its own. `popen` goes to
+        create_subprocess_exec. OSError when it cannot start."""
         bubblewrap = self.provider.bubblewrap
         if bubblewrap is not None:
             return await Contained.start(bubblewrap, self.uid, command, cwd=cwd, read_only=read_only,
                                          writable=writable, tmp_mb=self.spec.scratch_mb,
-                                         network=self.spec.network == "egress", env=environ, **popen)
+                                         network=self.spec.network == "egress", as_pid_1=as_pid_1, env=environ, **popen)
         process = await asyncio.create_subprocess_exec(*as_uid(self.uid, command), cwd=cwd, env=environ,
                                                        start_new_session=True, **popen)
         return Contained(process, None)
