@@ -12,6 +12,13 @@ plants: each must end the episode scored at the failure score (never null, never
   HOME; an agent that is root making the results folder a link to the tests, or /logs a link
   to a folder of its own that its answer links into; an answer that hangs the tests (a fifo, a link to stdin); pytest configuration left in
   the tests' working folder. The solution beside harmless links still scores 1.
+- The env signalled (STOP, KILL, INT, TERM) by a process the agent detached, from the moment
+  its call is answered through the end of the turn and the verification, in shellfix's
+  container (the env is PID 1 there: only INT reaches it, and ends it) and in a Harbor task's
+  (the env is docker's init's child, of the agent's own user).
+- The protocol's stream (the channel's socket, or the attach stream's pipes) opened under
+  /proc through the env: none can be. (A Harbor task's container has no env process: its
+  tools run through the engine's exec, its stdio carries only the warm pool's pings.)
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import pytest
 
 from corral.client.protocol import CallToolObservation
 from corral.server.embedded import EmbeddedServer
-from tests.attacks import bash, play
+from tests.attacks import HOUND, PROTOCOL_OPENER, SIGNALS, bash, play
 from tests.conftest import BUNDLES, serving
 from tests.docker.test_harbor import harbor  # noqa: F401 - the fixture, shared
 from tests.docker.test_harbor_attacks import SOLVE, worker_tasks  # noqa: F401 - the fixture, shared
@@ -159,3 +166,24 @@ def test_pytest_configuration_the_agent_leaves_in_the_working_folder_scores_0(ha
     ended = play_worker(harbor_worker, PYTEST_PLANTS[plant])
 
     assert (ended.status, ended.reward) == ("scored", 0.0), ended.metadata["verifier_output"]
+
+
+@pytest.mark.parametrize("signal", SIGNALS)
+def test_the_env_signalled_after_the_agent_s_call_ends_at_the_failure_score(shellfix_docker, signal):
+    ended = play(shellfix_docker, [bash(HOUND.format(signal=signal), "started\n[exit status 0]")])
+
+    assert ended.reward == 0.0 and ended.status in ("scored", "failed"), (ended.status, ended.reason)
+
+
+@pytest.mark.parametrize("signal", SIGNALS)
+def test_a_harbor_env_signalled_after_the_agent_s_call_ends_at_the_failure_score(harbor_worker, signal):
+    ended = play_worker(harbor_worker, HOUND.format(signal=signal))
+
+    assert ended.reward == 0.0 and ended.status in ("scored", "failed"), (ended.status, ended.reason)
+
+
+def test_no_process_in_the_container_lets_the_agent_open_the_protocol_s_stream(shellfix_docker):
+    ended = play(shellfix_docker, [bash(PROTOCOL_OPENER, "opened []\n[exit status 0]")])
+
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
+
