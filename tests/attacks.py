@@ -161,11 +161,13 @@ print("opened", opened)
 SIGNALS = ("STOP", "KILL", "INT", "TERM")  # what HOUND sends: each attack ends at the failure score, never null
 
 
-# Run by the tests (at import): 200 MB into the verifier's folders, where a host's disk would take it.
-FILLS_THE_VERIFIER = ("import os, tempfile\nfor folder in ('.', tempfile.gettempdir()):\n    try:\n"
+# Run by the tests (at import): 200 MB into the verifier's folders, where a host's disk would
+# take it; what refused it is raised, so the tests' output shows it.
+FILLS_THE_VERIFIER = ("import os, tempfile\nrefused = []\nfor folder in ('.', tempfile.gettempdir()):\n    try:\n"
                       "        with open(os.path.join(folder, 'fill'), 'wb') as fill:\n"
                       "            for _ in range(100):\n                fill.write(bytes(2 << 20))\n"
-                      "    except OSError as error:\n        print('refused:', error)\n")
+                      "    except OSError as error:\n        refused.append(f'{folder}: {error}')\n"
+                      "if refused:\n    raise OSError('; '.join(refused))\n")
 
 ATTACKS: dict[str, Steps] = {
     "os._exit(0) at import": [write("batching.py", "import os\nos._exit(0)\n" + BUG)],

@@ -1,7 +1,8 @@
 """The local sandbox's disk quota (sandboxes/corral/sandboxes/local_quota.py): a server running
 as root mounts a tmpfs of `scratch_mb` over each episode's work folder, so an agent cannot
-fill this machine's disk through it. Played with shellfix's `bash` tool, its share made 4 MB
-(the attack writes 64 MB: without the quota, all of it lands on the host's disk).
+fill this machine's disk through it, nor its tests through each verification's folder. Played
+with shellfix, its share made 4 MB (the attacks write 64 and 200 MB: without the quota, all of
+it lands on the host's disk).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.attacks import TASK, bash, play
+from tests.attacks import BUG, FILLS_THE_VERIFIER, TASK, bash, play, write
 from tests.conftest import BUNDLES, serving, skip_or_fail_under_ci
 from tests.wire import called, opened, ws
 
@@ -49,6 +50,15 @@ def test_writing_past_the_quota_fails_and_the_episode_scores_0(small_shellfix):
     assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
     folder = str(Path(workdir).parent)
     assert not mounted(folder) and not os.path.exists(folder)
+
+
+def test_what_the_tests_write_is_bounded_too(small_shellfix):
+    # The tests import the agent's module, which writes 200 MB where they run and in their TMPDIR.
+    ended = play(small_shellfix, [write("batching.py", FILLS_THE_VERIFIER + BUG)])
+
+    output = ended.metadata["verifier_output"]["tests"]
+    assert re.search(r"\.: \[Errno 28\] No space left on device; /\S+: \[Errno 28\] No space left", output), output
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
 
 
 def test_the_reference_fix_with_a_file_beside_it_still_scores_1_within_the_quota(small_shellfix):
