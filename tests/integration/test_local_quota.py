@@ -52,6 +52,17 @@ def test_writing_past_the_quota_fails_and_the_episode_scores_0(small_shellfix):
     assert not mounted(folder) and not os.path.exists(folder)
 
 
+def test_empty_files_past_the_quota_are_refused_too(small_shellfix):
+    # 4 MB hold 4,096 files and folders: each costs the kernel's memory, whatever its size.
+    with ws(small_shellfix) as socket:
+        opened(socket, task_id=TASK)
+        said = called(socket, "bash", command="mkdir many && cd many && seq 10000 | xargs touch 2>&1 | head -n 1; ls | wc -l")
+        ended = called(socket, "end_turn", response="done")
+
+    assert "No space left on device" in said.result and int(said.result.splitlines()[1]) < 4096, said.result
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
+
+
 def test_what_the_tests_write_is_bounded_too(small_shellfix):
     # The tests import the agent's module, which writes 200 MB where they run and in their TMPDIR.
     ended = play(small_shellfix, [write("batching.py", FILLS_THE_VERIFIER + BUG)])

@@ -5,7 +5,8 @@ agent filled the host's disk through it (2 GB in one turn). Docker bounds its wr
 with tmpfs mounts of `scratch_mb`; here the server mounts the same over the episode's folders
 it writes to (`local`: its work folder and, without namespaces, its TMPDIR; `local_verify`:
 each verification's folder), so the kernel refuses a write past the size (ENOSPC), during the
-turn as during verification, and the memory goes when it is unmounted.
+turn as during verification (files and folders are counted too: a million empty files would
+hold the kernel's memory), and the memory goes when it is unmounted.
 
 Only a server running as root with CAP_SYS_ADMIN (as CI runs, and as a root server's separate
 uids already require) can mount. A server running as another user cannot: a tmpfs that
@@ -29,6 +30,7 @@ log = logging.getLogger("corral.sandboxes")
 
 MS_NOSUID, MS_NODEV = 2, 4
 MNT_DETACH = 2
+INODES_PER_MB = 1024  # a file or folder for each KB of the size: about as much memory again, at most
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
@@ -47,7 +49,8 @@ class Quotas:
         if self.why_not:
             return False
         owner = f",uid={uid},gid={uid}" if uid is not None else ""
-        options = f"size={size_mb}m,mode={mode:o}{owner}".encode()
+        # Inodes too: empty files cost the kernel's memory, which `size` does not count.
+        options = f"size={size_mb}m,nr_inodes={size_mb * INODES_PER_MB},mode={mode:o}{owner}".encode()
         if _libc.mount(b"tmpfs", os.fsencode(folder), b"tmpfs", MS_NOSUID | MS_NODEV, options) == 0:
             return True
         failed = ctypes.get_errno()
