@@ -17,7 +17,8 @@ plants: each must end the episode scored at the failure score (never null, never
   container (the env is PID 1 there: only INT reaches it, and ends it) and in a Harbor task's
   (the env is docker's init's child, of the agent's own user).
 - The protocol's stream (the channel's socket, or the attach stream's pipes) opened under
-  /proc through the env: none can be. (A Harbor task's container has no env process: its
+  /proc through the env: none can be.
+- Empty files past what a scratch tmpfs holds (its size counts no inodes): refused. (A Harbor task's container has no env process: its
   tools run through the engine's exec, its stdio carries only the warm pool's pings.)
 """
 
@@ -187,3 +188,15 @@ def test_no_process_in_the_container_lets_the_agent_open_the_protocol_s_stream(s
 
     assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
 
+
+
+def test_empty_files_past_what_the_scratch_folder_holds_are_refused(shellfix_docker):
+    # 64 MB hold 65,536 files and folders: each costs the kernel's memory, whatever its size.
+    with ws(shellfix_docker) as socket:
+        opened(socket, task_id="shellfix-batching")
+        said = called(socket, "bash", command="mkdir many && cd many && seq 70000 | xargs touch 2>&1 | head -n 1",
+                      timeout_s=30)
+        ended = called(socket, "end_turn", response="done")
+
+    assert "No space left on device" in said.result, said.result
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason

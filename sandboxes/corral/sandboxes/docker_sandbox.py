@@ -26,7 +26,7 @@ import docker
 import docker.errors
 
 from corral.errors import ImageError, SandboxError
-from corral.sandboxes.base import CommandResult, Sandbox, SandboxProcess, SandboxSpec
+from corral.sandboxes.base import INODES_PER_MB, CommandResult, Sandbox, SandboxProcess, SandboxSpec
 from corral.sandboxes.bootstrap import bootstrapped, sdk_payload
 from corral.sandboxes.docker_channel import MISSING_SOURCE, Channel, Channels, read_line, write_line
 from corral.sandboxes.docker_engine import Engine
@@ -85,7 +85,7 @@ def scratch_mounts(spec: SandboxSpec) -> dict[str, str]:
     """The tmpfs mounts: /tmp, shared and sticky (root-owned, as /tmp is), and each `writable`
     folder, owned by the env user (a folder the image already has keeps its own mode whatever
     `mode=` says; `uid=` wins)."""
-    options = f"rw,nosuid,nodev,size={spec.scratch_mb}m"
+    options = f"rw,nosuid,nodev,size={spec.scratch_mb}m,nr_inodes={spec.scratch_mb * INODES_PER_MB}"
     uid, gid = ENV_USER.split(":")
     return {SCRATCH: f"{options},mode=1777", **{path: f"{options},uid={uid},gid={gid},mode=0755" for path in spec.writable}}
 

@@ -26,11 +26,12 @@ import os
 import re
 from pathlib import Path
 
+from corral.sandboxes.base import INODES_PER_MB
+
 log = logging.getLogger("corral.sandboxes")
 
 MS_NOSUID, MS_NODEV = 2, 4
 MNT_DETACH = 2
-INODES_PER_MB = 1024  # a file or folder for each KB of the size: about as much memory again, at most
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
