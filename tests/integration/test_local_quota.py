@@ -76,3 +76,19 @@ def test_the_reference_fix_with_a_file_beside_it_still_scores_1_within_the_quota
     ended = play(small_shellfix, [bash("dd if=/dev/zero of=filler bs=1M count=1 2>/dev/null; echo ok")], fixed=True)
 
     assert (ended.status, ended.reward) == ("scored", 1.0), ended.reason
+
+
+def test_the_env_s_stderr_cannot_grow_past_the_share(small_shellfix):
+    # A tool's error quotes the agent's argument, and the env prints it on its stderr, a file of
+    # the server's on this machine's disk: 900 KB a call, ten calls past the 4 MB share.
+    with ws(small_shellfix) as socket:
+        opened(socket, task_id=TASK)
+        stderr = Path(called(socket, "bash", command="pwd").result.splitlines()[0]).parent / "stderr"
+        for _ in range(10):
+            said = called(socket, "read_file", path="x" * 900_000)
+            if said.done:  # the env could not write its stderr, and died of it
+                break
+            assert stderr.stat().st_size <= 4 << 20
+        ended = said if said.done else called(socket, "end_turn", response="done")
+
+    assert ended.reward == 0.0 and ended.status in ("scored", "failed"), (ended.status, ended.reason)

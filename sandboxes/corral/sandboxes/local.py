@@ -23,7 +23,9 @@ shell (`SandboxSpec.agent_shell`) is refused unless the operator opts out
 - A server running as root mounts a tmpfs of the env's share (`scratch_mb` per writable
   folder) over its work folder, as docker mounts its writable folders: the kernel refuses a
   write past it, and this machine's disk is out of the agent's reach. Another user cannot
-  (local_quota says what is left uncovered then).
+  (local_quota says what is left uncovered then). Either way no file the env or the agent's
+  processes write may pass that size (RLIMIT_FSIZE): the env's stderr, a file of the
+  server's on this machine's disk that a tool's error message grows, among them.
 - When the episode ends, or before its command verifiers run, every process of the episode
   goes: its namespace; without one, its process group and every process carrying its marker
   (or, as root, its uid). Command verifiers run on a copy, in fresh namespaces (local_verify).
@@ -66,7 +68,7 @@ from corral.sandboxes.local_procs import (
     kill_uid,
     minimal_environment,
 )
-from corral.sandboxes.local_quota import Quotas, unbind_all_under
+from corral.sandboxes.local_quota import Quotas, file_size_limit, unbind_all_under
 from corral.sandboxes.local_verify import verify_on_a_copy
 from corral.sandboxes.runtime_dirs import private_folder
 from corral.sandboxes.trees import remove_tree
@@ -120,24 +122,27 @@ class LocalSandbox(Sandbox):
             self._env = await self.spawn(spec.command, cwd=self.workdir, environ=environ,
                                          read_only=self.provider.files.visible(spec), writable=[self.workdir],
                                          stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                                         stderr=self._stderr, limit=LINE_LIMIT, as_pid_1=True)
+                                         stderr=self._stderr, limit=LINE_LIMIT, as_pid_1=True,
+                                         limits=file_size_limit(self.share_mb))
         except OSError as error:
             as_whom = (f" as uid {self.uid} (a server running as root runs each env as its own user: the bundle, "
                        "corral and the command must be readable by every user)") if self.uid is not None else ""
             raise SandboxError(f"could not start {spec.command[0]!r} for env {spec.env_name}{as_whom}: {error}") from None
 
     async def spawn(self, command: Sequence[str], *, cwd: Path, environ: dict[str, str], read_only: Sequence[Path] = (),
-                    writable: Sequence[Path] = (), as_pid_1: bool = False, **popen) -> Contained:
+                    writable: Sequence[Path] = (), as_pid_1: bool = False, limits: Sequence[str] = (),
+                    **popen) -> Contained:
         """`command` as the episode's user: where bwrap runs, in namespaces of its own that see
         the system, `read_only` and `writable` alone (local_namespace; `as_pid_1`: as their
-        first process); else in a process group of its own. `popen` goes to
-        create_subprocess_exec. OSError when it cannot start."""
+        first process); else in a process group of its own. `limits` prefixes it (file_size_limit);
+        `popen` goes to create_subprocess_exec. OSError when it cannot start."""
         bubblewrap = self.provider.bubblewrap
         if bubblewrap is not None:
             return await Contained.start(bubblewrap, self.uid, command, cwd=cwd, read_only=read_only,
                                          writable=writable, tmp_mb=self.spec.scratch_mb,
-                                         network=self.spec.network == "egress", as_pid_1=as_pid_1, env=environ, **popen)
-        process = await asyncio.create_subprocess_exec(*as_uid(self.uid, command), cwd=cwd, env=environ,
+                                         network=self.spec.network == "egress", as_pid_1=as_pid_1, limits=limits,
+                                         env=environ, **popen)
+        process = await asyncio.create_subprocess_exec(*limits, *as_uid(self.uid, command), cwd=cwd, env=environ,
                                                        start_new_session=True, **popen)
         return Contained(process, None)
 

@@ -124,8 +124,10 @@ class Contained:
     @classmethod
     async def start(cls, bubblewrap: Bubblewrap, uid: int | None, command: Sequence[str], *, cwd: Path,
                     read_only: Sequence[Path] = (), writable: Sequence[Path] = (), tmp_mb: int = 64,
-                    network: bool = False, as_pid_1: bool = False, **popen) -> Contained:
-        """Start `command` as `uid` in namespaces (Bubblewrap.command); `popen` goes to
+                    network: bool = False, as_pid_1: bool = False, limits: Sequence[str] = (),
+                    **popen) -> Contained:
+        """Start `command` as `uid` in namespaces (Bubblewrap.command), through `limits` (a
+        command prefix, such as local_quota.file_size_limit's); `popen` goes to
         create_subprocess_exec. OSError when bwrap, or `command` within it, cannot be started."""
         if not bubblewrap.finds(command[0], popen["env"].get("PATH", ""), read_only):
             raise FileNotFoundError(errno.ENOENT, "No such file or directory in the sandbox's view", command[0])
@@ -133,7 +135,7 @@ class Contained:
         try:
             argv = bubblewrap.command(command, cwd=cwd, read_only=read_only, writable=writable, tmp_mb=tmp_mb,
                                       network=network, info_fd=write, as_pid_1=as_pid_1)
-            process = await asyncio.create_subprocess_exec(*as_uid(uid, argv), pass_fds=(write,), cwd="/",
+            process = await asyncio.create_subprocess_exec(*limits, *as_uid(uid, argv), pass_fds=(write,), cwd="/",
                                                            start_new_session=True, **popen)
             os.close(write)
             write = -1

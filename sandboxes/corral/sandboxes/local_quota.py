@@ -24,9 +24,11 @@ import errno
 import logging
 import os
 import re
+import shutil
 from pathlib import Path
 
 from corral.sandboxes.base import INODES_PER_MB
+from corral.sandboxes.local_procs import SETPRIV_PATH
 
 log = logging.getLogger("corral.sandboxes")
 
@@ -60,6 +62,17 @@ class Quotas:
                         "during its turn is bounded only by this machine's disk")
         log.warning("%s", self.why_not)
         return False
+
+
+def file_size_limit(size_mb: int) -> list[str]:
+    """A command prefix under which no file written (by the command or anything it starts)
+    may pass `size_mb` MB: RLIMIT_FSIZE, through util-linux's `prlimit`, as any user may set
+    it. It bounds the env's stderr, which lives on this machine's disk whoever runs the
+    server (a tool's error, which quotes the agent's arguments, added a megabyte a call);
+    a write past it fails (EFBIG: Python ignores SIGXFSZ) or kills the writer. No prefix
+    where prlimit is missing."""
+    prlimit = shutil.which("prlimit", path=SETPRIV_PATH)
+    return [prlimit, f"--fsize={size_mb << 20}", "--"] if prlimit else []
 
 
 def unbind(folder: Path) -> None:
