@@ -18,12 +18,15 @@ plants: each must end the episode scored at the failure score (never null, never
   (the env is docker's init's child, of the agent's own user).
 - The protocol's stream (the channel's socket, or the attach stream's pipes) opened under
   /proc through the env: none can be.
-- Empty files past what a scratch tmpfs holds (its size counts no inodes): refused. (A Harbor task's container has no env process: its
+- Empty files past what a scratch tmpfs holds (its size counts no inodes): refused.
+- 20 MB written on docker's init's stdout in a Harbor task's container: the engine keeps no
+  log of it on this machine's disk. (A Harbor task's container has no env process: its
   tools run through the engine's exec, its stdio carries only the warm pool's pings.)
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -199,4 +202,17 @@ def test_empty_files_past_what_the_scratch_folder_holds_are_refused(shellfix_doc
         ended = called(socket, "end_turn", response="done")
 
     assert "No space left on device" in said.result, said.result
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
+
+
+def test_what_the_agent_writes_on_the_container_s_stdio_is_kept_nowhere(harbor_worker, docker_engine):
+    # docker's init's stdout, a pipe of the agent's own user in a Harbor task's container: 20 MB.
+    with ws(harbor_worker) as socket:
+        opened(socket, task_id=WORKER_TASK)
+        said = called(socket, "bash", command="timeout 20 head -c 20000000 /dev/zero > /proc/1/fd/1; cat /etc/hostname")
+        log_path = docker_engine.containers.get(said.result.splitlines()[-2]).attrs["LogPath"]
+        kept = os.path.getsize(log_path) if log_path else 0
+        ended = called(socket, "end_turn", response="done")
+
+    assert kept < 1 << 20, f"{kept} bytes kept in {log_path}"
     assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason

@@ -57,6 +57,11 @@ def container_config(spec: SandboxSpec, image: str, *, name: str, labels: Mappin
         pids_limit=spec.resources.pids,
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
+        # No log: the engine's default keeps all a container writes on its stdio in a file on this
+        # machine's disk, without bound, and an agent of the env's user can write there (a
+        # Harbor task's /proc/1/fd/1; a tool's error that quotes its arguments on the env's
+        # stderr). The server reads both over the attach stream, keeping a bounded tail.
+        log_config={"Type": "none", "Config": {}},
         # An image run whole (a Harbor task's) keeps its root writable and its /tmp in it, so a
         # verifier's copy (a commit, docker_snapshot) holds everything the agent left.
         # Its first process is docker's init, which reaps the orphans of the agent's commands, and
