@@ -12,10 +12,21 @@ plants: each must end the episode scored at the failure score (never null, never
   HOME; an agent that is root making the results folder a link to the tests, or /logs a link
   to a folder of its own that its answer links into; an answer that hangs the tests (a fifo, a link to stdin); pytest configuration left in
   the tests' working folder. The solution beside harmless links still scores 1.
+- The env signalled (STOP, KILL, INT, TERM) by a process the agent detached, from the moment
+  its call is answered through the end of the turn and the verification, in shellfix's
+  container (the env is PID 1 there: only INT reaches it, and ends it) and in a Harbor task's
+  (the env is docker's init's child, of the agent's own user).
+- The protocol's stream (the channel's socket, or the attach stream's pipes) opened under
+  /proc through the env: none can be.
+- Empty files past what a scratch tmpfs holds (its size counts no inodes): refused.
+- 20 MB written on docker's init's stdout in a Harbor task's container: the engine keeps no
+  log of it on this machine's disk. (A Harbor task's container has no env process: its
+  tools run through the engine's exec, its stdio carries only the warm pool's pings.)
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -25,7 +36,7 @@ import pytest
 
 from corral.client.protocol import CallToolObservation
 from corral.server.embedded import EmbeddedServer
-from tests.attacks import bash, play
+from tests.attacks import HOUND, PROTOCOL_OPENER, SIGNALS, bash, play
 from tests.conftest import BUNDLES, serving
 from tests.docker.test_harbor import harbor  # noqa: F401 - the fixture, shared
 from tests.docker.test_harbor_attacks import SOLVE, worker_tasks  # noqa: F401 - the fixture, shared
@@ -159,3 +170,49 @@ def test_pytest_configuration_the_agent_leaves_in_the_working_folder_scores_0(ha
     ended = play_worker(harbor_worker, PYTEST_PLANTS[plant])
 
     assert (ended.status, ended.reward) == ("scored", 0.0), ended.metadata["verifier_output"]
+
+
+@pytest.mark.parametrize("signal", SIGNALS)
+def test_the_env_signalled_after_the_agent_s_call_ends_at_the_failure_score(shellfix_docker, signal):
+    ended = play(shellfix_docker, [bash(HOUND.format(signal=signal), "started\n[exit status 0]")])
+
+    assert ended.reward == 0.0 and ended.status in ("scored", "failed"), (ended.status, ended.reason)
+
+
+@pytest.mark.parametrize("signal", SIGNALS)
+def test_a_harbor_env_signalled_after_the_agent_s_call_ends_at_the_failure_score(harbor_worker, signal):
+    ended = play_worker(harbor_worker, HOUND.format(signal=signal))
+
+    assert ended.reward == 0.0 and ended.status in ("scored", "failed"), (ended.status, ended.reason)
+
+
+def test_no_process_in_the_container_lets_the_agent_open_the_protocol_s_stream(shellfix_docker):
+    ended = play(shellfix_docker, [bash(PROTOCOL_OPENER, "opened []\n[exit status 0]")])
+
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
+
+
+
+def test_empty_files_past_what_the_scratch_folder_holds_are_refused(shellfix_docker):
+    # 64 MB hold 65,536 files and folders: each costs the kernel's memory, whatever its size.
+    with ws(shellfix_docker) as socket:
+        opened(socket, task_id="shellfix-batching")
+        said = called(socket, "bash", command="mkdir many && cd many && seq 70000 | xargs touch 2>&1 | head -n 1",
+                      timeout_s=30)
+        ended = called(socket, "end_turn", response="done")
+
+    assert "No space left on device" in said.result, said.result
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
+
+
+def test_what_the_agent_writes_on_the_container_s_stdio_is_kept_nowhere(harbor_worker, docker_engine):
+    # docker's init's stdout, a pipe of the agent's own user in a Harbor task's container: 20 MB.
+    with ws(harbor_worker) as socket:
+        opened(socket, task_id=WORKER_TASK)
+        said = called(socket, "bash", command="timeout 20 head -c 20000000 /dev/zero > /proc/1/fd/1; cat /etc/hostname")
+        log_path = docker_engine.containers.get(said.result.splitlines()[-2]).attrs["LogPath"]
+        kept = os.path.getsize(log_path) if log_path else 0
+        ended = called(socket, "end_turn", response="done")
+
+    assert kept < 1 << 20, f"{kept} bytes kept in {log_path}"
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason

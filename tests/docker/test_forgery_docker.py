@@ -40,7 +40,7 @@ def test_a_fix_left_with_odd_files_still_scores_1(shellfix_docker, oddity):
 
 
 def test_a_repository_bigger_than_its_tmpfs_can_hold_is_not_verified(shellfix_docker):
-    ended = play(shellfix_docker, ATTACKS["a sparse file of a terabyte"], fixed=True)
+    ended = play(shellfix_docker, ATTACKS["sparse files of 6 GB"], fixed=True)
 
     assert ended.reward == 0.0
     assert "nothing was verified" in ended.metadata["verifier_output"]["tests"]

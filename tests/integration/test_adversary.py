@@ -11,6 +11,11 @@ the episode scored at the failure score (never null, never above it).
   nor take a good episode's 1.
 - An env answer past the protocol's line limit (64 MB).
 - Numbers in a tool's arguments that no integer argument takes (NaN, Infinity, 400 digits).
+- The env signalled (STOP, KILL, INT, TERM) by a process the agent detached, from the moment
+  its call is answered through the end of the turn and the verification: the env is its
+  namespace's first process, so STOP and KILL from inside do nothing, and INT ends it.
+- The protocol's pipes opened under /proc, through the env or a process holding its stdio:
+  none can be (test_local_protocol_forgery forges a report through them where one could).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from collections.abc import Iterator
 import pytest
 
 from corral.client.protocol import CallToolObservation
-from tests.attacks import TASK, bash, play
+from tests.attacks import HOUND, PROTOCOL_OPENER, SIGNALS, TASK, bash, play
 from tests.conftest import BUNDLES, serving
 from tests.probe_bundle import write_probe_bundle
 from tests.wire import call, called, observed, opened, rpc, send, ws
@@ -205,4 +210,17 @@ def test_numbers_no_integer_argument_takes_are_refused_or_infeasible_and_score_0
 
     refused = said.error is not None and said.error.error_type == "invalid_args"
     assert refused or json.loads(said.result)["feasible"] is False, said
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
+
+
+@pytest.mark.parametrize("signal", SIGNALS)
+def test_the_env_signalled_after_the_agent_s_call_ends_at_the_failure_score(shellfix, signal):
+    ended = play(shellfix, [bash(HOUND.format(signal=signal), "started\n[exit status 0]")])
+
+    assert ended.reward == 0.0 and ended.status in ("scored", "failed"), (ended.status, ended.reason)
+
+
+def test_no_process_in_the_episode_lets_the_agent_open_the_protocol_s_stream(shellfix):
+    ended = play(shellfix, [bash(PROTOCOL_OPENER, "opened []\n[exit status 0]")])
+
     assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason

@@ -56,7 +56,7 @@ def test_a_fix_left_with_odd_files_still_scores_1(shellfix, oddity):
 
 
 def test_a_repository_bigger_than_the_sandbox_allows_is_not_verified(shellfix):
-    ended = play(shellfix, ATTACKS["a sparse file of a terabyte"], fixed=True)
+    ended = play(shellfix, ATTACKS["sparse files of 6 GB"], fixed=True)
 
     assert ended.reward == 0.0
     assert "nothing was verified" in ended.metadata["verifier_output"]["tests"]

@@ -24,6 +24,9 @@ from corral.errors import SandboxError
 
 NetworkPolicy = Literal["none", "egress"]
 Progress = Callable[[str], None]  # one line of a long preparation (an image build's output)
+# Files and folders a scratch tmpfs holds per MB of its size: empty files cost the kernel's
+# memory, which a tmpfs's size does not count; one per KB is about as much memory again, at most.
+INODES_PER_MB = 1024
 
 log = logging.getLogger("corral.sandboxes")
 
@@ -52,7 +55,7 @@ class SandboxSpec:
     image: str | None = None  # a prebuilt image, used as it is; None: build `context_dir`
     dockerfile: str = "Dockerfile"  # relative to context_dir
     writable: tuple[str, ...] = ()  # folders the env may write besides the scratch folder
-    scratch_mb: int = 64  # the size of each writable folder, where the provider limits it
+    scratch_mb: int = 64  # the size of each writable folder, where the provider limits it (INODES_PER_MB)
     resources: Resources = field(default_factory=Resources)
     network: NetworkPolicy = "none"
     # Whether a tool of the env runs what the agent writes or reads and writes files it names

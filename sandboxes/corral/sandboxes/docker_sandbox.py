@@ -26,7 +26,7 @@ import docker
 import docker.errors
 
 from corral.errors import ImageError, SandboxError
-from corral.sandboxes.base import CommandResult, Sandbox, SandboxProcess, SandboxSpec
+from corral.sandboxes.base import INODES_PER_MB, CommandResult, Sandbox, SandboxProcess, SandboxSpec
 from corral.sandboxes.bootstrap import bootstrapped, sdk_payload
 from corral.sandboxes.docker_channel import MISSING_SOURCE, Channel, Channels, read_line, write_line
 from corral.sandboxes.docker_engine import Engine
@@ -57,6 +57,11 @@ def container_config(spec: SandboxSpec, image: str, *, name: str, labels: Mappin
         pids_limit=spec.resources.pids,
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
+        # No log: the engine's default keeps all a container writes on its stdio in a file on this
+        # machine's disk, without bound, and an agent of the env's user can write there (a
+        # Harbor task's /proc/1/fd/1; a tool's error that quotes its arguments on the env's
+        # stderr). The server reads both over the attach stream, keeping a bounded tail.
+        log_config={"Type": "none", "Config": {}},
         # An image run whole (a Harbor task's) keeps its root writable and its /tmp in it, so a
         # verifier's copy (a commit, docker_snapshot) holds everything the agent left.
         # Its first process is docker's init, which reaps the orphans of the agent's commands, and
@@ -85,7 +90,7 @@ def scratch_mounts(spec: SandboxSpec) -> dict[str, str]:
     """The tmpfs mounts: /tmp, shared and sticky (root-owned, as /tmp is), and each `writable`
     folder, owned by the env user (a folder the image already has keeps its own mode whatever
     `mode=` says; `uid=` wins)."""
-    options = f"rw,nosuid,nodev,size={spec.scratch_mb}m"
+    options = f"rw,nosuid,nodev,size={spec.scratch_mb}m,nr_inodes={spec.scratch_mb * INODES_PER_MB}"
     uid, gid = ENV_USER.split(":")
     return {SCRATCH: f"{options},mode=1777", **{path: f"{options},uid={uid},gid={gid},mode=0755" for path in spec.writable}}
 

@@ -38,7 +38,7 @@ import docker.errors
 
 from corral.errors import ImageError, SandboxError
 from corral.sandboxes.archives import tar_of
-from corral.sandboxes.base import CommandResult, SandboxSpec
+from corral.sandboxes.base import INODES_PER_MB, CommandResult, SandboxSpec
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_exec import Exec
 from corral.sandboxes.pristine import BYTECODE, pristine_environment
@@ -118,7 +118,7 @@ def fresh_container_config(config: dict, spec: SandboxSpec, files: Mapping[str, 
     owner = f"mode=0700,uid={uid},gid={gid or uid}" if uid.isdigit() else "mode=1777"
     host_config["Tmpfs"] = {**host_config.get("Tmpfs", {}),
                             VERIFIER_DIR: f"rw,nosuid,nodev,size={size_mb}m,mode=0755",
-                            VERIFIER_HOME: f"rw,nosuid,nodev,size={FILES_MB_MIN}m,{owner}"}
+                            VERIFIER_HOME: f"rw,nosuid,nodev,size={FILES_MB_MIN}m,nr_inodes={FILES_MB_MIN * INODES_PER_MB},{owner}"}
     host_config["AutoRemove"] = True
     labels = {**config["labels"], "corral.purpose": "verify"}
     labels.pop("corral.pool", None)

@@ -20,6 +20,12 @@ shell (`SandboxSpec.agent_shell`) is refused unless the operator opts out
 - A server running as root runs each episode's env as a uid of its own (local_procs), whose
   folder (mode 0700) no other episode can read; bwrap runs as that uid. A server running as
   another user runs every env as itself.
+- A server running as root mounts a tmpfs of the env's share (`scratch_mb` per writable
+  folder) over its work folder, as docker mounts its writable folders: the kernel refuses a
+  write past it, and this machine's disk is out of the agent's reach. Another user cannot
+  (local_quota says what is left uncovered then). Either way no file the env or the agent's
+  processes write may pass that size (RLIMIT_FSIZE): the env's stderr, a file of the
+  server's on this machine's disk that a tool's error message grows, among them.
 - When the episode ends, or before its command verifiers run, every process of the episode
   goes: its namespace; without one, its process group and every process carrying its marker
   (or, as root, its uid). Command verifiers run on a copy, in fresh namespaces (local_verify).
@@ -62,6 +68,7 @@ from corral.sandboxes.local_procs import (
     kill_uid,
     minimal_environment,
 )
+from corral.sandboxes.local_quota import Quotas, file_size_limit, unbind_all_under
 from corral.sandboxes.local_verify import verify_on_a_copy
 from corral.sandboxes.runtime_dirs import private_folder, safe_name
 from corral.sandboxes.trees import remove_tree
@@ -97,8 +104,11 @@ class LocalSandbox(Sandbox):
             # As root, 0711: the episode's uid may pass through to its own folders, and list none.
             self.folder.mkdir(mode=0o711 if self.uid is not None else 0o700)
             self.own(self.workdir)
+            quotas = self.provider.quotas
+            quotas.bound(self.workdir, self.share_mb, uid=self.uid)
             if not contained:  # in namespaces, /tmp is a tmpfs of the episode's own
                 self.own(tmp)
+                quotas.bound(tmp, spec.scratch_mb, uid=self.uid)
             # The env writes it, the server reads it by position through the same descriptor:
             # the env cannot swap the file for a link to a secret.
             self._stderr = os.open(stderr_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -112,23 +122,27 @@ class LocalSandbox(Sandbox):
             self._env = await self.spawn(spec.command, cwd=self.workdir, environ=environ,
                                          read_only=self.provider.files.visible(spec), writable=[self.workdir],
                                          stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                                         stderr=self._stderr, limit=LINE_LIMIT)
+                                         stderr=self._stderr, limit=LINE_LIMIT, as_pid_1=True,
+                                         limits=file_size_limit(self.share_mb))
         except OSError as error:
             as_whom = (f" as uid {self.uid} (a server running as root runs each env as its own user: the bundle, "
                        "corral and the command must be readable by every user)") if self.uid is not None else ""
             raise SandboxError(f"could not start {spec.command[0]!r} for env {spec.env_name}{as_whom}: {error}") from None
 
     async def spawn(self, command: Sequence[str], *, cwd: Path, environ: dict[str, str], read_only: Sequence[Path] = (),
-                    writable: Sequence[Path] = (), **popen) -> Contained:
+                    writable: Sequence[Path] = (), as_pid_1: bool = False, limits: Sequence[str] = (),
+                    **popen) -> Contained:
         """`command` as the episode's user: where bwrap runs, in namespaces of its own that see
-        the system, `read_only` and `writable` alone (local_namespace); else in a process group
-        of its own. `popen` goes to create_subprocess_exec. OSError when it cannot start."""
+        the system, `read_only` and `writable` alone (local_namespace; `as_pid_1`: as their
+        first process); else in a process group of its own. `limits` prefixes it (file_size_limit);
+        `popen` goes to create_subprocess_exec. OSError when it cannot start."""
         bubblewrap = self.provider.bubblewrap
         if bubblewrap is not None:
             return await Contained.start(bubblewrap, self.uid, command, cwd=cwd, read_only=read_only,
                                          writable=writable, tmp_mb=self.spec.scratch_mb,
-                                         network=self.spec.network == "egress", env=environ, **popen)
-        process = await asyncio.create_subprocess_exec(*as_uid(self.uid, command), cwd=cwd, env=environ,
+                                         network=self.spec.network == "egress", as_pid_1=as_pid_1, limits=limits,
+                                         env=environ, **popen)
+        process = await asyncio.create_subprocess_exec(*limits, *as_uid(self.uid, command), cwd=cwd, env=environ,
                                                        start_new_session=True, **popen)
         return Contained(process, None)
 
@@ -140,6 +154,16 @@ class LocalSandbox(Sandbox):
         else:
             await self.stop(marker, pgid=started.process.pid)
             await started.process.wait()
+
+    @property
+    def share_mb(self) -> int:
+        """What the env may keep in its work folder: `scratch_mb` for each writable folder, as
+        docker allows."""
+        return self.spec.scratch_mb * max(1, len(self.spec.writable))
+
+    @property
+    def quotas(self) -> Quotas:
+        return self.provider.quotas
 
     @property
     def alive(self) -> bool:
@@ -218,6 +242,7 @@ class LocalSandbox(Sandbox):
             if self._stderr >= 0:
                 os.close(self._stderr)
                 self._stderr = -1
+            await asyncio.to_thread(unbind_all_under, self.folder)
             await asyncio.to_thread(remove_tree, self.folder)
             if self.uid is not None:
                 assert self.provider.uids is not None  # the uid came from the provider's pool
@@ -248,6 +273,7 @@ class LocalProvider(SandboxProvider):
         self._pools: WarmPools[LocalSandbox] = WarmPools(warm_pool, self._start_warm)
         self.waiting: set[LocalSandbox] = set()  # started for a pool, not yet taken: not live
         self.files = EnvFiles()  # as root: copies of the env's folder and the SDK, readable by all
+        self.quotas = Quotas(enabled=self.uids is not None)
         self._root_made = False
         self._lock = -1
 
@@ -269,6 +295,7 @@ class LocalProvider(SandboxProvider):
                 "(or CORRAL_INSTANCE)") from None
         self._lock = lock
         killed = kill_marked(f"{self.instance}/")
+        unbind_all_under(self.root)
         left = [entry for entry in self.root.iterdir() if entry.name != "lock"]
         for entry in left:
             remove_tree(entry)
@@ -354,6 +381,7 @@ class LocalProvider(SandboxProvider):
         await self._pools.close()
         await asyncio.gather(*(sandbox.close() for sandbox in list(self.running)))
         if self._lock >= 0 or not self.named:  # never the root of a live server of the same name
+            await asyncio.to_thread(unbind_all_under, self.root)
             await asyncio.to_thread(remove_tree, self.root)
         if self._lock >= 0:
             os.close(self._lock)  # after the folder is gone: a server starting now finds nothing to reap

@@ -4,8 +4,8 @@ What a process started here sees (`Bubblewrap.command`):
 - no network at all: a network namespace of its own, whose loopback is its own too, so
   nothing on this machine's 127.0.0.1 (corral's own API included) can be reached;
 - its own PID, IPC and UTS namespaces: /proc lists its processes alone, and when the
-  namespace's first process (bubblewrap's init) dies, the kernel kills every other one in
-  it, `setsid` and `env -i` or not;
+  namespace's first process (bubblewrap's init, or the command itself with `as_pid_1`) dies,
+  the kernel kills every other one in it, `setsid` and `env -i` or not;
 - a fresh root: the system's folders (/usr, /bin, /lib*, /sbin, /etc) read-only, a private
   /dev and /proc, fresh tmpfs at /tmp, /var/tmp and /dev/shm (gone with the namespace), and
   only the folders it is given: read-only ones (the env's folder, corral's SDK, a verifier's
@@ -13,6 +13,13 @@ What a process started here sees (`Bubblewrap.command`):
   machine's files: not the bundle, not another episode's folder, not the server's home;
 - no new user namespace inside (`--disable-userns`), no privileges (`--new-session`, no
   capabilities); `--die-with-parent`: it dies with the server.
+
+An env runs `as_pid_1`, without bubblewrap's init: that init holds the protocol's stdio and,
+unlike the env (corral.env.runtime makes itself non-dumpable), can be opened under /proc by
+the agent's processes of the same user; where those are pipes of that user (a server that is
+not root, on asyncio's loop), a line written to /proc/1/fd/1 reached the server as the env's
+answer: a forged report. As the first process, the env also ignores SIGSTOP and SIGKILL sent
+from inside its namespace.
 
 Whether it can run is found once per provider by a real run (`find_bubblewrap`): bwrap may
 be missing, or the kernel may refuse user namespaces to the user that runs it.
@@ -48,11 +55,14 @@ class Bubblewrap:
 
     def command(self, command: Sequence[str], *, cwd: Path, read_only: Sequence[Path] = (),
                 writable: Sequence[Path] = (), tmp_mb: int = 64, network: bool = False,
-                info_fd: int | None = None) -> list[str]:
+                info_fd: int | None = None, as_pid_1: bool = False) -> list[str]:
         """`command` run in fresh namespaces (the module docstring), in `cwd`, seeing the system
         and `read_only` read-only, `writable` writable, and nothing else; `network` shares this
-        machine's network (an env that asks for egress); bwrap writes its init's pid to `info_fd`."""
+        machine's network (an env that asks for egress); `as_pid_1`: `command` is the
+        namespace's first process (no init); bwrap writes that first process's pid to `info_fd`."""
         argv = [self.path, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
+        if as_pid_1:
+            argv.append("--as-pid-1")
         if network:
             argv.append("--share-net")
         if info_fd is not None:
@@ -114,16 +124,18 @@ class Contained:
     @classmethod
     async def start(cls, bubblewrap: Bubblewrap, uid: int | None, command: Sequence[str], *, cwd: Path,
                     read_only: Sequence[Path] = (), writable: Sequence[Path] = (), tmp_mb: int = 64,
-                    network: bool = False, **popen) -> Contained:
-        """Start `command` as `uid` in namespaces (Bubblewrap.command); `popen` goes to
+                    network: bool = False, as_pid_1: bool = False, limits: Sequence[str] = (),
+                    **popen) -> Contained:
+        """Start `command` as `uid` in namespaces (Bubblewrap.command), through `limits` (a
+        command prefix, such as local_quota.file_size_limit's); `popen` goes to
         create_subprocess_exec. OSError when bwrap, or `command` within it, cannot be started."""
         if not bubblewrap.finds(command[0], popen["env"].get("PATH", ""), read_only):
             raise FileNotFoundError(errno.ENOENT, "No such file or directory in the sandbox's view", command[0])
         read, write = os.pipe()
         try:
             argv = bubblewrap.command(command, cwd=cwd, read_only=read_only, writable=writable, tmp_mb=tmp_mb,
-                                      network=network, info_fd=write)
-            process = await asyncio.create_subprocess_exec(*as_uid(uid, argv), pass_fds=(write,), cwd="/",
+                                      network=network, info_fd=write, as_pid_1=as_pid_1)
+            process = await asyncio.create_subprocess_exec(*limits, *as_uid(uid, argv), pass_fds=(write,), cwd="/",
                                                            start_new_session=True, **popen)
             os.close(write)
             write = -1

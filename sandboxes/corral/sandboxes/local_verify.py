@@ -12,6 +12,9 @@
   `cp` cannot read (a folder the agent made mode 000) is left out, and the tests say so.
 - `tmp/`: the command's TMPDIR; `home/`: its HOME.
 
+Where the server can (root: local_quota), `verify-N/` is a tmpfs sized for the files, the copy
+and as much again, so what the tests (and the agent's code they run) write is bounded too.
+
 Bytecode is removed from the copy (pristine.BYTECODE). The copy and the command each run as
 the env's user, with the minimal environment envs get, made pristine (pristine.py).
 Where bwrap runs (local_namespace), each in fresh namespaces that see the system read-only
@@ -34,6 +37,7 @@ from typing import Protocol
 from corral.sandboxes.base import CommandResult, SandboxSpec
 from corral.sandboxes.local_namespace import Contained
 from corral.sandboxes.local_procs import minimal_environment
+from corral.sandboxes.local_quota import Quotas, unbind_all_under
 from corral.sandboxes.pristine import pristine_environment, remove_bytecode
 from corral.sandboxes.trees import remove_tree, walk
 
@@ -51,6 +55,8 @@ class Episode(Protocol):
     uid: int | None  # the env's uid, None: the server's user's
     marker: str  # the start of every CORRAL_SANDBOX of the episode
     verifications: int
+    share_mb: int  # what the env may keep in its work folder
+    quotas: Quotas
 
     def own(self, path: Path, mode: int = 0o700) -> None: ...
 
@@ -68,10 +74,12 @@ async def verify_on_a_copy(sandbox: Episode, files: Mapping[str, bytes], command
     where.mkdir(mode=0o755)  # listable by the env's uid: Landlock-using runners grant what they can list
     files_dir, work, tmp, home = where / "files", where / "work", where / "tmp", where / "home"
     try:
+        # Room for the verifier's files, the copy and as much again for what the tests write.
+        sandbox.quotas.bound(where, 2 * sandbox.share_mb + 1 + sum(map(len, files.values())) // 2**20, mode=0o755)
         await asyncio.to_thread(write_files, files_dir, files)
         for folder in (work, tmp, home):
             sandbox.own(folder)
-        most = sandbox.spec.scratch_mb * max(1, len(sandbox.spec.writable))
+        most = sandbox.share_mb
         if await asyncio.to_thread(larger_than, sandbox.workdir, most * 2**20):
             return CommandResult(1, f"[corral] the env's folder holds more than {most} MB (scratch_mb in env.toml "
                                     "bounds each writable folder); nothing was verified")
@@ -91,6 +99,7 @@ async def verify_on_a_copy(sandbox: Episode, files: Mapping[str, bytes], command
         skipped = f"[corral] some of the agent's files could not be copied, and are left out: {copied.output.strip()}\n"
         return CommandResult(verdict.exit_code, skipped + verdict.output, verdict.results)
     finally:
+        await asyncio.to_thread(unbind_all_under, where)
         await asyncio.to_thread(remove_tree, where)
 
 
