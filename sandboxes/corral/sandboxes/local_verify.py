@@ -55,8 +55,12 @@ class Episode(Protocol):
     uid: int | None  # the env's uid, None: the server's user's
     marker: str  # the start of every CORRAL_SANDBOX of the episode
     verifications: int
-    share_mb: int  # what the env may keep in its work folder
-    quotas: Quotas
+
+    @property
+    def share_mb(self) -> int: ...  # what the env may keep in its work folder
+
+    @property
+    def quotas(self) -> Quotas: ...
 
     def own(self, path: Path, mode: int = 0o700) -> None: ...
 
