@@ -191,7 +191,8 @@ def guarded():
     (b"Bearer", 403),
     (b"bearer " + TOKEN.encode(), 403),
     (b"Basic " + TOKEN.encode(), 403),
-    (b"Bearer " + TOKEN.encode() + b" ", 403),
+    (b"Bearer  " + TOKEN.encode(), 403),  # a second space is inside the value
+    (b"Bearer " + TOKEN.encode() + b" \t", 200),  # around it, whitespace is HTTP's, not the value's
     (b"Bearer \xc3\xa9t\xc3\xa9", 403),  # UTF-8
     (b"Bearer \xff\xfe", 403),  # not UTF-8 at all
     (b"Bearer " + b"x" * 8000, 403),

@@ -145,6 +145,9 @@ def _refusal(connection: HTTPConnection, token: str | None) -> tuple[int, str] |
     header = connection.headers.get("authorization")
     if header is None:
         return 401, "this server wants a bearer token: send Authorization: Bearer <token>"
-    if not secrets.compare_digest(header.encode("utf-8", "surrogateescape"), f"Bearer {token}".encode()):
+    # Whitespace around a field value is not part of it (RFC 9110, 5.5); HTTP parsers differ in
+    # whether they strip it (httptools 0.9 does), so the check does not depend on which one runs.
+    value = header.strip(" \t").encode("utf-8", "surrogateescape")
+    if not secrets.compare_digest(value, f"Bearer {token}".encode()):
         return 403, "the bearer token is wrong: send the token the server was started with"
     return None
