@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from corral.server.embedded import EmbeddedServer
-from tests.attacks import ATTACKS, HARMLESS, play
+from tests.attacks import ATTACKS, HARMLESS, bash, play
 from tests.conftest import BUNDLES, serving
 
 pytestmark = pytest.mark.docker
@@ -23,6 +23,12 @@ def shellfix_docker(docker_engine) -> Iterator[EmbeddedServer]:
 
 def test_the_reference_fix_scores_1_and_the_bug_0(shellfix_docker):
     assert (play(shellfix_docker, [], fixed=True).reward, play(shellfix_docker, []).reward) == (1.0, 0.0)
+
+
+def test_the_repository_the_env_wrote_and_what_the_agent_adds_are_the_agent_s(shellfix_docker):
+    owners = bash("stat -c %u:%g batching.py; touch new.py && stat -c %u new.py", "1001:1000\n1001\n[exit status 0]")
+
+    assert play(shellfix_docker, [owners], fixed=True).reward == 1.0  # corral.env.agent: see test_agent_identity
 
 
 @pytest.mark.parametrize("attack", ATTACKS)

@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from corral.env import jsonrpc
+from corral.env import agent, jsonrpc
 from corral.env.arguments import check_arguments
 from corral.env.env import Env
 from corral.env.jsonrpc import RpcError
@@ -48,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
         help="a folder to import from (the current one always is); repeatable",
     )
     args = parser.parse_args(argv)
+    try:
+        agent.take_identity()  # first: nothing of the env's runs as root
+    except (agent.IdentityError, OSError) as exc:
+        print(f"corral.env: cannot take on the env's user: {exc}", file=sys.stderr)
+        return 2
     _out_of_the_agents_reach()
     requests, replies = _take_stdio()
     channel = os.environ.pop(CHANNEL_VARIABLE, None)  # not for the env's code or its children

@@ -26,19 +26,18 @@ import docker
 import docker.errors
 
 from corral.errors import ImageError, SandboxError
-from corral.sandboxes.base import INODES_PER_MB, CommandResult, Sandbox, SandboxProcess, SandboxSpec
+from corral.sandboxes.base import CommandResult, Sandbox, SandboxProcess, SandboxSpec
 from corral.sandboxes.bootstrap import bootstrapped, sdk_payload
 from corral.sandboxes.docker_channel import MISSING_SOURCE, Channel, Channels, read_line, write_line
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_exec import Exec
 from corral.sandboxes.docker_snapshot import verify_snapshot
 from corral.sandboxes.docker_stream import MuxStream
+from corral.sandboxes.docker_users import SCRATCH, env_user, launch, process_users, scratch_mounts
 from corral.sandboxes.docker_verify import stop_agent, verify_in_fresh_container
 
 log = logging.getLogger("corral.sandboxes.docker")
 
-ENV_USER = "1000:1000"  # non-root even for an image without USER
-SCRATCH = "/tmp"
 DIE_EVENT_WAIT_S = 2.0  # after its stream ends, how long a container's `die` event is waited for
 STDERR_WAIT_S = 2.0  # after the env's socket ends, how long its stderr may take to arrive (attach stream)
 RENAME_AFTER_S = 0.05  # a claimed warm container is renamed after its reset's round trips, not during them
@@ -49,6 +48,7 @@ def container_config(spec: SandboxSpec, image: str, *, name: str, labels: Mappin
                      api: docker.APIClient) -> dict:
     """create_container's arguments: the hardening every env container gets, running `image`."""
     command = bootstrapped(spec.command) or spec.command
+    user, capabilities, identities = launch(spec)
     host_config = api.create_host_config(
         network_mode="none" if spec.network == "none" else "bridge",
         nano_cpus=int(spec.resources.cpus * 1e9),
@@ -56,6 +56,7 @@ def container_config(spec: SandboxSpec, image: str, *, name: str, labels: Mappin
         memswap_limit=f"{spec.resources.memory_mb}m",  # no swap: the limit is the limit
         pids_limit=spec.resources.pids,
         cap_drop=["ALL"],
+        cap_add=capabilities or None,
         security_opt=["no-new-privileges"],
         # No log: the engine's default keeps all a container writes on its stdio in a file on this
         # machine's disk, without bound, and an agent of the env's user can write there (a
@@ -72,27 +73,12 @@ def container_config(spec: SandboxSpec, image: str, *, name: str, labels: Mappin
         auto_remove=True,  # with stdin_open (and so StdinOnce), a killed server's containers go
     )
     return {
-        "image": image, "command": list(command), "user": env_user(spec), "stdin_open": True, "tty": False,
+        "image": image, "command": list(command), "user": user, "stdin_open": True, "tty": False,
         **({"entrypoint": [""]} if spec.writable_root else {}),
-        "environment": {**({} if spec.writable_root else ENVIRONMENT), **dict(spec.environment)},
+        "environment": {**({} if spec.writable_root else ENVIRONMENT), **dict(spec.environment), **identities},
         "working_dir": spec.workdir, "name": name, "labels": dict(labels), "host_config": host_config,
         "use_config_proxy": False,
     }
-
-
-def env_user(spec: SandboxSpec) -> str:
-    """Who the env and the agent's commands run as: corral's non-root user, unless the spec
-    names one ("" is the image's own USER, root included: its capabilities are dropped all the same)."""
-    return ENV_USER if spec.user is None else spec.user
-
-
-def scratch_mounts(spec: SandboxSpec) -> dict[str, str]:
-    """The tmpfs mounts: /tmp, shared and sticky (root-owned, as /tmp is), and each `writable`
-    folder, owned by the env user (a folder the image already has keeps its own mode whatever
-    `mode=` says; `uid=` wins)."""
-    options = f"rw,nosuid,nodev,size={spec.scratch_mb}m,nr_inodes={spec.scratch_mb * INODES_PER_MB}"
-    uid, gid = ENV_USER.split(":")
-    return {SCRATCH: f"{options},mode=1777", **{path: f"{options},uid={uid},gid={gid},mode=0755" for path in spec.writable}}
 
 
 class DockerSandbox(Sandbox):
@@ -242,7 +228,7 @@ class DockerSandbox(Sandbox):
 
     async def _stop_agent_once(self) -> None:
         if not self._agent_stopped:
-            await stop_agent(self.engine, self.container_id, env_user(self.spec))
+            await stop_agent(self.engine, self.container_id, process_users(self.spec))
             self._agent_stopped = True
 
     async def close(self) -> None:

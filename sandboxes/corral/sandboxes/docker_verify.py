@@ -41,6 +41,7 @@ from corral.sandboxes.archives import tar_of
 from corral.sandboxes.base import INODES_PER_MB, CommandResult, SandboxSpec
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_exec import Exec
+from corral.sandboxes.docker_users import env_user, scratch_mounts, without_identities
 from corral.sandboxes.pristine import BYTECODE, pristine_environment
 
 VERIFIER_DIR = "/verifier"
@@ -52,12 +53,16 @@ FILES_MB_MIN = 16
 KILL_EVERYONE = "kill -9 -1; kill -9 -1; exit 0"  # twice: a process forking as the first went by
 
 
-async def stop_agent(engine: Engine, container: str, user: str) -> None:
-    """Kill every process of `user` in `container` but PID 1 (the idle env)."""
+async def stop_agent(engine: Engine, container: str, users: Sequence[str]) -> None:
+    """Kill every process of each of `users` in `container` but PID 1 (the idle env)."""
+    await asyncio.gather(*(_kill_everyone(engine, container, user) for user in users))
+
+
+async def _kill_everyone(engine: Engine, container: str, user: str) -> None:
     kill = await Exec.start(engine, container, [SH, "-c", KILL_EVERYONE], user=user, workdir="/")
     code, output = await kill.output(timeout_s=SETUP_TIMEOUT_S, keep=1000)
     if code != 0:
-        raise SandboxError(f"could not stop the agent's processes in container {container[:12]}: "
+        raise SandboxError(f"could not stop the processes of user {user} in container {container[:12]}: "
                            f"{output or kill.stderr_tail()}")
 
 
@@ -76,10 +81,10 @@ async def verify_in_fresh_container(
             # The root tar reads only its own archive and writes only in root's tmpfs, from the
             # image's /bin: the agent's files arriving beside it meanwhile cannot reach it.
             _, (failed, skipped) = await asyncio.gather(
-                put_files(engine, container[0], files), copy_writable(engine, spec, source, container[0], user=config["user"]))
+                put_files(engine, container[0], files), copy_writable(engine, spec, source, container[0], user=fresh["user"]))
         if failed is not None:
             return CommandResult(exit_code=1, output=failed)
-        run = await Exec.start(engine, container[0], list(command(VERIFIER_DIR)), user=config["user"],
+        run = await Exec.start(engine, container[0], list(command(VERIFIER_DIR)), user=fresh["user"],
                                environment=fresh["environment"], merged=True)
         code, output = await run.output(timeout_s=timeout_s, keep=keep)
         if skipped:
@@ -108,23 +113,25 @@ async def start_fresh(engine: Engine, spec: SandboxSpec, config: dict, made: lis
 
 def fresh_container_config(config: dict, spec: SandboxSpec, files: Mapping[str, bytes], *,
                            lifetime_s: float) -> dict:
-    """The agent container's create arguments, changed for verifying: an idle PID 1 that ends
-    the container after `lifetime_s`, no stdin, and a root-owned tmpfs at VERIFIER_DIR."""
-    host_config = dict(config["host_config"])
+    """The agent container's create arguments, changed for verifying: the env's user from the
+    start with no capability, an idle PID 1 that ends the container after `lifetime_s`, no
+    stdin, the writable folders its user's, and a root-owned tmpfs at VERIFIER_DIR."""
+    user = env_user(spec)
+    host_config = {**config["host_config"], "CapAdd": None}
     size_mb = max(FILES_MB_MIN, 2 * math.ceil(sum(len(content) for content in files.values()) / 2**20))
     # No uid= option: the mount belongs to root, so the env's user can only read it. HOME is
     # the env user's own (its numeric uid:gid; a named user gets a HOME every user may write).
-    uid, _, gid = str(config["user"]).partition(":")
+    uid, _, gid = user.partition(":")
     owner = f"mode=0700,uid={uid},gid={gid or uid}" if uid.isdigit() else "mode=1777"
-    host_config["Tmpfs"] = {**host_config.get("Tmpfs", {}),
+    host_config["Tmpfs"] = {**scratch_mounts(spec, owner=user),
                             VERIFIER_DIR: f"rw,nosuid,nodev,size={size_mb}m,mode=0755",
                             VERIFIER_HOME: f"rw,nosuid,nodev,size={FILES_MB_MIN}m,nr_inodes={FILES_MB_MIN * INODES_PER_MB},{owner}"}
     host_config["AutoRemove"] = True
     labels = {**config["labels"], "corral.purpose": "verify"}
     labels.pop("corral.pool", None)
     return {
-        **config, "host_config": host_config, "labels": labels, "stdin_open": False, "detach": True,
-        "environment": pristine_environment(config["environment"], home=VERIFIER_HOME),
+        **config, "user": user, "host_config": host_config, "labels": labels, "stdin_open": False, "detach": True,
+        "environment": pristine_environment(without_identities(config["environment"]), home=VERIFIER_HOME),
         "entrypoint": [SLEEP, str(math.ceil(lifetime_s))], "command": [],
         "name": f"{config['name']}-verify-{uuid.uuid4().hex[:6]}",
     }

@@ -3,7 +3,8 @@
 `reset` writes the task's repository into the working directory; `bash` runs a command
 there, and `read_file`, `write_file` and `replace_in_file` edit files in it. The env keeps no
 score: the bundle's command verifier runs the task's hidden tests in this sandbox after the
-agent's last turn.
+agent's last turn. The commands and the files are the agent's (`corral.env.agent`): where the
+sandbox gives the agent a user of its own, they run and are written as that user.
 """
 
 import os
@@ -12,7 +13,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from corral.env import Env, tool
+from corral.env import Env, agent, tool
 
 DEFAULT_TIMEOUT_S = 10
 MAX_TIMEOUT_S = 30  # below the server's default tool deadline (60 s), so a call answers
@@ -28,10 +29,11 @@ class ShellFix(Env):
         self.root = Path.cwd()
         # The agent's commands see the repository, not the env's own code on PYTHONPATH.
         self.environ = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-        for relative, text in task["files"].items():
-            path = self._path(relative)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+        with agent.files():
+            for relative, text in task["files"].items():
+                path = self._path(relative)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
 
     @tool
     def bash(self, command: str, timeout_s: int = DEFAULT_TIMEOUT_S) -> str:
@@ -46,7 +48,7 @@ class ShellFix(Env):
                 (1 to 30, default 10).
         """
         timeout_s = max(1, min(timeout_s, MAX_TIMEOUT_S))
-        process = subprocess.Popen(
+        process = agent.popen(
             ["bash", "-c", command], cwd=self.root, env=self.environ, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         )
@@ -73,7 +75,8 @@ class ShellFix(Env):
         Args:
             path: the file's path, relative to the repository's folder.
         """
-        text = self._path(path).read_text(errors="replace")
+        with agent.files():
+            text = self._path(path).read_text(errors="replace")
         if len(text) > READ_MAX_CHARS:
             return (text[:READ_MAX_CHARS] + f"\n[cut: the file has {len(text)} characters; "
                     f"read the rest with bash, e.g. sed -n '400,500p' {path}]")
@@ -88,8 +91,9 @@ class ShellFix(Env):
             content: the file's whole new text.
         """
         target = self._path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content)
+        with agent.files():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
         return f"wrote {path} ({len(content)} characters)"
 
     @tool
@@ -102,12 +106,13 @@ class ShellFix(Env):
             new: the text to put in its place.
         """
         target = self._path(path)
-        text = target.read_text()
-        count = text.count(old) if old else 0
-        if count != 1:
-            found = "does not occur" if count == 0 else f"occurs {count} times"
-            raise ValueError(f"the old text {found} in {path}; give a piece that occurs exactly once")
-        target.write_text(text.replace(old, new))
+        with agent.files():
+            text = target.read_text()
+            count = text.count(old) if old else 0
+            if count != 1:
+                found = "does not occur" if count == 0 else f"occurs {count} times"
+                raise ValueError(f"the old text {found} in {path}; give a piece that occurs exactly once")
+            target.write_text(text.replace(old, new))
         return f"replaced 1 occurrence in {path}"
 
     def _path(self, relative: str) -> Path:

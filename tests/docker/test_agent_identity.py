@@ -1,0 +1,57 @@
+"""Three identities in a docker sandbox: the env's user, a user of the agent's own for what the
+env runs and writes on its behalf (corral.env.agent), and the verifier in a container neither
+ever ran in. The agent's commands can neither signal, trace nor open the env, nor write the
+env's files, nor take the env's user back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from corral.client import Bundle
+
+pytestmark = pytest.mark.docker
+
+KEPT = "/tmp/kept-by-the-env"  # the probe env's own file (tests/fixtures/dockerbox/envs/probe)
+PTRACE_ATTACH = "import ctypes, sys; sys.exit(ctypes.CDLL(None).ptrace(16, 1, 0, 0))"  # PTRACE_ATTACH: 0 when it took
+ATTACKS_ON_THE_ENV = {
+    "an interrupt": "kill -INT 1",
+    "a stop": "kill -STOP 1",
+    "its environment": "cat /proc/1/environ",
+    "its descriptors": "ls /proc/1/fd",
+    "its memory": "python3 -c \"open('/proc/1/mem', 'rb')\"",
+    "a trace": f"python3 -c '{PTRACE_ATTACH}'",
+    "its file": f"echo forged > {KEPT}",
+    "its file, replaced": f"rm -f {KEPT}",
+    "its user, taken back": "python3 -c 'import os; os.setresuid(1000, 1000, 1000)'",
+    "root's group": "python3 -c 'import os; os.setresgid(0, 0, 0)'",
+}
+
+
+def test_the_agent_s_commands_run_as_a_user_of_their_own_with_no_capability(dockerbox_server):
+    with Bundle(dockerbox_server.url, split="probe") as env:
+        environment = env.factory()
+        environment.reset(**env.dataset[0])
+        seen = environment.shell(command="id -u; id -g; id -G; grep -E '^Cap(Inh|Prm|Eff|Amb)' /proc/self/status")
+        env_uid = json.loads(environment.inspect())["uid"]
+
+    assert seen.split("\n") == ["1001", "1000", "1000", *(f"Cap{kind}:\t0000000000000000" for kind in
+                                                          ("Inh", "Prm", "Eff", "Amb")), "[exit status 0]"]
+    assert env_uid == 1000
+
+
+@pytest.mark.parametrize("attack", ATTACKS_ON_THE_ENV)
+def test_the_agent_s_commands_cannot_reach_the_env(dockerbox_server, attack):
+    with Bundle(dockerbox_server.url, split="probe") as env:
+        environment = env.factory()
+        environment.reset(**env.dataset[0])
+        environment.keep(text="the env's own")
+        answer = environment.shell(command=ATTACKS_ON_THE_ENV[attack])
+        kept = environment.kept()
+        environment.say(text="ok")
+        reward = environment.get_reward()
+
+    assert not answer.endswith("[exit status 0]"), answer
+    assert (kept, reward) == ("the env's own", 1.0)  # the env, untouched, still answers and scores
+
