@@ -56,6 +56,17 @@ def test_a_folder_of_harbor_tasks_is_a_bundle_of_its_servable_tasks():
     assert (spec.writable_root, spec.user, spec.network, spec.resources.memory_mb) == (True, "", "none", 1024)
 
 
+def test_what_an_agent_may_write_to_its_root_is_the_task_s_storage_mb_or_the_bundle_s_disk_mb(copy):
+    config = copy / "csv-stats" / "task.toml"
+    config.write_text(config.read_text().replace("[environment]", "[environment]\nstorage_mb = 300"))
+    (copy / "bundle.toml").write_text((copy / "bundle.toml").read_text() + "\n[resources]\ndisk_mb = 700\n")
+
+    bundle = load_bundle(copy)
+
+    assert (bundle.envs["csv-stats"].spec.resources.disk_mb, bundle.envs["two-scores"].spec.resources.disk_mb,
+            load_bundle(HARBOR).envs["csv-stats"].spec.resources.disk_mb) == (300, 700, 10240)
+
+
 def test_a_task_that_asks_for_a_network_is_left_out_with_the_reason_unless_the_operator_allows_it():
     offline = load_bundle(HARBOR)
     online = load_bundle(HARBOR, network="egress")

@@ -38,6 +38,7 @@ class Resources:
     cpus: float = 1.0
     memory_mb: int = 512
     pids: int = 256
+    disk_mb: int | None = None  # what an image run whole (writable_root) may write to its root; None: no bound
 
 
 @dataclass(frozen=True)

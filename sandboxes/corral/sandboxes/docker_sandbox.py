@@ -29,6 +29,7 @@ from corral.errors import ImageError, SandboxError
 from corral.sandboxes.base import CommandResult, Sandbox, SandboxProcess, SandboxSpec
 from corral.sandboxes.bootstrap import bootstrapped, sdk_payload
 from corral.sandboxes.docker_channel import MISSING_SOURCE, Channel, Channels, read_line, write_line
+from corral.sandboxes.docker_disk import watch_disk
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_exec import Exec
 from corral.sandboxes.docker_snapshot import verify_snapshot
@@ -99,6 +100,10 @@ class DockerSandbox(Sandbox):
         self._closed = False
         self._agent_stopped = False
         self._rename: asyncio.Task | None = None
+        self._stopped_for: str | None = None  # why corral stopped the container, for its verifier's output
+        limit_mb = spec.resources.disk_mb if spec.writable_root else None
+        self._disk_watch = (None if limit_mb is None else
+                            asyncio.ensure_future(watch_disk(engine, container_id, limit_mb, self._stop_for)))
 
     @classmethod
     async def create(cls, engine: Engine, spec: SandboxSpec, image: str, *, name: str, labels: Mapping[str, str],
@@ -210,8 +215,11 @@ class DockerSandbox(Sandbox):
         docker_snapshot for an image run whole (`writable_root`), which also takes `placement`
         (files_dir, results, user, environment: see Sandbox.verify)."""
         if self.spec.writable_root:
-            return await verify_snapshot(self.engine, self.spec, self.config, self.container_id, files, command,
-                                         timeout_s=timeout_s, keep=max_output_chars, **placement)
+            result = await verify_snapshot(self.engine, self.spec, self.config, self.container_id, files, command,
+                                           timeout_s=timeout_s, keep=max_output_chars, **placement)
+            if self._stopped_for is None:
+                return result
+            return CommandResult(result.exit_code, f"[corral] {self._stopped_for}\n{result.output}")
         if placement:
             raise SandboxError(f"env {self.spec.env_name}: {', '.join(placement)} need an image run whole "
                                "(a Harbor task's); corral's envs put their verifier's files in a folder of its own")
@@ -225,6 +233,11 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"the container of env {self.spec.env_name} is closed")
         return await Exec.start(self.engine, self.container_id, command, user=env_user(self.spec), stdin=stdin,
                                 merged=True)
+
+    def _stop_for(self, reason: str) -> None:
+        """Corral is stopping the container for `reason`: its stderr tail and its verifier say so."""
+        self._stopped_for = reason
+        self._stream.note(reason)
 
     async def _stop_agent_once(self) -> None:
         if not self._agent_stopped:
@@ -241,8 +254,9 @@ class DockerSandbox(Sandbox):
         if self._closed:
             return
         self._closed = True
-        if self._rename is not None:
-            self._rename.cancel()
+        for task in (self._rename, self._disk_watch):
+            if task is not None:
+                task.cancel()
         self._on_close(self)
         self.engine.remove(self.container_id, self.name)
         if self._channel is not None:

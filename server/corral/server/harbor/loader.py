@@ -137,7 +137,7 @@ def _read_tasks(root: Path, manifest: HarborManifest, policy: str, problems: lis
         served[task.id] = task
         if task.config.environment.network_mode is None and task.config.environment.allow_internet is None:
             defaulted.append(task.id)
-        if task.config.environment.storage_mb or task.config.environment.healthcheck:
+        if task.config.environment.healthcheck:
             unenforced.append(task.id)
         if task.agent_may_be_root:
             rooted.append(task.id)
@@ -160,7 +160,7 @@ def _read_tasks(root: Path, manifest: HarborManifest, policy: str, problems: lis
                      "naming a core.fsmonitor script, which git status runs) runs as the tests, which can write "
                      "/logs/verifier/reward.json; run the tests as another user ([verifier] user; docs/harbor.md)")
     if unenforced:
-        notes.append(f"{len(unenforced)} task(s) set storage_mb or a healthcheck, which corral does not enforce or run "
+        notes.append(f"{len(unenforced)} task(s) set a healthcheck, which corral does not run "
                      f"({', '.join(unenforced[:3])})")
     return served, left_out, notes
 
@@ -201,7 +201,8 @@ def _spec(task: HarborTask, manifest: HarborManifest, policy: str) -> SandboxSpe
         env_name=task.id, context_dir=task.environment_dir, command=KEEPER,
         resources=Resources(cpus=min(environment.cpus or manifest.resources.cpus, float(os.cpu_count() or 1)),
                             memory_mb=environment.memory_mb or manifest.resources.memory_mb,
-                            pids=manifest.resources.pids),
+                            pids=manifest.resources.pids,
+                            disk_mb=environment.storage_mb or manifest.resources.disk_mb),
         network="egress" if online else "none",
         user=_user(task.config.agent.user), workdir=environment.workdir,
         environment=tuple(sorted(environment.env.items())), writable_root=True,
