@@ -1,12 +1,16 @@
-"""`corral serve --workers 2`: sessions over one port spread over both workers and score; the
-session limit, /health and /metrics are the host's; a worker killed mid-run costs only its own episodes
+"""`corral serve --workers 2`: sessions over one port spread over both workers and score; those
+created over `POST /mcp` are played whichever worker each request reaches; the session limit,
+/health and /metrics are the host's; a worker killed mid-run costs only its own episodes
 and is replaced; the host's processes all end with it, however it ends."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,12 +18,17 @@ from pathlib import Path
 
 import httpx
 import pytest
+from openenv.core.mcp_client import MCPToolClient
 from prometheus_client.parser import text_string_to_metric_families
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, unix_connect
 
 from corral.client import Bundle
 from corral.errors import CapacityError
+from corral.sandboxes.runtime_dirs import safe_name
 from tests.conftest import FIXTURES
-from tests.servers import corral_serve, free_port, kill, stop, wait_until_serving
+from tests.servers import corral_serve, free_port, instance_of, kill, stop, wait_until_serving
+from tests.wire import error_of, opened, receive
 
 TOYBOX = FIXTURES / "toybox"
 SESSIONS = 16
@@ -112,12 +121,82 @@ def metric(url: str, name: str, **labels: str) -> float:
                if sample.name == name and labels.items() <= sample.labels.items())
 
 
-def test_a_session_created_over_http_is_refused_saying_what_to_do_instead():
+def worker_socket(url: str, index: int) -> str:
+    """Worker `index`'s private Unix socket (workers.py), to send a request to that worker alone."""
+    instance = instance_of(int(url.rsplit(":", 1)[1]))
+    return os.path.join(tempfile.gettempdir(), f"corral-{safe_name(instance)}-workers", f"worker-{index}.sock")
+
+
+def post_on(path: str, method: str, **params: object) -> dict:
+    """A JSON-RPC request on `POST /mcp` of the worker whose socket is `path`."""
+    with httpx.Client(transport=httpx.HTTPTransport(uds=path), timeout=60, trust_env=False) as client:
+        request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        return client.post("http://worker/mcp", json=request).json()
+
+
+def ws_on(path: str, session_id: str) -> ClientConnection:
+    """A socket on `/ws?session_id=` of the worker whose socket is `path`."""
+    return unix_connect(path, f"ws://worker/ws?session_id={session_id}", proxy=None)
+
+
+def test_a_session_created_over_post_mcp_is_played_through_the_worker_that_does_not_hold_it():
     with two_workers() as (url, _):
-        answer = httpx.post(url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create"},
-                            timeout=30, trust_env=False).json()
-        assert "several worker processes (corral serve --workers)" in answer["error"]["message"]
-        assert "open a session over /ws instead" in answer["error"]["message"]
+        for holder, other in ((0, 1), (1, 0)):
+            session_id = post_on(worker_socket(url, holder), "openenv/session/create")["result"]["session_id"]
+            assert session_id.endswith(f"-w{holder}")
+            with ws_on(worker_socket(url, other), session_id) as socket:  # joined to the holder's, frame for frame
+                assert opened(socket, task_id="say-apple").task_id == "say-apple"
+                said = post_on(worker_socket(url, other), "tools/call", session_id=session_id, name="say",
+                               arguments={"text": "apple"})
+                assert json.loads(said["result"]["data"]) == {"heard": "apple"}
+                ended = post_on(worker_socket(url, other), "tools/call", session_id=session_id, name="end_turn",
+                                arguments={"response": "done"})
+                assert ended["result"]["structuredContent"]["reward"] == 1.0
+            closed = post_on(worker_socket(url, other), "openenv/session/close", session_id=session_id)
+            assert closed["result"] == {"session_id": session_id, "closed": True}
+        assert [worker["sessions"] for worker in health(url)["workers"]] == [0, 0]
+
+
+def test_sessions_created_over_post_mcp_play_on_both_workers_with_openenvs_client():
+    async def play_all(url: str) -> None:
+        clients = [MCPToolClient(base_url=url, message_timeout_s=60) for _ in range(SESSIONS)]
+        for client in clients:  # one at a time: a burst of connections is most often accepted by one worker alone
+            await client.connect()  # openenv/session/create on POST /mcp, then /ws?session_id=: each on either worker
+        await asyncio.gather(*(client.reset(task_id="say-apple") for client in clients))
+        per_worker = [worker["sessions"] for worker in health(url)["workers"]]
+        assert sum(per_worker) == SESSIONS and min(per_worker) > 0, per_worker
+        assert await asyncio.gather(*(play_one(url, client) for client in clients)) == [1.0] * SESSIONS
+        await asyncio.gather(*(client.close() for client in clients))
+
+    with two_workers("--max-concurrent-envs", str(SESSIONS)) as (url, _):
+        asyncio.run(play_all(url))
+        assert health(url)["sessions"] == 0
+
+
+async def play_one(url: str, client: MCPToolClient) -> float:
+    """A tool call with the client's own connection, and the end on a new one (either worker may take it)."""
+    assert json.loads(await client.call_tool("say", text="apple")) == {"heard": "apple"}
+    request = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "session_id": client._production_session_id, "name": "end_turn", "arguments": {"response": "done"}}}
+    async with httpx.AsyncClient(timeout=60, trust_env=False) as fresh:
+        ended = (await fresh.post(url + "/mcp", json=request)).json()
+    return ended["result"]["structuredContent"]["reward"]
+
+
+def test_a_session_whose_worker_was_killed_is_unknown_at_once_on_the_other():
+    with two_workers() as (url, _):
+        holder, other = worker_socket(url, 0), worker_socket(url, 1)
+        session_id = post_on(holder, "openenv/session/create")["result"]["session_id"]
+        with ws_on(other, session_id) as socket:
+            opened(socket, task_id="say-apple")
+            os.kill(health(url)["workers"][0]["pid"], signal.SIGKILL)
+            with pytest.raises(ConnectionClosed) as closed:  # the client's socket closes, saying why
+                socket.recv(timeout=30)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
+        refused = post_on(other, "tools/call", session_id=session_id, name="say", arguments={"text": "apple"})
+        assert refused["error"]["message"] == f"Unknown session_id: {session_id}"
+        with ws_on(other, session_id) as late:
+            assert error_of(receive(late, timeout_s=30)).message.startswith(f"Unknown session_id: {session_id}")
 
 
 def test_a_killed_worker_costs_only_its_episodes_and_comes_back():
