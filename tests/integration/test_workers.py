@@ -32,23 +32,30 @@ from tests.wire import error_of, opened, receive
 
 TOYBOX = FIXTURES / "toybox"
 SESSIONS = 16
+TOKEN = "s3cret-of-the-host"
 DEADLINE_S = 120.0
 
 
 @contextlib.contextmanager
-def two_workers(*options: str) -> Iterator[tuple[str, object]]:
+def two_workers(*options: str, token_file: Path | None = None) -> Iterator[tuple[str, object]]:
     port = free_port()
-    server = corral_serve(TOYBOX, port, "--sandbox", "local", "--workers", "2", *options)
+    token = token_file.read_text().strip() if token_file else None
+    server = corral_serve(TOYBOX, port, "--sandbox", "local", "--workers", "2", *options,
+                          *(("--token-file", str(token_file)) if token_file else ()))
     try:
-        url = wait_until_serving(server, port)
-        wait_for(lambda: all(worker["pid"] for worker in health(url)["workers"]), "both workers to serve")
+        url = wait_until_serving(server, port, token=token)
+        wait_for(lambda: all(worker["pid"] for worker in health(url, token)["workers"]), "both workers to serve")
         yield url, server
     finally:
         stop(server)
 
 
-def health(url: str) -> dict:
-    return httpx.get(url + "/health", timeout=30, trust_env=False).json()
+def health(url: str, token: str | None = None) -> dict:
+    return httpx.get(url + "/health", headers=bearer(token), timeout=30, trust_env=False).json()
+
+
+def bearer(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def wait_for(condition, what: str) -> None:
@@ -127,34 +134,38 @@ def worker_socket(url: str, index: int) -> str:
     return os.path.join(tempfile.gettempdir(), f"corral-{safe_name(instance)}-workers", f"worker-{index}.sock")
 
 
-def post_on(path: str, method: str, **params: object) -> dict:
+def post_on(path: str, method: str, token: str | None = None, **params: object) -> httpx.Response:
     """A JSON-RPC request on `POST /mcp` of the worker whose socket is `path`."""
     with httpx.Client(transport=httpx.HTTPTransport(uds=path), timeout=60, trust_env=False) as client:
         request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-        return client.post("http://worker/mcp", json=request).json()
+        return client.post("http://worker/mcp", json=request, headers=bearer(token))
 
 
-def ws_on(path: str, session_id: str) -> ClientConnection:
+def ws_on(path: str, session_id: str, token: str | None = None) -> ClientConnection:
     """A socket on `/ws?session_id=` of the worker whose socket is `path`."""
-    return unix_connect(path, f"ws://worker/ws?session_id={session_id}", proxy=None)
+    return unix_connect(path, f"ws://worker/ws?session_id={session_id}", additional_headers=bearer(token), proxy=None)
 
 
-def test_a_session_created_over_post_mcp_is_played_through_the_worker_that_does_not_hold_it():
-    with two_workers() as (url, _):
-        for holder, other in ((0, 1), (1, 0)):
-            session_id = post_on(worker_socket(url, holder), "openenv/session/create")["result"]["session_id"]
-            assert session_id.endswith(f"-w{holder}")
-            with ws_on(worker_socket(url, other), session_id) as socket:  # joined to the holder's, frame for frame
+def test_a_session_created_over_post_mcp_is_played_through_the_worker_that_does_not_hold_it(tmp_path):
+    (token_file := tmp_path / "token").write_text(TOKEN)
+    with two_workers(token_file=token_file) as (url, _):
+        for index in (0, 1):
+            holder, other = worker_socket(url, index), worker_socket(url, 1 - index)
+            session_id = post_on(holder, "openenv/session/create", TOKEN).json()["result"]["session_id"]
+            assert session_id.endswith(f"-w{index}")
+            # The token is wanted whichever worker a request reaches (the one it reaches checks it first).
+            assert post_on(other, "tools/list", session_id=session_id).status_code == 401
+            assert post_on(other, "tools/list", "wrong", session_id=session_id).status_code == 403
+            with ws_on(other, session_id, TOKEN) as socket:  # joined to the holder's, frame for frame
                 assert opened(socket, task_id="say-apple").task_id == "say-apple"
-                said = post_on(worker_socket(url, other), "tools/call", session_id=session_id, name="say",
-                               arguments={"text": "apple"})
-                assert json.loads(said["result"]["data"]) == {"heard": "apple"}
-                ended = post_on(worker_socket(url, other), "tools/call", session_id=session_id, name="end_turn",
+                said = post_on(other, "tools/call", TOKEN, session_id=session_id, name="say", arguments={"text": "apple"})
+                assert json.loads(said.json()["result"]["data"]) == {"heard": "apple"}
+                ended = post_on(other, "tools/call", TOKEN, session_id=session_id, name="end_turn",
                                 arguments={"response": "done"})
-                assert ended["result"]["structuredContent"]["reward"] == 1.0
-            closed = post_on(worker_socket(url, other), "openenv/session/close", session_id=session_id)
+                assert ended.json()["result"]["structuredContent"]["reward"] == 1.0
+            closed = post_on(other, "openenv/session/close", TOKEN, session_id=session_id).json()
             assert closed["result"] == {"session_id": session_id, "closed": True}
-        assert [worker["sessions"] for worker in health(url)["workers"]] == [0, 0]
+        assert [worker["sessions"] for worker in health(url, TOKEN)["workers"]] == [0, 0]
 
 
 def test_sessions_created_over_post_mcp_play_on_both_workers_with_openenvs_client():
@@ -186,14 +197,14 @@ async def play_one(url: str, client: MCPToolClient) -> float:
 def test_a_session_whose_worker_was_killed_is_unknown_at_once_on_the_other():
     with two_workers() as (url, _):
         holder, other = worker_socket(url, 0), worker_socket(url, 1)
-        session_id = post_on(holder, "openenv/session/create")["result"]["session_id"]
+        session_id = post_on(holder, "openenv/session/create").json()["result"]["session_id"]
         with ws_on(other, session_id) as socket:
             opened(socket, task_id="say-apple")
             os.kill(health(url)["workers"][0]["pid"], signal.SIGKILL)
             with pytest.raises(ConnectionClosed) as closed:  # the client's socket closes, saying why
                 socket.recv(timeout=30)
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
-        refused = post_on(other, "tools/call", session_id=session_id, name="say", arguments={"text": "apple"})
+        refused = post_on(other, "tools/call", session_id=session_id, name="say", arguments={"text": "apple"}).json()
         assert refused["error"]["message"] == f"Unknown session_id: {session_id}"
         with ws_on(other, session_id) as late:
             assert error_of(receive(late, timeout_s=30)).message.startswith(f"Unknown session_id: {session_id}")
