@@ -194,20 +194,31 @@ async def play_one(url: str, client: MCPToolClient) -> float:
     return ended["result"]["structuredContent"]["reward"]
 
 
-def test_a_session_whose_worker_was_killed_is_unknown_at_once_on_the_other():
+def test_a_session_whose_worker_was_killed_is_unknown_at_once_on_the_other_and_its_replacement_serves():
     with two_workers() as (url, _):
         holder, other = worker_socket(url, 0), worker_socket(url, 1)
         session_id = post_on(holder, "openenv/session/create").json()["result"]["session_id"]
         with ws_on(other, session_id) as socket:
             opened(socket, task_id="say-apple")
-            os.kill(health(url)["workers"][0]["pid"], signal.SIGKILL)
+            assert "result" in say_on(other, session_id)
+            pid = health(url)["workers"][0]["pid"]
+            os.kill(pid, signal.SIGKILL)
             with pytest.raises(ConnectionClosed) as closed:  # the client's socket closes, saying why
                 socket.recv(timeout=30)
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
-        refused = post_on(other, "tools/call", session_id=session_id, name="say", arguments={"text": "apple"}).json()
-        assert refused["error"]["message"] == f"Unknown session_id: {session_id}"
+        assert say_on(other, session_id)["error"]["message"] == f"Unknown session_id: {session_id}"
         with ws_on(other, session_id) as late:
             assert error_of(receive(late, timeout_s=30)).message.startswith(f"Unknown session_id: {session_id}")
+
+        wait_for(lambda: health(url)["workers"][0]["pid"] not in (0, pid), "the killed worker's replacement")
+        session_id = post_on(holder, "openenv/session/create").json()["result"]["session_id"]
+        with ws_on(other, session_id) as socket:
+            opened(socket, task_id="say-apple")
+            assert json.loads(say_on(other, session_id)["result"]["data"]) == {"heard": "apple"}
+
+
+def say_on(path: str, session_id: str) -> dict:
+    return post_on(path, "tools/call", session_id=session_id, name="say", arguments={"text": "apple"}).json()
 
 
 def test_a_killed_worker_costs_only_its_episodes_and_comes_back():

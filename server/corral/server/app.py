@@ -19,7 +19,7 @@ from corral.server.mcp import answer_mcp, parse_error, session_named
 from corral.server.served import ServedBundle
 from corral.server.sessions import SessionRegistry
 from corral.server.taskapi import task_router
-from corral.server.worker_forward import forward_post, forward_socket
+from corral.server.worker_forward import Forwarder
 from corral.server.worker_metrics import OWN_ONLY, peers_metrics, summed
 from corral.server.worker_seat import WorkerSeat
 from corral.server.ws import serve_socket
@@ -44,6 +44,7 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
     registry = SessionRegistry(served, served.options.max_concurrent_envs, seat)
     token = served.options.token
     served.metrics.count_sessions(lambda: len(registry.sessions))
+    forwarder = Forwarder(seat) if seat is not None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -54,6 +55,8 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
         yield
         await registry.close_all()
         await served.aclose()
+        if forwarder is not None:
+            await forwarder.aclose()
 
     def authorize(connection: HTTPConnection) -> None:
         if connection.scope["type"] == "http" and (refusal := _refusal(connection, token)):
@@ -125,7 +128,7 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
             body = surrogates.loads(raw)
         except (ValueError, RecursionError) as error:
             return JSONResponse(parse_error(error).model_dump(mode="json"))
-        if seat is not None and (forwarded := await forward_post(seat, session_named(body), request, raw)):
+        if forwarder is not None and (forwarded := await forwarder.post(session_named(body), request, raw)):
             return forwarded
         return JSONResponse((await answer_mcp(body, registry)).model_dump(mode="json"))
 
@@ -137,7 +140,7 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
             status, message = refusal
             await websocket.send_denial_response(JSONResponse({"detail": message}, status_code=status))
             return
-        if seat is None or not await forward_socket(seat, websocket):  # a session another worker holds
+        if forwarder is None or not await forwarder.socket(websocket):  # a session another worker holds
             await serve_socket(websocket, registry)
 
     return app

@@ -35,39 +35,60 @@ GONE_CLOSE_CODE = 1011  # the holder's socket dropped without a close frame: it 
 NOT_SENDABLE = {1005, 1006, 1015}  # close codes that say what a socket saw, never sent in a close frame
 
 
-async def forward_post(seat: WorkerSeat, session_id: object, request: Request, body: bytes) -> Response | None:
-    """The answer of the worker holding `session_id` to `request` (whose body is `body`); None
-    when this worker answers it (the session is its own, or no other worker answers)."""
-    if (holder := seat.holder(session_id)) is None:
-        return None
-    headers = {name: request.headers[name] for name in PASSED_ON if name in request.headers}
-    transport = httpx.AsyncHTTPTransport(uds=seat.socket_path(holder))
-    try:
-        async with httpx.AsyncClient(transport=transport, trust_env=False,
-                                     timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)) as client:
-            answer = await client.post(f"http://worker{request.url.path}", content=body, headers=headers)
-    except httpx.HTTPError as error:
-        log.info("worker %d did not answer a request for its session: %s", holder, error)
-        return None
-    kept = {name: value for name, value in answer.headers.items() if name.lower() not in OWN_HEADERS}
-    return Response(answer.content, answer.status_code, headers=kept)
+class Forwarder:
+    """Passes this worker's requests for other workers' sessions on to them (one per worker of `seat`)."""
+
+    def __init__(self, seat: WorkerSeat):
+        self.seat = seat
+        # One pooled client per worker, made at its first request: a client's making (its TLS
+        # context, unused here) costs about 40 ms, ten times a tool call.
+        self._clients: dict[int, httpx.AsyncClient] = {}
+
+    async def post(self, session_id: object, request: Request, body: bytes) -> Response | None:
+        """The answer of the worker holding `session_id` to `request` (whose body is `body`); None
+        when this worker answers it (the session is its own, or no other worker answers)."""
+        if (holder := self.seat.holder(session_id)) is None:
+            return None
+        headers = {name: request.headers[name] for name in PASSED_ON if name in request.headers}
+        try:
+            answer = await self._client(holder).post(f"http://worker{request.url.path}", content=body, headers=headers)
+        except httpx.HTTPError as error:
+            log.info("worker %d did not answer a request for its session: %s", holder, error)
+            return None
+        kept = {name: value for name, value in answer.headers.items() if name.lower() not in OWN_HEADERS}
+        return Response(answer.content, answer.status_code, headers=kept)
+
+    def _client(self, holder: int) -> httpx.AsyncClient:
+        if holder not in self._clients:  # a connection left by a worker that died is dropped from the pool, not reused
+            transport = httpx.AsyncHTTPTransport(uds=self.seat.socket_path(holder))
+            self._clients[holder] = httpx.AsyncClient(transport=transport, trust_env=False,
+                                                      timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S))
+        return self._clients[holder]
+
+    async def socket(self, websocket: WebSocket) -> bool:
+        """Join `websocket` to a socket on the worker holding its `?session_id=`; False (the client's
+        socket untouched) when this worker serves it (the session is its own, or no other worker answers)."""
+        session_id = websocket.query_params.get("session_id")
+        if session_id is None or (holder := self.seat.holder(session_id)) is None:
+            return False
+        headers = {name: websocket.headers[name] for name in PASSED_ON if name in websocket.headers}
+        uri = f"ws://worker/ws?{urlencode({'session_id': session_id})}"
+        try:
+            # No size limit: this worker's server already bounds what the client sends, and the holder is trusted.
+            peer = await unix_connect(self.seat.socket_path(holder), uri, additional_headers=headers, compression=None,
+                                      max_size=None, ping_interval=None, open_timeout=CONNECT_TIMEOUT_S, proxy=None)
+        except (OSError, InvalidHandshake, TimeoutError) as error:
+            log.info("worker %d did not answer a socket for its session: %s", holder, error)
+            return False
+        await _join(websocket, peer)
+        return True
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(client.aclose() for client in self._clients.values()))
 
 
-async def forward_socket(seat: WorkerSeat, websocket: WebSocket) -> bool:
-    """Join `websocket` to a socket on the worker holding its `?session_id=`; False (the client's
-    socket untouched) when this worker serves it (the session is its own, or no other worker answers)."""
-    session_id = websocket.query_params.get("session_id")
-    if session_id is None or (holder := seat.holder(session_id)) is None:
-        return False
-    headers = {name: websocket.headers[name] for name in PASSED_ON if name in websocket.headers}
-    try:
-        # No size limit: this worker's server already bounds what the client sends, and the holder is trusted.
-        peer = await unix_connect(seat.socket_path(holder), f"ws://worker/ws?{urlencode({'session_id': session_id})}",
-                                  additional_headers=headers, compression=None, max_size=None,
-                                  ping_interval=None, open_timeout=CONNECT_TIMEOUT_S, proxy=None)
-    except (OSError, InvalidHandshake, TimeoutError) as error:
-        log.info("worker %d did not answer a socket for its session: %s", holder, error)
-        return False
+async def _join(websocket: WebSocket, peer: ClientConnection) -> None:
+    """Frames both ways until either side closes."""
     await websocket.accept()
     async with peer:
         to_peer = asyncio.create_task(_to_peer(websocket, peer))
@@ -76,7 +97,6 @@ async def forward_socket(seat: WorkerSeat, websocket: WebSocket) -> bool:
         for task in (to_peer, to_client):
             task.cancel()
         await asyncio.gather(to_peer, to_client, return_exceptions=True)
-    return True
 
 
 async def _to_peer(websocket: WebSocket, peer: ClientConnection) -> None:
