@@ -32,6 +32,7 @@ PASSED_ON = ("authorization", "content-type")  # what the holder needs of the re
 # Headers of the holder's answer that describe its connection, not the answer: this worker's own go out instead.
 OWN_HEADERS = {"connection", "content-length", "date", "keep-alive", "server", "transfer-encoding"}
 GONE_CLOSE_CODE = 1011  # the holder's socket dropped without a close frame: it died mid-episode
+GONE_REASON = "the worker holding this session ended"
 NOT_SENDABLE = {1005, 1006, 1015}  # close codes that say what a socket saw, never sent in a close frame
 
 
@@ -106,7 +107,10 @@ async def _to_peer(websocket: WebSocket, peer: ClientConnection) -> None:
         if message["type"] == "websocket.disconnect":
             return
         text, data = message.get("text"), message.get("bytes")
-        await peer.send(text if text is not None else data or b"")
+        try:
+            await peer.send(text if text is not None else data or b"")
+        except ConnectionClosed:
+            return await _close(websocket, GONE_CLOSE_CODE, GONE_REASON)
 
 
 async def _to_client(peer: ClientConnection, websocket: WebSocket) -> None:
@@ -117,10 +121,12 @@ async def _to_client(peer: ClientConnection, websocket: WebSocket) -> None:
                 await websocket.send_text(frame)
             else:
                 await websocket.send_bytes(frame)
-        code, reason = peer.close_code, peer.close_reason or ""
     except ConnectionClosed:
-        code, reason = GONE_CLOSE_CODE, "the worker holding this session ended"
-    if code is None or code in NOT_SENDABLE:
-        code = 1000
+        return await _close(websocket, GONE_CLOSE_CODE, GONE_REASON)
+    code = peer.close_code
+    await _close(websocket, 1000 if code is None or code in NOT_SENDABLE else code, peer.close_reason or "")
+
+
+async def _close(websocket: WebSocket, code: int, reason: str) -> None:
     with contextlib.suppress(WebSocketDisconnect, RuntimeError):  # the client may have left too
         await websocket.close(code, reason)
