@@ -58,15 +58,17 @@ def corral_serve(bundle: Path, port: int, *options: str, uid: int | None = None)
                             cwd="/", start_new_session=True)
 
 
-def wait_until_serving(server: subprocess.Popen, port: int, timeout_s: float = 120) -> str:
-    """The server's URL once it answers /health; fail with its stderr if it exits first."""
+def wait_until_serving(server: subprocess.Popen, port: int, timeout_s: float = 120, token: str | None = None) -> str:
+    """The server's URL once it answers /health (with `token`, when it wants one); fail with
+    its stderr if it exits first."""
     url = f"http://127.0.0.1:{port}"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if server.poll() is not None:
             pytest.fail(f"corral serve exited with {server.returncode}: {server.stderr.read().decode()[-3000:]}")
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + "/health", timeout=1, trust_env=False).status_code == 200:
+            if httpx.get(url + "/health", headers=headers, timeout=1, trust_env=False).status_code == 200:
                 return url
         time.sleep(0.1)
     pytest.fail(f"corral serve did not answer /health within {timeout_s:.0f}s")

@@ -1,12 +1,16 @@
-"""`corral serve --workers 2`: sessions over one port spread over both workers and score; the
-session limit, /health and /metrics are the host's; a worker killed mid-run costs only its own episodes
+"""`corral serve --workers 2`: sessions over one port spread over both workers and score; those
+created over `POST /mcp` are played whichever worker each request reaches; the session limit,
+/health and /metrics are the host's; a worker killed mid-run costs only its own episodes
 and is replaced; the host's processes all end with it, however it ends."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,32 +18,44 @@ from pathlib import Path
 
 import httpx
 import pytest
+from openenv.core.mcp_client import MCPToolClient
 from prometheus_client.parser import text_string_to_metric_families
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, unix_connect
 
 from corral.client import Bundle
 from corral.errors import CapacityError
+from corral.sandboxes.runtime_dirs import safe_name
 from tests.conftest import FIXTURES
-from tests.servers import corral_serve, free_port, kill, stop, wait_until_serving
+from tests.servers import corral_serve, free_port, instance_of, kill, stop, wait_until_serving
+from tests.wire import error_of, opened, receive
 
 TOYBOX = FIXTURES / "toybox"
 SESSIONS = 16
+TOKEN = "s3cret-of-the-host"
 DEADLINE_S = 120.0
 
 
 @contextlib.contextmanager
-def two_workers(*options: str) -> Iterator[tuple[str, object]]:
+def two_workers(*options: str, token_file: Path | None = None) -> Iterator[tuple[str, object]]:
     port = free_port()
-    server = corral_serve(TOYBOX, port, "--sandbox", "local", "--workers", "2", *options)
+    token = token_file.read_text().strip() if token_file else None
+    server = corral_serve(TOYBOX, port, "--sandbox", "local", "--workers", "2", *options,
+                          *(("--token-file", str(token_file)) if token_file else ()))
     try:
-        url = wait_until_serving(server, port)
-        wait_for(lambda: all(worker["pid"] for worker in health(url)["workers"]), "both workers to serve")
+        url = wait_until_serving(server, port, token=token)
+        wait_for(lambda: all(worker["pid"] for worker in health(url, token)["workers"]), "both workers to serve")
         yield url, server
     finally:
         stop(server)
 
 
-def health(url: str) -> dict:
-    return httpx.get(url + "/health", timeout=30, trust_env=False).json()
+def health(url: str, token: str | None = None) -> dict:
+    return httpx.get(url + "/health", headers=bearer(token), timeout=30, trust_env=False).json()
+
+
+def bearer(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def wait_for(condition, what: str) -> None:
@@ -112,12 +128,97 @@ def metric(url: str, name: str, **labels: str) -> float:
                if sample.name == name and labels.items() <= sample.labels.items())
 
 
-def test_a_session_created_over_http_is_refused_saying_what_to_do_instead():
+def worker_socket(url: str, index: int) -> str:
+    """Worker `index`'s private Unix socket (workers.py), to send a request to that worker alone."""
+    instance = instance_of(int(url.rsplit(":", 1)[1]))
+    return os.path.join(tempfile.gettempdir(), f"corral-{safe_name(instance)}-workers", f"worker-{index}.sock")
+
+
+def post_on(path: str, method: str, token: str | None = None, **params: object) -> httpx.Response:
+    """A JSON-RPC request on `POST /mcp` of the worker whose socket is `path`."""
+    with httpx.Client(transport=httpx.HTTPTransport(uds=path), timeout=60, trust_env=False) as client:
+        request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        return client.post("http://worker/mcp", json=request, headers=bearer(token))
+
+
+def ws_on(path: str, session_id: str, token: str | None = None) -> ClientConnection:
+    """A socket on `/ws?session_id=` of the worker whose socket is `path`."""
+    return unix_connect(path, f"ws://worker/ws?session_id={session_id}", additional_headers=bearer(token), proxy=None)
+
+
+def test_a_session_created_over_post_mcp_is_played_through_the_worker_that_does_not_hold_it(tmp_path):
+    (token_file := tmp_path / "token").write_text(TOKEN)
+    with two_workers(token_file=token_file) as (url, _):
+        for index in (0, 1):
+            holder, other = worker_socket(url, index), worker_socket(url, 1 - index)
+            session_id = post_on(holder, "openenv/session/create", TOKEN).json()["result"]["session_id"]
+            assert session_id.endswith(f"-w{index}")
+            # The token is wanted whichever worker a request reaches (the one it reaches checks it first).
+            assert post_on(other, "tools/list", session_id=session_id).status_code == 401
+            assert post_on(other, "tools/list", "wrong", session_id=session_id).status_code == 403
+            with ws_on(other, session_id, TOKEN) as socket:  # joined to the holder's, frame for frame
+                assert opened(socket, task_id="say-apple").task_id == "say-apple"
+                said = post_on(other, "tools/call", TOKEN, session_id=session_id, name="say", arguments={"text": "apple"})
+                assert json.loads(said.json()["result"]["data"]) == {"heard": "apple"}
+                ended = post_on(other, "tools/call", TOKEN, session_id=session_id, name="end_turn",
+                                arguments={"response": "done"})
+                assert ended.json()["result"]["structuredContent"]["reward"] == 1.0
+            closed = post_on(other, "openenv/session/close", TOKEN, session_id=session_id).json()
+            assert closed["result"] == {"session_id": session_id, "closed": True}
+        assert [worker["sessions"] for worker in health(url, TOKEN)["workers"]] == [0, 0]
+
+
+def test_sessions_created_over_post_mcp_play_on_both_workers_with_openenvs_client():
+    async def play_all(url: str) -> None:
+        clients = [MCPToolClient(base_url=url, message_timeout_s=60) for _ in range(SESSIONS)]
+        for client in clients:  # one at a time: a burst of connections is most often accepted by one worker alone
+            await client.connect()  # openenv/session/create on POST /mcp, then /ws?session_id=: each on either worker
+        await asyncio.gather(*(client.reset(task_id="say-apple") for client in clients))
+        per_worker = [worker["sessions"] for worker in health(url)["workers"]]
+        assert sum(per_worker) == SESSIONS and min(per_worker) > 0, per_worker
+        assert await asyncio.gather(*(play_one(url, client) for client in clients)) == [1.0] * SESSIONS
+        await asyncio.gather(*(client.close() for client in clients))
+
+    with two_workers("--max-concurrent-envs", str(SESSIONS)) as (url, _):
+        asyncio.run(play_all(url))
+        assert health(url)["sessions"] == 0
+
+
+async def play_one(url: str, client: MCPToolClient) -> float:
+    """A tool call with the client's own connection, and the end on a new one (either worker may take it)."""
+    assert json.loads(await client.call_tool("say", text="apple")) == {"heard": "apple"}
+    request = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "session_id": client._production_session_id, "name": "end_turn", "arguments": {"response": "done"}}}
+    async with httpx.AsyncClient(timeout=60, trust_env=False) as fresh:
+        ended = (await fresh.post(url + "/mcp", json=request)).json()
+    return ended["result"]["structuredContent"]["reward"]
+
+
+def test_a_session_whose_worker_was_killed_is_unknown_at_once_on_the_other_and_its_replacement_serves():
     with two_workers() as (url, _):
-        answer = httpx.post(url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create"},
-                            timeout=30, trust_env=False).json()
-        assert "several worker processes (corral serve --workers)" in answer["error"]["message"]
-        assert "open a session over /ws instead" in answer["error"]["message"]
+        holder, other = worker_socket(url, 0), worker_socket(url, 1)
+        session_id = post_on(holder, "openenv/session/create").json()["result"]["session_id"]
+        with ws_on(other, session_id) as socket:
+            opened(socket, task_id="say-apple")
+            assert "result" in say_on(other, session_id)
+            pid = health(url)["workers"][0]["pid"]
+            os.kill(pid, signal.SIGKILL)
+            with pytest.raises(ConnectionClosed) as closed:  # the client's socket closes, saying why
+                socket.recv(timeout=30)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
+        assert say_on(other, session_id)["error"]["message"] == f"Unknown session_id: {session_id}"
+        with ws_on(other, session_id) as late:
+            assert error_of(receive(late, timeout_s=30)).message.startswith(f"Unknown session_id: {session_id}")
+
+        wait_for(lambda: health(url)["workers"][0]["pid"] not in (0, pid), "the killed worker's replacement")
+        session_id = post_on(holder, "openenv/session/create").json()["result"]["session_id"]
+        with ws_on(other, session_id) as socket:
+            opened(socket, task_id="say-apple")
+            assert json.loads(say_on(other, session_id)["result"]["data"]) == {"heard": "apple"}
+
+
+def say_on(path: str, session_id: str) -> dict:
+    return post_on(path, "tools/call", session_id=session_id, name="say", arguments={"text": "apple"}).json()
 
 
 def test_a_killed_worker_costs_only_its_episodes_and_comes_back():

@@ -15,10 +15,11 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from corral.client import surrogates
 from corral.client.protocol import schemas
-from corral.server.mcp import answer_mcp, parse_error
+from corral.server.mcp import answer_mcp, parse_error, session_named
 from corral.server.served import ServedBundle
 from corral.server.sessions import SessionRegistry
 from corral.server.taskapi import task_router
+from corral.server.worker_forward import Forwarder
 from corral.server.worker_metrics import OWN_ONLY, peers_metrics, summed
 from corral.server.worker_seat import WorkerSeat
 from corral.server.ws import serve_socket
@@ -43,6 +44,7 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
     registry = SessionRegistry(served, served.options.max_concurrent_envs, seat)
     token = served.options.token
     served.metrics.count_sessions(lambda: len(registry.sessions))
+    forwarder = Forwarder(seat) if seat is not None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -53,6 +55,8 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
         yield
         await registry.close_all()
         await served.aclose()
+        if forwarder is not None:
+            await forwarder.aclose()
 
     def authorize(connection: HTTPConnection) -> None:
         if connection.scope["type"] == "http" and (refusal := _refusal(connection, token)):
@@ -116,12 +120,16 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
         return schemas()
 
     @app.post("/mcp")
-    async def mcp(request: Request) -> JSONResponse:
-        """JSON-RPC 2.0 (always HTTP 200, as OpenEnv answers): see corral.server.mcp."""
+    async def mcp(request: Request) -> Response:
+        """JSON-RPC 2.0 (always HTTP 200, as OpenEnv answers): see corral.server.mcp. A request for
+        a session another worker holds is answered by that worker (worker_forward)."""
+        raw = await request.body()
         try:
-            body = surrogates.loads(await request.body())
+            body = surrogates.loads(raw)
         except (ValueError, RecursionError) as error:
             return JSONResponse(parse_error(error).model_dump(mode="json"))
+        if forwarder is not None and (forwarded := await forwarder.post(session_named(body), request, raw)):
+            return forwarded
         return JSONResponse((await answer_mcp(body, registry)).model_dump(mode="json"))
 
     app.include_router(task_router(served))
@@ -132,7 +140,8 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
             status, message = refusal
             await websocket.send_denial_response(JSONResponse({"detail": message}, status_code=status))
             return
-        await serve_socket(websocket, registry)
+        if forwarder is None or not await forwarder.socket(websocket):  # a session another worker holds
+            await serve_socket(websocket, registry)
 
     return app
 

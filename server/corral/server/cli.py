@@ -133,8 +133,8 @@ def serve(
     workers: Annotated[int, typer.Option(
         envvar="CORRAL_WORKERS", min=1,
         help="Server processes sharing the port, each with its own sandboxes and sessions (so one host uses "
-             "several cores); --max-concurrent-envs is the host's. With more than one, sessions created over "
-             "POST /mcp are refused (open them over /ws, as corral's client does).")] = 1,
+             "several cores); --max-concurrent-envs is the host's. A request for a session another worker holds "
+             "is passed to it.")] = 1,
     reward: Annotated[str | None, typer.Option(help="The score id that is the reward, for tasks that record several scores.")] = None,
     tool_timeout: Annotated[float | None, typer.Option(help="Seconds one tool call may take before its episode ends unscored (default: the bundle's, else 60).")] = None,
     reset_timeout: Annotated[float | None, typer.Option(help="Seconds a reset (deploy and task load) or an end_turn may take (default: the bundle's, else 600).")] = None,

@@ -51,6 +51,12 @@ def parse_error(error: Exception) -> JsonRpcResponse:
     return JsonRpcResponse(error=JsonRpcError(code=jsonrpc.PARSE_ERROR, message=f"Parse error: {error}"))
 
 
+def session_named(raw: Any) -> Any:
+    """The `params.session_id` of a request body (None when it has none), before it is validated."""
+    params = raw.get("params") if isinstance(raw, dict) else None
+    return params.get("session_id") if isinstance(params, dict) else None
+
+
 def _request(raw: Any) -> JsonRpcRequest:
     if isinstance(raw, list):
         raise _Refusal(jsonrpc.INVALID_REQUEST, "Invalid request: batches are not supported; send one request at a time")
@@ -83,10 +89,6 @@ async def _dispatch(request: JsonRpcRequest, registry: SessionRegistry, own: Ser
 
 
 def _create(registry: SessionRegistry) -> ServedSession:
-    if registry.seat is not None:  # its later requests would reach any worker, most often not its own
-        raise _Refusal(jsonrpc.SERVER_ERROR, "this server runs several worker processes (corral serve --workers), "
-                       "and a session created over POST /mcp would live in one while its later requests reach any: "
-                       "open a session over /ws instead (corral's client does), or serve with --workers 1")
     try:
         return registry.open(over_http=True)
     except CapacityReached as full:

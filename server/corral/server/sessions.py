@@ -52,9 +52,9 @@ class FrameError(CorralError):
 class ServedSession:
     """One client's session: the episode it plays now, if any."""
 
-    def __init__(self, served: ServedBundle, *, over_http: bool):
+    def __init__(self, served: ServedBundle, session_id: str, *, over_http: bool):
         self.served = served
-        self.session_id = uuid.uuid4().hex
+        self.session_id = session_id
         self.over_http = over_http  # created by openenv/session/create; outlives its socket
         self.attached = False
         self.closing = False  # openenv/session/close came while a socket was attached
@@ -148,7 +148,8 @@ class SessionRegistry:
         if (active := self.active()) >= self.limit:
             self.served.metrics.sessions_refused.inc()
             raise CapacityReached(active, self.limit)
-        session = ServedSession(self.served, over_http=over_http)
+        session_id = self.seat.mint() if self.seat is not None else uuid.uuid4().hex
+        session = ServedSession(self.served, session_id, over_http=over_http)
         self.sessions[session.session_id] = session
         self._counted()
         return session

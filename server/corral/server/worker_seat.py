@@ -1,6 +1,8 @@
 """What one worker of `corral serve --workers N` shares with the others: the host's session
 count (each worker writes its own slot, every worker reads them all), each worker's pid, and
-the folder of their private Unix sockets (how one asks the others for their /metrics).
+the folder of their private Unix sockets (how one asks the others for their /metrics, and
+passes on a request for a session another holds: worker_forward), and the session ids that
+name the worker holding them.
 
 Shared memory the supervisor made (workers.py), not a lock: a worker killed while holding a
 lock would stop every other. Without one, workers opening their last free slots at the same
@@ -10,8 +12,12 @@ instant may pass the host's limit by at most one session each.
 from __future__ import annotations
 
 import os
+import re
+import uuid
 from collections.abc import MutableSequence
 from dataclasses import dataclass
+
+_MARKED = re.compile(r"[0-9a-f]{32}-w([0-9]{1,4})")  # mint's ids: 128 random bits, then the worker
 
 
 @dataclass
@@ -34,6 +40,19 @@ class WorkerSeat:
 
     def serving(self) -> None:
         self.pids[self.index] = os.getpid()
+
+    def mint(self) -> str:
+        """A new session id, naming this worker (so any worker can pass its requests on here)."""
+        return f"{uuid.uuid4().hex}-w{self.index}"
+
+    def holder(self, session_id: object) -> int | None:
+        """The other worker whose session `session_id` names; None for one of this worker's, or
+        an id no worker of this host minted (this worker answers it: an unknown session)."""
+        marked = _MARKED.fullmatch(session_id) if isinstance(session_id, str) else None
+        if marked is None:
+            return None
+        index = int(marked[1])
+        return index if index != self.index and index < len(self.pids) else None
 
     def workers(self) -> list[dict[str, int]]:
         """Each worker's pid and open sessions, for /health."""

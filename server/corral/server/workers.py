@@ -7,6 +7,8 @@ one of them. Worker K is a whole server of its own: it opens the bundle as insta
 `INSTANCE-wK`, so its sandboxes, local folders and container labels are its own, and the
 worker that replaces it reaps what it left. The session limit is the host's (worker_seat); so
 is /metrics, which the worker asked sums over every worker's private Unix socket (worker_metrics).
+A session created over HTTP is reached from every worker: its id names its worker, and a request
+for it that reaches another is passed on over that same socket (worker_forward).
 
 A worker that dies costs only the episodes it held (their sockets close) and is replaced;
 one that dies before it ever served stops the host, since its replacement would fail alike.
@@ -139,7 +141,7 @@ def _work(root: Path, options: ServeOptions, seat: WorkerSeat, listener: socket.
 
 
 def _private_socket(seat: WorkerSeat) -> socket.socket:
-    """This worker's Unix socket, where the other workers ask for its /metrics."""
+    """This worker's Unix socket, where the other workers ask for its /metrics and pass on requests for its sessions."""
     path = seat.socket_path(seat.index)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # the socket of the worker this one replaces
