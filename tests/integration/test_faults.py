@@ -21,6 +21,12 @@ def probe(tmp_path_factory):
                        reset_timeout_s=8.0, verifier_workers=2)  # far from what a loaded machine takes
 
 
+def test_a_server_is_up_only_once_its_verifier_workers_can_score(serve, tmp_path):
+    server = serve(write_probe_bundle(tmp_path), verifier_workers=3)
+
+    assert server.served.verifiers.booted == 3  # a fresh server's first reward waits for no interpreter
+
+
 def episode_on(bundle: Bundle, task_id: str = "plain") -> Episode:
     """An episode of `task_id`, started on a session of its own."""
     episode = Episode(Session(bundle.url), bundle.limits)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.server.verifier_pool import VerifierPool
+from corral.server.verifier_pool import STUCK_AFTER_S, VerifierPool
 
 VERIFIER = textwrap.dedent("""
     import time
@@ -89,3 +89,16 @@ def test_a_hung_verifier_holds_its_own_worker_and_the_next_episode_is_scored(ver
     [results], most = asyncio.run(run())
     assert results == [{"judge": 1.0}] * 4 + [[False] * 3]  # scored while the hung still ran
     assert most <= 3 + 1  # a worker per hung verification, and one for those in line
+
+
+def test_a_pool_made_ready_has_imported_the_verifiers_in_every_worker_before_it_returns(verifier):
+    async def run() -> tuple[int, int, dict[str, float]]:
+        pool = VerifierPool(verifier, 2)
+        try:
+            before = pool.booted
+            await pool.ready()
+            return before, pool.booted, await score(pool, 0, timeout_s=STUCK_AFTER_S / 2)  # no boot left to wait for
+        finally:
+            await pool.aclose()
+
+    assert asyncio.run(run()) == (0, 2, {"judge": 1.0})

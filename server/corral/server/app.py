@@ -48,7 +48,7 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        served.start_pools()
+        await served.start_pools()  # uvicorn accepts no request until this returns
         registry.start_reaping()
         if seat is not None:
             seat.serving()

@@ -190,11 +190,11 @@ class ServedBundle:
         tools = {tool.name: tool for toolset in self.toolsets.values() for tool in toolset.tools if tool.name != END_TURN}
         return [*tools.values(), END_TURN_TOOL]
 
-    def start_pools(self) -> None:
-        """Start the verifier workers and the provider's warm pools, where it keeps them (on the
-        loop that serves sessions)."""
-        self.verifiers.start()
+    async def start_pools(self) -> None:
+        """Start the provider's warm pools, where it keeps them, and the verifier workers, once
+        they have imported the verifiers (on the loop that serves sessions, before it serves)."""
         self.provider.start_pools([sandbox_spec(env) for env in self.bundle.envs.values()])
+        await self.verifiers.ready()
 
     def episode_ended(self, record: EpisodeRecord) -> None:
         """Count an ended episode, log its line, and record it when recording."""

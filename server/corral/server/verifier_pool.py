@@ -22,6 +22,7 @@ from corral.errors import VerifierError
 
 SPAWN = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing of the server's state
 STUCK_AFTER_S = 1.0  # a verification takes milliseconds: one running this long may be hung
+BOOT_WAIT_S = 60.0  # how long a starting server waits for its workers to import the verifiers
 
 
 class _Worker:
@@ -131,6 +132,21 @@ class VerifierPool:
         interpreters to boot and import the verifiers."""
         while self._idle.qsize() < self.size:
             self._idle.put_nowait(self._add())
+
+    async def ready(self, timeout_s: float = BOOT_WAIT_S) -> None:
+        """Start the waiting workers and wait until each has imported the verifiers (at most
+        `timeout_s`), so that a server says it is up only once it can score at once (a fresh
+        server's first reward once took 10-13 s). One that dies or hangs booting is replaced at
+        its first use, as ever."""
+        self.start()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await asyncio.gather(*(worker.boot() for worker in list(self._workers)), return_exceptions=True)
+
+    @property
+    def booted(self) -> int:
+        """Workers that have imported the verifiers and wait or work."""
+        return sum(worker.booted for worker in self._workers)
 
     @property
     def alive(self) -> int:
