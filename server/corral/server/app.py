@@ -95,9 +95,9 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:  # on the loop, as /health: the gauges read the provider's state
         own = served.metrics.render()
-        if seat is None or OWN_ONLY in request.headers:
+        if seat is None or forwarder is None or OWN_ONLY in request.headers:
             return Response(own, media_type=CONTENT_TYPE_LATEST)
-        peers = await peers_metrics(seat, request.headers.get("authorization"))
+        peers = await peers_metrics(seat, forwarder, request.headers.get("authorization"))
         return Response(summed([own.decode(), *peers]), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/metadata")

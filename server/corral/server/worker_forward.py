@@ -52,14 +52,15 @@ class Forwarder:
             return None
         headers = {name: request.headers[name] for name in PASSED_ON if name in request.headers}
         try:
-            answer = await self._client(holder).post(f"http://worker{request.url.path}", content=body, headers=headers)
+            answer = await self.peer_client(holder).post(f"http://worker{request.url.path}", content=body, headers=headers)
         except httpx.HTTPError as error:
             log.info("worker %d did not answer a request for its session: %s", holder, error)
             return None
         kept = {name: value for name, value in answer.headers.items() if name.lower() not in OWN_HEADERS}
         return Response(answer.content, answer.status_code, headers=kept)
 
-    def _client(self, holder: int) -> httpx.AsyncClient:
+    def peer_client(self, holder: int) -> httpx.AsyncClient:
+        """The pooled client of worker `holder`'s private socket (also /metrics', worker_metrics)."""
         if holder not in self._clients:  # a connection left by a worker that died is dropped from the pool, not reused
             transport = httpx.AsyncHTTPTransport(uds=self.seat.socket_path(holder))
             self._clients[holder] = httpx.AsyncClient(transport=transport, trust_env=False,

@@ -16,6 +16,7 @@ import httpx
 from prometheus_client import CollectorRegistry, Metric, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from corral.server.worker_forward import Forwarder
 from corral.server.worker_seat import WorkerSeat
 
 log = logging.getLogger("corral.server")
@@ -24,23 +25,21 @@ OWN_ONLY = "corral-metrics-own"  # the header a worker sends a peer: answer your
 PEER_TIMEOUT_S = 10.0
 
 
-async def peers_metrics(seat: WorkerSeat, authorization: str | None) -> list[str]:
-    """Every other worker's /metrics text, from those that answer."""
+async def peers_metrics(seat: WorkerSeat, peers: Forwarder, authorization: str | None) -> list[str]:
+    """Every other worker's /metrics text, from those that answer (asked over `peers`' pooled clients)."""
     headers = {OWN_ONLY: "1", **({"authorization": authorization} if authorization else {})}
-    answers = await asyncio.gather(*(_ask(seat.socket_path(index), headers)
+    answers = await asyncio.gather(*(_ask(peers.peer_client(index), index, headers)
                                      for index in range(len(seat.pids)) if index != seat.index))
     return [text for text in answers if text is not None]
 
 
-async def _ask(path: str, headers: dict[str, str]) -> str | None:
-    transport = httpx.AsyncHTTPTransport(uds=path)
+async def _ask(client: httpx.AsyncClient, index: int, headers: dict[str, str]) -> str | None:
     try:
-        async with httpx.AsyncClient(transport=transport, timeout=PEER_TIMEOUT_S) as client:
-            response = await client.get("http://worker/metrics", headers=headers)
-            response.raise_for_status()
-            return response.text
+        response = await client.get("http://worker/metrics", headers=headers, timeout=PEER_TIMEOUT_S)
+        response.raise_for_status()
+        return response.text
     except httpx.HTTPError as error:
-        log.info("worker at %s left out of /metrics: %s", path, error)
+        log.info("worker %d left out of /metrics: %s", index, error)
         return None
 
 
