@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel
 
-from corral.client.protocol import SERVER_FRAMES, ErrorReply, ObservationData
+from corral.protocol.frames import SERVER_FRAMES, ErrorReply, ObservationData
 
 SERVER_START_S = 600  # a docker server builds its envs' images first, when missing
 

@@ -59,7 +59,7 @@ END_TURN = json.dumps({"type": "step", "data": {"type": "call_tool", "tool_name"
                                                 "arguments": {"response": "done"}}})
 WARM_POOL = 4
 KINDS = ("openenv", "openenv-mcp", "local", "docker")
-PACKAGE_ROOTS = ("client", "server", "sandboxes", "training")  # a checkout's folders that hold corral's packages
+PACKAGE_ROOTS = ("protocol", "client", "server", "sandboxes", "training")  # a checkout's folders that hold corral's packages
 
 ECHO = json.dumps({"type": "step", "data": {"message": "plain"}})
 OPENENV_SERVER = textwrap.dedent("""

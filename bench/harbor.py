@@ -33,7 +33,7 @@ import docker.errors
 from websockets.asyncio.client import connect
 
 from corral.client import urls
-from corral.client.protocol import (
+from corral.protocol.frames import (
     CallTool,
     ResetData,
     ResetRequest,

@@ -32,14 +32,14 @@ from pathlib import Path
 
 from websockets.asyncio.client import ClientConnection, connect
 
-from corral.client.protocol import (
+from corral.client.urls import ws_url
+from corral.protocol.frames import (
     CallTool,
     CallToolObservation,
     ResetData,
     ResetRequest,
     StepRequest,
 )
-from corral.client.urls import ws_url
 
 from common import exchange, free_port, start_server
 

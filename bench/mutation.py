@@ -189,7 +189,7 @@ def contract_tests() -> list[str]:
 
 def code_digest() -> str:
     """A digest of every Python file of the source roots and the tests, and of which tests run."""
-    files = sorted(file for root in ("client", "server", "sandboxes", "training", "tests")
+    files = sorted(file for root in ("protocol", "client", "server", "sandboxes", "training", "tests")
                    for file in (REPO / root).rglob("*.py"))
     digest = hashlib.sha256(json.dumps([FAST_TESTS, CONTRACT_ON, SLOW_TESTS]).encode())
     for file in files:

@@ -34,7 +34,7 @@ from pathlib import Path
 from websockets.asyncio.client import connect
 
 from corral.client import urls
-from corral.client.protocol import (
+from corral.protocol.frames import (
     CallTool,
     ResetData,
     ResetRequest,

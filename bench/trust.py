@@ -28,7 +28,7 @@ from corral.client import Bundle
 from common import free_port, start_server
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE_ROOTS = ("client", "server", "sandboxes", "training")
+SOURCE_ROOTS = ("protocol", "client", "server", "sandboxes", "training")
 BEFORE = "6af8799"  # main before issue 21's endings, pristine verifier and env boundary
 TASK = "shellfix-median"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from corral.client.protocol import CallToolObservation
+from corral.protocol.frames import CallToolObservation
 from tests.conftest import BUNDLES
 from tests.wire import called, opened, ws
 

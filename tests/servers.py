@@ -21,7 +21,7 @@ from tests.conftest import REPO
 NOBODY = 65534
 # What a user other than root can import corral from: the source roots and this virtualenv's
 # packages, run by the system's python3 (this venv's interpreter may sit in root's home).
-SOURCE_ROOTS = [REPO / root for root in ("client", "server", "sandboxes", "training")]
+SOURCE_ROOTS = [REPO / root for root in ("protocol", "client", "server", "sandboxes", "training")]
 SITE_PACKAGES = next((Path(sys.prefix) / "lib").glob("python3*/site-packages"))
 
 

@@ -8,7 +8,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from websockets.sync.client import ClientConnection, connect
 
-from corral.client.protocol import (
+from corral.client.urls import ws_url
+from corral.protocol.frames import (
     SERVER_FRAMES,
     CallTool,
     CallToolObservation,
@@ -30,7 +31,6 @@ from corral.client.protocol import (
     StateRequest,
     StepRequest,
 )
-from corral.client.urls import ws_url
 
 ObservationT = TypeVar("ObservationT", bound=Observation)
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.client.protocol import CallToolObservation
+from corral.protocol.frames import CallToolObservation
 from corral.server.embedded import EmbeddedServer
 from tests.attacks import HOUND, PROTOCOL_OPENER, SIGNALS, bash, play
 from tests.conftest import BUNDLES, serving

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from corral.client import Bundle, Episode, Session
-from corral.client.protocol import ResetData
+from corral.protocol.frames import ResetData
 from corral.sandboxes.docker_images import image_tag
 from corral.server.bundle import load_bundle
 from corral.server.checks import sandbox_spec

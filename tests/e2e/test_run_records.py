@@ -11,7 +11,7 @@ if os.environ.get("CI") != "true":
     pytest.importorskip("trl")
 
 from corral.client.record_store import EpisodeStore
-from corral.client.records import RolloutRecord
+from corral.protocol.records import RolloutRecord
 
 pytestmark = [pytest.mark.trl]
 

@@ -29,7 +29,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from corral.client.record_store import EpisodeStore
-from corral.client.records import EpisodeRecord, RolloutRecord
+from corral.protocol.records import EpisodeRecord, RolloutRecord
 from tests.servers import corral_command, free_port
 
 pytestmark = [pytest.mark.trl]

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from corral.client.protocol import CallToolObservation
+from corral.protocol.frames import CallToolObservation
 from tests.attacks import HOUND, PROTOCOL_OPENER, SIGNALS, TASK, bash, play
 from tests.conftest import BUNDLES, serving
 from tests.probe_bundle import write_probe_bundle

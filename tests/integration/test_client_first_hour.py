@@ -10,7 +10,6 @@ import httpx
 import pytest
 
 from corral.client import Bundle, Session
-from corral.client.protocol import ResetRequest
 from corral.client.record_store import EpisodeStore
 from corral.errors import (
     BadURL,
@@ -20,6 +19,7 @@ from corral.errors import (
     TokenRefused,
     UnknownSplit,
 )
+from corral.protocol.frames import ResetRequest
 from corral.server.scaffold import write_starter
 from tests.conftest import FIXTURES, serving
 

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
-from corral.client.protocol import EpisodeState, ErrorCode, ErrorReply, StateReply, StateRequest
 from corral.client.session import Session
 from corral.errors import CapacityError, ReplyTimeout, ServerError, ServerUnreachable, SessionLost
+from corral.protocol.frames import EpisodeState, ErrorCode, ErrorReply, StateReply, StateRequest
 
 REPLY = StateReply(data=EpisodeState()).model_dump_json()
 

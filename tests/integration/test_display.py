@@ -10,7 +10,7 @@ import pytest
 
 from corral.client import Bundle
 from corral.client.display import ToolAnswer, show
-from corral.client.protocol import CallToolObservation
+from corral.protocol.frames import CallToolObservation
 from tests.conftest import BUNDLES, serving
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")

@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from corral.client import Bundle, Episode, Session
-from corral.client.protocol import CallToolObservation, Limits, ResetData
 from corral.client.record_store import EpisodeStore
 from corral.errors import SandboxError
+from corral.protocol.frames import CallToolObservation, Limits, ResetData
 from corral.sandboxes.local import LocalProvider, LocalSandbox
 from tests.conftest import BUNDLES, serving
 from tests.probe_bundle import write_probe_bundle

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from corral.client import Bundle
-from corral.client.protocol import ResetObservation
+from corral.protocol.frames import ResetObservation
 from tests.conftest import BUNDLES
 from tests.wire import called, listed, mcp, opened, rpc, send, state, state_of, ws
 

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from corral.client import Bundle, Episode, Session
-from corral.client.protocol import ResetData
+from corral.protocol.frames import ResetData
 from tests.conftest import serving, wait_for_no_env_processes
 from tests.probe_bundle import write_probe_bundle
 

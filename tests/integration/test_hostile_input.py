@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 
 from corral.client import Bundle
-from corral.client.protocol import ErrorReply, McpReply, ObservationReply, StateReply
+from corral.protocol.frames import ErrorReply, McpReply, ObservationReply, StateReply
 from tests.conftest import FIXTURES, serving
 from tests.wire import call, opened, send, ws
 

@@ -13,8 +13,8 @@ from nbclient import NotebookClient
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from corral.client.protocol import ResetRequest
 from corral.client.urls import ws_url
+from corral.protocol.frames import ResetRequest
 from tests.conftest import BUNDLES, REPO, serving
 
 NOTEBOOK = REPO / "examples" / "play.ipynb"

@@ -30,7 +30,7 @@ from openenv.validation.runtime.scheduler import execute_graders
 from openenv.validation.types import CheckStatus
 from websockets.exceptions import ConnectionClosed
 
-from corral.client.protocol import StateReply
+from corral.protocol.frames import StateReply
 from corral.server import sessions
 from corral.server.embedded import EmbeddedServer
 from tests.conftest import BUNDLES, serving, wait_for_no_env_processes

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from corral.client import Bundle, CapacityError, Session
-from corral.client.protocol import ResetData, ResetRequest
+from corral.protocol.frames import ResetData, ResetRequest
 from tests.conftest import FIXTURES
 from tests.servers import corral_serve, free_port, stop, wait_until_serving
 

@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from corral.client import Bundle
 from corral.client.record_exports import conversation, rl_dataset, sft_dataset
 from corral.client.record_store import EpisodeStore, RecordWriter
-from corral.client.records import EpisodeRecord, RecordedCall, RolloutRecord
+from corral.protocol.records import EpisodeRecord, RecordedCall, RolloutRecord
 from corral.server.cli import app
 from tests.conftest import BUNDLES
 from tests.wire import called, opened, ws

@@ -360,3 +360,16 @@ def test_problems_of_two_tasks_name_both(tmp_path):
     problems = [problem.file for problem in load_bundle(bundle).problems]
 
     assert problems == ["2 tasks (t-01, t-02)"]
+
+
+def test_an_env_tool_named_as_the_environment_classs_method_is_refused(tmp_path):
+    """A tool named get_reward would hide the method TRL calls on the generated class."""
+    bundle = write_bundle(tmp_path)
+    add_env(bundle, "counter", COUNTER_ENV.replace("def add(self, n: int)", "def get_reward(self, n: int)"),
+            "env:Counter")
+    write(bundle / "tasks.jsonl", "")
+
+    result = corral_check(bundle)
+
+    assert result.exit_code == 1
+    assert "tiny/envs/counter: tool name(s) get_reward are reserved by corral; rename them" in result.output

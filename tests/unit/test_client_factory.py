@@ -14,7 +14,6 @@ from typing import Any, Literal, Optional, Union
 import pytest
 from transformers.utils import get_json_schema
 
-from corral.client.catalog import END_TURN_TOOL, Toolset, ToolSpec
 from corral.client.factory import (
     CorralEnvironment,
     EnvironmentSpec,
@@ -22,11 +21,12 @@ from corral.client.factory import (
     environment_class,
     python_type,
 )
-from corral.client.protocol import Limits
-from corral.client.rewards import pick_reward
 from corral.client.session import Session
 from corral.env.schema import tool_schema
 from corral.errors import NoEpisode, RewardError, ToolSchemaError
+from corral.protocol.catalog import END_TURN_TOOL, Toolset, ToolSpec
+from corral.protocol.frames import Limits
+from corral.protocol.rewards import pick_reward
 
 
 def submit_schedule(actions: list[int]) -> dict:

@@ -16,9 +16,9 @@ from corral.client.difficulty_exports import (
     sft_rows,
 )
 from corral.client.record_store import RecordWriter
-from corral.client.records import EpisodeRecord, RecordedCall, RolloutRecord
 from corral.client.run_index import RunIndex
 from corral.errors import ConfigError
+from corral.protocol.records import EpisodeRecord, RecordedCall, RolloutRecord
 
 STEPS, GROUP = 10, 4
 

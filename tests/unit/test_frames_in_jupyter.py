@@ -16,7 +16,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 shell = InteractiveShell.instance()
 import corral.client  # what a notebook imports, after its kernel started
-from corral.client.protocol import CallToolObservation, ResetObservation
+from corral.protocol.frames import CallToolObservation, ResetObservation
 
 ended = CallToolObservation(tool_name="end_turn", result="", done=True, reward=0.5, status="scored",
                             scores={"tests": 0.5}, metadata={"verifier_output": {"tests": "1 failed"}})
@@ -36,7 +36,7 @@ def test_a_kernel_shows_the_frames_as_their_docs():
 
 
 def test_the_frames_themselves_carry_no_presentation():
-    from corral.client.protocol import CallToolObservation, ResetObservation
+    from corral.protocol.frames import CallToolObservation, ResetObservation
 
     for frame in (CallToolObservation, ResetObservation):
         assert not hasattr(frame, "_repr_html_") and not hasattr(frame, "_repr_markdown_")

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from corral.client.catalog import ToolSpec
 from corral.errors import ImageError
+from corral.protocol.catalog import ToolSpec
 from corral.sandboxes import CommandResult, Prepared, SandboxProvider, SandboxSpec
 from corral.server.bundle import load_bundle
 from corral.server.bundle_format import RewardFileVerifier

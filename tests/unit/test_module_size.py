@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-LIBRARY = ("client", "server", "sandboxes", "training")
+LIBRARY = ("protocol", "client", "server", "sandboxes", "training")
 MAX_LINES = 400
 
 

@@ -9,8 +9,8 @@ from openenv.core.env_server import mcp_types as oe_mcp
 from openenv.core.env_server import types as oe
 from openenv.core.env_server.serialization import serialize_observation
 
-from corral.client.catalog import END_TURN_TOOL, ToolSpec
-from corral.client.protocol import (
+from corral.protocol.catalog import END_TURN_TOOL, ToolSpec
+from corral.protocol.frames import (
     CLIENT_FRAMES,
     SERVER_FRAMES,
     CallTool,

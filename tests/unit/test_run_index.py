@@ -8,8 +8,8 @@ import pytest
 
 from corral.client import run_views
 from corral.client.record_store import RecordWriter
-from corral.client.records import EpisodeRecord, RecordedCall, RolloutRecord
 from corral.client.run_index import EpisodeFilter, RunIndex
+from corral.protocol.records import EpisodeRecord, RecordedCall, RolloutRecord
 
 # step -> group -> (task, rewards of its two members)
 PLAN = {0: [("add", [0.0, 1.0]), ("sub", [0.0, 0.0])], 1: [("add", [1.0, 1.0]), ("sub", [0.0, 1.0])]}

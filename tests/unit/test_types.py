@@ -1,5 +1,5 @@
-"""The library packages type-check clean: mypy over client, server, sandboxes and training with
-pyproject.toml's [tool.mypy] (the four roots as one `corral` namespace)."""
+"""The library packages type-check clean: mypy over protocol, client, server, sandboxes and
+training with pyproject.toml's [tool.mypy] (the five roots as one `corral` namespace)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from corral.client.record_store import RecordWriter
-from corral.client.records import RolloutRecord
+from corral.protocol.records import RolloutRecord
 from corral.server.cli import app
 from corral.server.viewer.tokens import TokenText, token_chips
 

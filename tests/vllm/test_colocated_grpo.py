@@ -17,7 +17,7 @@ from tests.conftest import BUNDLES, REPO
 
 pytestmark = [pytest.mark.vllm, pytest.mark.trl, pytest.mark.timeout(1200)]
 
-SOURCE_ROOTS = ("client", "server", "sandboxes", "training")
+SOURCE_ROOTS = ("protocol", "client", "server", "sandboxes", "training")
 # Without the weight load, step 2's mean gap was 0.52 (max 2.5); with it, 0.002 (max 0.01).
 MEAN_GAP, MAX_GAP = 0.02, 0.1
 

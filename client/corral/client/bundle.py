@@ -16,15 +16,12 @@ from typing import Any, Self
 
 import httpx
 
-from corral.client.catalog import SplitInfo, TaskInfo, Toolset
 from corral.client.factory import (
     CorralEnvironment,
     EnvironmentSpec,
     close_environments,
     environment_class,
 )
-from corral.client.protocol import Limits
-from corral.client.rewards import RewardRule
 from corral.client.session import refusal
 from corral.client.urls import base_urls
 from corral.errors import (
@@ -34,6 +31,9 @@ from corral.errors import (
     ToolsetMismatch,
     UnknownSplit,
 )
+from corral.protocol.catalog import SplitInfo, TaskInfo, Toolset
+from corral.protocol.frames import Limits
+from corral.protocol.rewards import RewardRule
 
 HTTP_TIMEOUT_S = 60.0
 TOKEN_VARIABLE = "CORRAL_TOKEN"

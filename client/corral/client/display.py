@@ -7,7 +7,7 @@ transcript and dataset rows, as HTML and Markdown in Jupyter and as plain text e
     print(e)                              # the same, as plain text
 
 Each object is described once, as a `Doc` (corral.client.doc), which renders three ways. The
-wire frames (corral.client.protocol) carry no presentation: this module adapts them from
+wire frames (corral.protocol.frames) carry no presentation: this module adapts them from
 outside, registering their Docs with IPython's formatters when corral.client is imported in a
 kernel. Standard library only: no notebook package is needed to display anything.
 """
@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from corral.client.doc import Displayed, Doc, Shown
-from corral.client.protocol import CallToolObservation, ResetObservation
+from corral.protocol.frames import CallToolObservation, ResetObservation
 
 if TYPE_CHECKING:
-    from corral.client.records import EpisodeRecord, RolloutRecord
+    from corral.protocol.records import EpisodeRecord, RolloutRecord
 
 ROWS_SHOWN = 20
 SNIPPET_CHARS = 160

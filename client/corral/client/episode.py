@@ -21,24 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from corral.client.catalog import END_TURN, ToolSpec
 from corral.client.display import episode_doc
 from corral.client.doc import Displayed, Doc
-from corral.client.protocol import (
-    EPISODE_ENDED,
-    REPLAY_RESET_DEADLINES,
-    CallTool,
-    CallToolObservation,
-    EpisodeStatus,
-    Limits,
-    ObservationReply,
-    ResetData,
-    ResetObservation,
-    ResetRequest,
-    StepRequest,
-    ToolError,
-)
-from corral.client.rewards import RewardRule, pick_reward
 from corral.client.session import Session
 from corral.errors import (
     CapacityError,
@@ -48,6 +32,22 @@ from corral.errors import (
     ServerUnreachable,
     SessionLost,
 )
+from corral.protocol.catalog import END_TURN, ToolSpec
+from corral.protocol.frames import (
+    EPISODE_ENDED,
+    REPLAY_RESET_DEADLINES,
+    CallTool,
+    CallToolObservation,
+    Limits,
+    ObservationReply,
+    ResetData,
+    ResetObservation,
+    ResetRequest,
+    StepRequest,
+    ToolError,
+)
+from corral.protocol.outcomes import EpisodeStatus
+from corral.protocol.rewards import RewardRule, pick_reward
 
 log = logging.getLogger("corral.client")
 

@@ -24,18 +24,17 @@ from dataclasses import dataclass
 from types import GenericAlias
 from typing import Any, Literal, Optional, Union, cast
 
-from corral.client.catalog import Toolset, ToolSpec
 from corral.client.display import ToolAnswer, episode_doc
 from corral.client.doc import Displayed, Doc
 from corral.client.episode import Episode
-from corral.client.protocol import Limits, ResetData
-from corral.client.rewards import RewardRule
 from corral.client.session import Session
 from corral.errors import NoEpisode, ToolSchemaError, ToolsetMismatch
+from corral.protocol.catalog import ENVIRONMENT_METHODS, Toolset, ToolSpec
+from corral.protocol.frames import Limits, ResetData
+from corral.protocol.rewards import RewardRule
 
 log = logging.getLogger("corral.client")
 
-_METHODS = {"reset", "get_reward"}  # the class's own; no tool may take their names
 _UNSET: Any = type("Unset", (), {"__repr__": lambda self: "<unset>"})()
 _LIVE: weakref.WeakSet[CorralEnvironment] = weakref.WeakSet()
 
@@ -134,12 +133,12 @@ def environment_class(spec: EnvironmentSpec) -> type[CorralEnvironment]:
     namespace: dict[str, Any] = {"_corral_spec": spec, "__module__": __name__}
     for tool in spec.toolset.tools:
         name = tool.name
-        if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_") or name in _METHODS:
+        if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_") or name in ENVIRONMENT_METHODS:
             raise ToolSchemaError(
                 f"tool {name!r} of toolset {spec.toolset.name} cannot be a method of the environment "
                 f"class (TRL calls tools as public methods, and reset and get_reward are taken): rename "
                 f"it in the env to a Python identifier that does not start with '_', other than "
-                f"{' or '.join(sorted(_METHODS))}"
+                f"{' or '.join(sorted(ENVIRONMENT_METHODS))}"
             )
         namespace[tool.name] = _tool_method(tool)
     # A class the metaclass builds on CorralEnvironment: a subclass of it, which mypy cannot see.

@@ -19,9 +19,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from corral.client.catalog import END_TURN
 from corral.client.record_store import EpisodeStore, IndexedRecord
-from corral.client.records import EpisodeRecord, RolloutRecord
+from corral.protocol.catalog import END_TURN
+from corral.protocol.records import EpisodeRecord, RolloutRecord
 
 
 def sft_dataset(store: EpisodeStore, *, per_task: int = 1, min_reward: float | None = None, seed: int = 0,

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from corral.client.records import EpisodeRecord, RecordKind, RolloutRecord
 from corral.errors import ConfigError
+from corral.protocol.records import EpisodeRecord, RecordKind, RolloutRecord
 
 INDEX = "index.sqlite"
 MAX_FILE_BYTES = 256 * 1024 * 1024

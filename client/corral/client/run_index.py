@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corral.client.records import EpisodeRecord, RolloutRecord
 from corral.client.run_flags import episode_flags
 from corral.errors import ConfigError
+from corral.protocol.records import EpisodeRecord, RolloutRecord
 
 INDEX = "view.sqlite"
 _SCHEMA = """

@@ -20,14 +20,6 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from websockets.protocol import State
 
 from corral.client.hosts import Hosts
-from corral.client.protocol import (
-    SERVER_FRAMES,
-    CloseRequest,
-    ErrorCode,
-    ErrorReply,
-    ResetRequest,
-    ServerFrame,
-)
 from corral.client.urls import base_urls, ws_url
 from corral.errors import (
     CapacityError,
@@ -37,6 +29,14 @@ from corral.errors import (
     SessionLost,
     TokenMissing,
     TokenRefused,
+)
+from corral.protocol.frames import (
+    SERVER_FRAMES,
+    CloseRequest,
+    ErrorCode,
+    ErrorReply,
+    ResetRequest,
+    ServerFrame,
 )
 
 T = TypeVar("T")

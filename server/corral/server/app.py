@@ -13,8 +13,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import HTTPConnection
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
-from corral.client import surrogates
-from corral.client.protocol import schemas
+from corral.protocol import surrogates
+from corral.protocol.frames import schemas
 from corral.server.mcp import answer_mcp, parse_error, session_named
 from corral.server.served import ServedBundle
 from corral.server.sessions import SessionRegistry

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from corral.client.catalog import END_TURN, ToolSpec
-from corral.client.rewards import RewardRule, missing_rule_message
+from corral.protocol.catalog import RESERVED_TOOL_NAMES, ToolSpec
+from corral.protocol.rewards import RewardRule, missing_rule_message
 from corral.sandboxes import SandboxError, SandboxProvider, SandboxSpec
 from corral.server.bundle_format import Task
 from corral.server.bundle_model import BundleEnv, LoadedBundle
@@ -23,7 +23,6 @@ from corral.server.problems import Problem
 from corral.server.verifiers import VerifierError, Verify, load_verifiers, score_episode
 
 PROBE_TIMEOUT_S = 120.0
-RESERVED_TOOL_NAMES = {END_TURN, "reset", "get_reward"}
 
 
 def sandbox_spec(env: BundleEnv) -> SandboxSpec:

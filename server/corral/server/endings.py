@@ -25,18 +25,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Status = Literal["scored", "failed", "unscored"]
+from corral.protocol.outcomes import Cause
+
 Blame = Literal["agent", "platform", "evidence"]
 
 
 @dataclass(frozen=True)
 class Ending:
-    cause: str
+    cause: Cause
     blame: Blame
     what: str  # for the docs and the log: what ended the episode
 
 
-ENDINGS = {ending.cause: ending for ending in (
+ENDINGS: dict[Cause, Ending] = {ending.cause: ending for ending in (
     Ending("tool_timeout", "agent", "a tool call ran past its deadline"),
     Ending("env_died", "agent", "the env died during a tool call or the agent's turn (it exited, or a limit ended it)"),
     Ending("turn_timeout", "agent", "the env did not answer the agent's reply (end_turn) within the deadline"),

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any, get_args
 
-from corral.client.protocol import STEP_REWARD, CallToolObservation, ToolError
 from corral.env import jsonrpc
+from corral.protocol.frames import STEP_REWARD, CallToolObservation, ToolError
 
 ERROR_TYPES = get_args(ToolError.model_fields["error_type"].annotation)
 

@@ -16,9 +16,9 @@ import itertools
 import logging
 from typing import Any
 
-from corral.client.surrogates import has_lone_surrogate_escape, replace_lone_surrogates
 from corral.env import jsonrpc
 from corral.errors import CorralError, SandboxError
+from corral.protocol.surrogates import has_lone_surrogate_escape, replace_lone_surrogates
 from corral.sandboxes import Sandbox
 
 log = logging.getLogger("corral.server.envproc")

@@ -19,8 +19,9 @@ from typing import Any
 
 from prometheus_client import Histogram
 
-from corral.client.catalog import END_TURN
-from corral.client.protocol import (
+from corral.errors import SandboxError, VerifierError
+from corral.protocol.catalog import END_TURN
+from corral.protocol.frames import (
     EPISODE_ENDED,
     REPLAY_RESET_DEADLINES,
     STEP_REWARD,
@@ -31,12 +32,12 @@ from corral.client.protocol import (
     ResetObservation,
     ToolError,
 )
-from corral.client.records import EpisodeRecord, RecordedCall
-from corral.client.rewards import pick_reward
-from corral.errors import SandboxError, VerifierError
+from corral.protocol.outcomes import Cause, EpisodeStatus
+from corral.protocol.records import EpisodeRecord, RecordedCall
+from corral.protocol.rewards import pick_reward
 from corral.server.bundle_format import Task
 from corral.server.checks import sandbox_spec
-from corral.server.endings import ENDINGS, Ending, Status
+from corral.server.endings import ENDINGS, Ending
 from corral.server.env_answers import field_of, refused, tool_answer
 from corral.server.envproc import EnvCallError, EnvDied, EnvProcess
 from corral.server.served import ServedBundle
@@ -61,11 +62,11 @@ class ServedEpisode:
         self.session_id = session_id
         self.turn = 1
         self.step_count = 0  # the session counts every step frame since the reset (OpenEnv's rule)
-        self.status: Status | None = None  # set once the episode has ended
+        self.status: EpisodeStatus | None = None  # set once the episode has ended
         self.scores: dict[str, float] = {}
         self.reward: float | None = None
         self.reason: str | None = None  # why it ended early
-        self.cause: str | None = None  # what ended it, in a word: "scored", or one of endings.ENDINGS
+        self.cause: Cause | None = None  # what ended it, in a word: "scored", or one of endings.ENDINGS
         self.tools = served.offered_tools(task)
         self._tool_names = frozenset(tool.name for tool in self.tools)
         self.tool_calls = 0
@@ -285,7 +286,7 @@ class ServedEpisode:
             except Exception:  # what the agent left may make a close fail: it takes no verdict either
                 log.warning("episode %s: closing its sandbox failed; given up", self.episode_id, exc_info=True)
 
-    async def _end_early(self, observed: ResetObservation | CallToolObservation, reason: str, *, cause: str,
+    async def _end_early(self, observed: ResetObservation | CallToolObservation, reason: str, *, cause: Cause,
                          error_type: str = "execution_error", scores: dict[str, float] | None = None) -> Any:
         """End the episode before it could be scored, with the reason where the client and the
         logs see it: the task's failure score if the agent caused it, else unscored (endings.py)."""
@@ -351,7 +352,7 @@ class ServedEpisode:
             return math.inf
         return self.task.time_budget_s - (time.monotonic() - self._acting_since)
 
-    def _ended(self, cause: str) -> None:
+    def _ended(self, cause: Cause) -> None:
         """Note what ended the episode (once); `_publish` reports it once the call that ended it is recorded."""
         if self.cause is not None:
             return

@@ -17,8 +17,8 @@ from corral.client.record_exports import rl_dataset, sft_dataset, write_jsonl
 from corral.client.record_store import EpisodeStore
 from corral.client.run_index import EpisodeFilter, RunIndex
 from corral.errors import ConfigError
+from corral.protocol.outcomes import STATUSES
 
-STATUSES = ("scored", "failed", "unscored")
 EXPORTS = ("sft", "rl", "prompts")
 
 

@@ -8,8 +8,8 @@ import logging
 
 from pydantic import BaseModel, ValidationError
 
-from corral.client import surrogates
-from corral.client.protocol import (
+from corral.protocol import surrogates
+from corral.protocol.frames import (
     CLIENT_FRAME_TYPES,
     CLIENT_FRAMES,
     ClientFrame,
@@ -24,7 +24,7 @@ from corral.client.protocol import (
     StateRequest,
     StepRequest,
 )
-from corral.client.surrogates import has_lone_surrogate_escape
+from corral.protocol.surrogates import has_lone_surrogate_escape
 from corral.server.mcp import answer_mcp
 from corral.server.sessions import FrameError, ServedSession, SessionRegistry
 

@@ -15,12 +15,12 @@ from typing import Any, Literal, overload
 
 from pydantic import ValidationError
 
-from corral.client.protocol import (
+from corral.env import jsonrpc
+from corral.protocol.frames import (
     JsonRpcError,
     JsonRpcRequest,
     JsonRpcResponse,
 )
-from corral.env import jsonrpc
 from corral.server.sessions import CapacityReached, FrameError, ServedSession, SessionRegistry
 
 log = logging.getLogger("corral.server")

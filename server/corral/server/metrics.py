@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
 
-from corral.client.records import EpisodeRecord
+from corral.protocol.records import EpisodeRecord
 from corral.sandboxes import ProviderStatus
 
 episodes_log = logging.getLogger("corral.episodes")

@@ -30,7 +30,7 @@ from rich.text import Text
 from corral.client import Bundle, Episode, Session
 from corral.client.display import ending_doc, reset_doc, tool_line, turn_doc
 from corral.client.doc import Doc
-from corral.client.protocol import ResetData, StateReply, StateRequest
+from corral.protocol.frames import ResetData, StateReply, StateRequest
 from corral.server.play_input import (
     COMMANDS,
     BadInput,

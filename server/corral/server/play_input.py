@@ -24,8 +24,8 @@ from typing import Any
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 
-from corral.client.catalog import ToolSpec
 from corral.errors import ConfigError
+from corral.protocol.catalog import ToolSpec
 
 COMMANDS = {
     ":tools": "list the tools and their parameters",

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from corral.client.record_store import RecordWriter
-from corral.client.records import EpisodeRecord
+from corral.protocol.records import EpisodeRecord
 
 log = logging.getLogger("corral.server")
 

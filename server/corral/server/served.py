@@ -15,16 +15,16 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral.client.catalog import END_TURN, END_TURN_TOOL, TaskInfo, Toolset, ToolSpec
-from corral.client.protocol import (
+from corral.errors import BundleInvalid, SandboxError
+from corral.protocol.catalog import END_TURN, END_TURN_TOOL, TaskInfo, Toolset, ToolSpec
+from corral.protocol.frames import (
     DEFAULT_RESET_TIMEOUT_S,
     DEFAULT_TOOL_TIMEOUT_S,
     Limits,
     ResetData,
 )
-from corral.client.records import EpisodeRecord
-from corral.client.rewards import RewardRule
-from corral.errors import BundleInvalid, SandboxError
+from corral.protocol.records import EpisodeRecord
+from corral.protocol.rewards import RewardRule
 from corral.sandboxes import SandboxProvider, make_provider
 from corral.server.bundle import load_bundle
 from corral.server.bundle_format import Task

@@ -17,7 +17,8 @@ import time
 import uuid
 from typing import Any
 
-from corral.client.protocol import (
+from corral.errors import CorralError
+from corral.protocol.frames import (
     STEP_REWARD,
     CallTool,
     CallToolObservation,
@@ -28,7 +29,6 @@ from corral.client.protocol import (
     ResetObservation,
     StepAction,
 )
-from corral.errors import CorralError
 from corral.server.episode import ServedEpisode
 from corral.server.served import ServedBundle
 from corral.server.worker_seat import WorkerSeat

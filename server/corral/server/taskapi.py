@@ -12,7 +12,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict
 
-from corral.client.catalog import SplitInfo, TaskInfo
+from corral.protocol.catalog import SplitInfo, TaskInfo
 from corral.server.served import ServedBundle
 
 OPENENV_SPLIT_TYPES: dict[str, Literal["train", "validation", "test"]] = {

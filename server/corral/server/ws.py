@@ -17,7 +17,7 @@ import logging
 
 from fastapi import WebSocket, WebSocketDisconnect
 
-from corral.client.protocol import ErrorCode, ErrorReply
+from corral.protocol.frames import ErrorCode, ErrorReply
 from corral.server.frames import handle_frame
 from corral.server.sessions import CapacityReached, FrameError, ServedSession, SessionRegistry
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from corral.client.protocol import EpisodeStatus
+from corral.protocol.outcomes import EpisodeStatus
 
 
 class RolloutOutcome(Protocol):

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.client import EnvironmentSpec, Episode, Session
-from corral.client.catalog import Toolset
-from corral.client.protocol import EpisodeStatus, ResetData
-from corral.client.records import RolloutRecord, TrainingContext
+from corral.protocol.catalog import Toolset
+from corral.protocol.frames import ResetData
+from corral.protocol.outcomes import EpisodeStatus
+from corral.protocol.records import RolloutRecord, TrainingContext
 from corral.training.generation import Generator
 from corral.training.processors import Message, Processor, Turn
 

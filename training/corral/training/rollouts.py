@@ -34,8 +34,8 @@ from accelerate.utils import gather_object
 
 from corral.client import Bundle, EnvironmentSpec, Session
 from corral.client.record_store import RecordWriter
-from corral.client.records import TrainingContext
 from corral.errors import ConfigError
+from corral.protocol.records import TrainingContext
 from corral.training.accounting import Outcome, StepAccount
 from corral.training.generation import Generator, episode_on, playing
 from corral.training.processors import HermesProcessor, Message, Processor

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from corral.client.records import TrainingContext
+from corral.protocol.records import TrainingContext
 from corral.training.reward_function import episode_reward
 
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")

@@ -27,12 +27,12 @@ from typing import Any
 
 from corral.client import Bundle
 from corral.errors import ConfigError
+from corral.protocol.catalog import ENVIRONMENT_METHODS
 
 ToolCall = Mapping[str, Any]
 """A gold call: `{"name": tool name, "arguments": {...}}`, the arguments as the tool's schema types them."""
 
 NO_THINKING = {"enable_thinking": False}
-_NOT_TOOLS = ("reset", "get_reward")
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def trainer_tools(environment: object) -> list[dict[str, Any]]:
     return [
         get_json_schema(getattr(environment, name))
         for name, _ in inspect.getmembers(type(environment), predicate=inspect.isfunction)
-        if name not in _NOT_TOOLS and not name.startswith("_")
+        if name not in ENVIRONMENT_METHODS and not name.startswith("_")
     ]
 
 
@@ -102,7 +102,7 @@ def play_gold(environment: Any, row: Mapping[str, Any], calls: Sequence[ToolCall
     for call in calls:
         name, arguments = call["name"], dict(call["arguments"])
         tool = getattr(environment, name, None)
-        if name.startswith("_") or name in _NOT_TOOLS or not callable(tool):
+        if name.startswith("_") or name in ENVIRONMENT_METHODS or not callable(tool):
             raise ConfigError(f"gold call {name!r} of task {row['task_id']} names no tool of {type(environment).__name__}")
         answer = tool(**arguments)
         messages.append({"role": "assistant", "content": "",

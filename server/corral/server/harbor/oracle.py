@@ -17,7 +17,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral.client.protocol import CallToolObservation, ResetObservation
+from corral.protocol.frames import CallToolObservation, ResetObservation
 from corral.server.episode import ServedEpisode
 from corral.server.served import ServedBundle
 

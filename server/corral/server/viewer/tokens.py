@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from corral.client.records import RolloutRecord
 from corral.errors import ConfigError
+from corral.protocol.records import RolloutRecord
 
 _MARKS = {" ": "·", "\n": "↵", "\t": "⇥", "\r": "␍"}
 _EMPTY = "∅"  # a token whose text is empty would be a chip too thin to see or hover

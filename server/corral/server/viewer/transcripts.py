@@ -9,8 +9,8 @@ from typing import Any
 
 from corral.client import run_views
 from corral.client.record_exports import conversation
-from corral.client.records import EpisodeRecord
 from corral.client.run_index import RunIndex
+from corral.protocol.records import EpisodeRecord
 from corral.server.viewer.layout import flags, number, page
 from corral.server.viewer.tokens import TokenText, token_chips
 

@@ -19,8 +19,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from corral.client.catalog import ToolSpec
-from corral.client.protocol import CallToolObservation, EpisodeStatus, ToolError
+from corral.protocol.catalog import ToolSpec
+from corral.protocol.frames import CallToolObservation, ToolError
+from corral.protocol.outcomes import EpisodeStatus
 
 RecordKind = Literal["episodes", "rollouts"]
 
@@ -74,7 +75,7 @@ class EpisodeRecord(_Record):
     calls: list[RecordedCall] = Field(default_factory=list)
     tool_calls: int = 0  # calls the env ran (end_turn and refused calls are not counted)
     status: EpisodeStatus = "unscored"
-    cause: str
+    cause: str  # one of outcomes.CAUSES; read as text, so that another version's records still load
     reason: str | None = None
     scores: dict[str, float] = Field(default_factory=dict)
     reward: float | None = None

@@ -30,7 +30,8 @@ from pydantic import (
 )
 from pydantic_core import to_json
 
-from corral.client.catalog import ToolSpec
+from corral.protocol.catalog import ToolSpec
+from corral.protocol.outcomes import EpisodeStatus
 
 EPISODE_ENDED = "The episode has ended."
 DEFAULT_TOOL_TIMEOUT_S = 60.0
@@ -151,12 +152,6 @@ class ToolError(_Strict):
 
     error_type: Literal["execution_error", "invalid_args", "transport_error", "tool_not_found", "timeout"]
     message: str
-
-
-# scored: the verifiers' reward; failed: the agent made the episode fail (a tool past its
-# deadline, its env killed...), which scores the task's failure score; unscored: the platform
-# failed, reward null, and trainers leave the episode out.
-EpisodeStatus = Literal["scored", "failed", "unscored"]
 
 
 class Observation(_Strict):

@@ -7,10 +7,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-END_TURN = "end_turn"
-# end_turn is corral's own tool; a generated environment class owns reset and get_reward;
-# OpenEnv's MCP environments reserve reset, step, state and close.
-RESERVED_TOOL_NAMES = frozenset({END_TURN, "reset", "get_reward", "step", "state", "close"})
+END_TURN = "end_turn"  # corral's own tool: every task offers it after its env's tools
+# The environment class a client generates for TRL has these methods of its own (TRL calls
+# them; every other public method is a tool offered to the model).
+ENVIRONMENT_METHODS = frozenset({"reset", "get_reward"})
+# What no env's tool may be named (`corral check` refuses it): corral's own tool, and the
+# environment class's methods, which such a tool would hide.
+RESERVED_TOOL_NAMES = ENVIRONMENT_METHODS | {END_TURN}
 
 
 class ToolSpec(BaseModel):
