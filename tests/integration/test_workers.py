@@ -25,6 +25,7 @@ from websockets.sync.client import ClientConnection, unix_connect
 
 from corral.client import Bundle
 from corral.errors import CapacityError
+from corral.sandboxes import LocalProvider
 from corral.sandboxes.runtime_dirs import safe_name
 from tests.conftest import FIXTURES
 from tests.servers import corral_serve, free_port, instance_of, kill, stop, wait_until_serving
@@ -255,3 +256,29 @@ def test_no_process_of_the_host_outlives_it(ending: str):
         else:
             kill(server)
         wait_for(lambda: not any(alive(pid) for pid in processes), "every process of the host to end")
+
+
+def test_a_host_restarted_with_fewer_workers_reaps_what_its_dropped_workers_left():
+    instance = f"dropped-{os.getpid()}"
+    with two_workers("--instance", instance) as (url, server), Bundle(url, split="toy") as env:
+        environments = [env.factory() for _ in range(4)]
+        for environment in environments:  # one at a time: each connection goes to the next worker
+            environment.reset(**env.dataset[0])
+        workers = health(url)["workers"]
+        assert all(worker["sessions"] for worker in workers), workers
+        for worker in workers:  # the whole host dies at once, as in a power cut: no worker tears down
+            os.kill(worker["pid"], signal.SIGSTOP)
+        kill(server)
+        for worker in workers:
+            os.kill(worker["pid"], signal.SIGKILL)
+    dropped = LocalProvider(instance=f"{instance}-w1").root
+    assert [entry for entry in dropped.iterdir() if entry.name != "lock"], "worker 1's episodes left nothing to reap"
+
+    port = free_port()
+    server = corral_serve(TOYBOX, port, "--sandbox", "local", "--instance", instance)  # one worker now
+    try:
+        wait_until_serving(server, port)
+    finally:
+        stop(server)
+
+    assert not dropped.exists() or [entry.name for entry in dropped.iterdir()] in ([], ["lock"])

@@ -29,7 +29,7 @@ from corral.server.problems import merge_shared, problems_of
 from corral.server.scaffold import starter_files, write_starter
 from corral.server.serve_token import serve_token
 from corral.server.served import ServedBundle, ServeOptions, default_instance
-from corral.server.workers import Supervisor
+from corral.server.workers import Supervisor, reap_dropped_workers
 
 app = typer.Typer(
     help="corral: serve bundles of agent tasks as live environments for RL trainers.",
@@ -171,6 +171,11 @@ def serve(
     except BaseException:
         listener.close()
         raise
+    try:
+        reap_dropped_workers(options, workers)  # holding the instance now: no other host of it runs
+    except ConfigError as error:  # the workers' folder is not one of this user's alone
+        asyncio.run(served.aclose())
+        fail(str(error))
     typer.echo(summary(served))
     sandboxes = served.provider.status()  # warm pools fill once serving starts; local processes keep none
     warm = f", {warm_pool} warm sandbox(es) per env" if warm_pool else ""

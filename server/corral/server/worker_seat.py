@@ -18,6 +18,12 @@ from collections.abc import MutableSequence
 from dataclasses import dataclass
 
 _MARKED = re.compile(r"[0-9a-f]{32}-w([0-9]{1,4})")  # mint's ids: 128 random bits, then the worker
+SOCKET_NAME = re.compile(r"worker-([0-9]{1,4})\.sock")  # socket_name's
+
+
+def socket_name(index: int) -> str:
+    """Worker `index`'s private socket, in the workers' folder."""
+    return f"worker-{index}.sock"
 
 
 @dataclass
@@ -30,7 +36,7 @@ class WorkerSeat:
     folder: str  # the workers' private sockets, in a folder only this user may enter
 
     def socket_path(self, index: int) -> str:
-        return os.path.join(self.folder, f"worker-{index}.sock")
+        return os.path.join(self.folder, socket_name(index))
 
     def host_sessions(self) -> int:
         return sum(self.sessions)

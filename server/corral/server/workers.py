@@ -12,7 +12,10 @@ for it that reaches another is passed on over that same socket (worker_forward).
 
 A worker that dies costs only the episodes it held (their sockets close) and is replaced;
 one that dies before it ever served stops the host, since its replacement would fail alike.
-Workers die with the supervisor, however it ends.
+Workers die with the supervisor, however it ends. A worker reaps what a killed one of its
+instance left as it starts; what the workers past N of a killed host of more workers left is
+reaped before the host serves (`reap_dropped_workers`: their private sockets, left in the
+folder, say which).
 """
 
 from __future__ import annotations
@@ -37,10 +40,11 @@ from types import FrameType
 import uvicorn
 
 from corral.errors import CorralError
+from corral.sandboxes import SandboxProvider, make_provider
 from corral.sandboxes.runtime_dirs import private_folder, safe_name
 from corral.server.app import create_app, socket_settings
 from corral.server.served import ServedBundle, ServeOptions
-from corral.server.worker_seat import WorkerSeat
+from corral.server.worker_seat import SOCKET_NAME, WorkerSeat, socket_name
 
 log = logging.getLogger("corral.server")
 
@@ -61,9 +65,8 @@ class Supervisor:
         self._context = multiprocessing.get_context("spawn")  # no fork: the supervisor holds threads
         self.sessions = self._context.RawArray("i", count)
         self.pids = self._context.RawArray("i", count)
-        # The workers' private sockets: the same folder after a restart, so a killed host leaves one at most.
         assert options.instance is not None
-        self.folder = os.path.join(tempfile.gettempdir(), f"corral-{safe_name(options.instance)}-workers")
+        self.folder = workers_folder(options.instance)
         self.processes: list[BaseProcess] = []
         self._stopping = False
 
@@ -122,6 +125,37 @@ class Supervisor:
                 log.warning("worker %s did not stop within %.0fs; killing it", process.name, STOP_TIMEOUT_S)
                 process.kill()
                 process.join()
+
+
+def workers_folder(instance: str) -> str:
+    """The workers' private sockets: the same folder after a restart, so a killed host leaves one at most."""
+    return os.path.join(tempfile.gettempdir(), f"corral-{safe_name(instance)}-workers")
+
+
+def reap_dropped_workers(options: ServeOptions, count: int) -> None:
+    """Reap what the workers numbered `count` or more of a killed host of the instance left
+    (blocking; `count` 1 is a host of one process, which keeps no workers' folder)."""
+    assert options.instance is not None
+    folder = workers_folder(options.instance)
+    if not os.path.isdir(folder):
+        return
+    private_folder(Path(folder), 0o700)  # a folder another user made is refused, not read
+    marked = (SOCKET_NAME.fullmatch(name) for name in os.listdir(folder))
+    for index in sorted(index for match in marked if match and (index := int(match[1])) >= count):
+        instance = worker_instance(options.instance, index)
+        log.info("reaping what worker %d of a killed host left (instance %s)", index, instance)
+        asyncio.run(_reaped(make_provider(options.sandbox, instance=instance,
+                                          unsafe_local_shell=options.unsafe_local_shell)))
+        os.unlink(os.path.join(folder, socket_name(index)))
+    if count == 1:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def _reaped(provider: SandboxProvider) -> None:
+    try:
+        await provider.reap_leftovers()
+    finally:
+        await provider.aclose()
 
 
 def _work(root: Path, options: ServeOptions, seat: WorkerSeat, listener: socket.socket, parent: int) -> None:
