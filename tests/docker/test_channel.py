@@ -13,6 +13,7 @@ from corral.env import jsonrpc
 from corral.sandboxes import SandboxSpec
 from corral.sandboxes import docker_channel as channel_module
 from corral.sandboxes.docker_provider import DockerProvider
+from corral.sandboxes.docker_users import ID_CAPABILITIES
 from tests.docker.conftest import DOCKERBOX
 
 pytestmark = pytest.mark.docker
@@ -38,8 +39,9 @@ def test_the_env_talks_over_its_own_socket_in_a_container_as_hardened_as_ever(do
             inspected = docker_engine.api.inspect_container(sandbox.container_id)
             host = inspected["HostConfig"]
             assert [(m["Source"], m["Target"], m["ReadOnly"]) for m in host["Mounts"]] == [(str(folder), "/run/corral", True)]
-            assert (host["NetworkMode"], host["ReadonlyRootfs"], host["CapDrop"], inspected["Config"]["User"]) == (
-                "none", True, ["ALL"], "1000:1000")
+            # Root with only the capabilities to become the env's user and start the agent's (docker_users).
+            assert (host["NetworkMode"], host["ReadonlyRootfs"], host["CapDrop"], host["CapAdd"], inspected["Config"]["User"]) == (
+                "none", True, ["ALL"], ID_CAPABILITIES, "0:0")
             said = await call_tool(sandbox, "inspect")
             assert (said["interfaces"], said["uid"], said["root_writable"]) == (["lo"], 1000, False)
             await sandbox.close()

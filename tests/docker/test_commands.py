@@ -10,6 +10,7 @@ import pytest
 
 from corral.sandboxes import CommandResult, SandboxSpec
 from corral.sandboxes.docker_provider import DockerProvider
+from corral.sandboxes.docker_users import AGENT_USER
 from tests.docker.conftest import DOCKERBOX, containers
 
 pytestmark = pytest.mark.docker
@@ -44,7 +45,7 @@ async def in_a_probe_container(check, docker_engine) -> None:
 
 
 def act_as_the_agent(docker_engine, sandbox, command: str) -> str:
-    run = docker_engine.api.exec_create(sandbox.container_id, ["sh", "-c", command], user="1000:1000")
+    run = docker_engine.api.exec_create(sandbox.container_id, ["sh", "-c", command], user=AGENT_USER)
     return docker_engine.api.exec_start(run["Id"]).decode()
 
 

@@ -47,3 +47,15 @@ def test_the_agent_works_in_its_repository_as_a_user_who_cannot_touch_the_image_
 
     assert seen == "/repo\nstats.py\n1001\nread-only\n[exit status 0]"  # the agent's own user (docker_users)
     assert environment.get_reward() == 0.0
+
+
+def test_a_timed_out_command_and_what_it_left_in_the_background_are_stopped_across_users(shellfix_docker):
+    # The env (uid 1000) stops the agent's processes (uid 1001): it keeps the capability to signal.
+    environment = shellfix_docker.factory()
+    environment.reset(**next(row for row in shellfix_docker.dataset if row["task_id"] == "shellfix-median"))
+
+    timed_out = environment.bash(command="sleep 60 & sleep 60", timeout_s=1)
+    left = environment.bash(command="cat /proc/[0-9]*/comm | grep -c '^sleep$'")
+
+    assert timed_out.startswith("[timed out after 1s")
+    assert left == "0\n[exit status 1]"

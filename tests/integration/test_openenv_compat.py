@@ -182,7 +182,7 @@ def test_a_session_created_over_http_and_left_without_a_socket_is_closed_after_i
 def test_a_session_created_over_http_that_never_plays_frees_its_slot_sooner(serve, monkeypatch):
     """A slot nobody plays in is taken from every trainer: one created and never used goes after
     UNUSED_TTL_S, one that played an episode keeps DETACHED_TTL_S for its client to come back."""
-    monkeypatch.setattr(sessions, "UNUSED_TTL_S", 0.5)
+    monkeypatch.setattr(sessions, "UNUSED_TTL_S", 2.0)  # long enough to attach on a busy machine
     monkeypatch.setattr(sessions, "DETACHED_TTL_S", 600.0)
     monkeypatch.setattr(sessions, "REAP_EVERY_S", 0.1)
     server = serve(BUNDLES / "gridsim", max_concurrent_envs=4)
@@ -197,9 +197,10 @@ def test_a_session_created_over_http_that_never_plays_frees_its_slot_sooner(serv
         metrics = httpx.get(f"{server.url}/metrics", trust_env=False).text
         return float(next(line.split()[1] for line in metrics.splitlines() if line.startswith("corral_sessions_active ")))
 
-    unused, played = create(), create()
+    played = create()
     with ws(server, f"?session_id={played}") as socket:
         opened(socket, split="train", index=0)
+    unused = create()
     deadline = time.monotonic() + 30
     while active() > 1 and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -75,7 +75,7 @@ def test_a_corral_env_starts_as_root_with_only_the_capabilities_to_take_on_its_u
     made = config(spec())
 
     assert (made["user"], made["host_config"]["CapDrop"], made["host_config"]["CapAdd"]) == ("0:0", ["ALL"],
-                                                                                            ["SETUID", "SETGID"])
+                                                                                            ["SETUID", "SETGID", "KILL"])
     assert (made["environment"][ENV_USER_VARIABLE], made["environment"][AGENT_USER_VARIABLE]) == (ENV_USER, AGENT_USER)
     assert "uid=1001,gid=1000" in made["host_config"]["Tmpfs"]["/repo"]  # the agent's work is the agent's
     assert process_users(spec()) == (AGENT_USER, ENV_USER)

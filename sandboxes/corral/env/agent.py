@@ -3,7 +3,7 @@
 An env that runs commands for the agent (a shell tool) or writes files the agent will edit
 does it through this module, so that where the sandbox gives the agent a user of its own (the
 docker sandbox does) what the agent runs cannot signal, trace or write the env process or the
-env's own files:
+env's own files, while the env can still stop what the agent runs:
 
     from corral.env import agent
 
@@ -15,8 +15,9 @@ Where the sandbox gives no such user (the local and Modal sandboxes), both run a
 itself, as a plain `subprocess.Popen` and a plain block would.
 
 How: the sandbox starts the env as root with only the capabilities to change uid and gid and
-names both users in two variables; `take_identity` (run by corral's runtime before the env's
-code loads) becomes the env's user keeping just those two capabilities, effective. A child
+to signal any process, and names both users in two variables; `take_identity` (run by corral's
+runtime before the env's code loads) becomes the env's user keeping just those three,
+effective (without the third, a shell tool could not stop a timed-out command of the agent's). A child
 made by `popen` switches to the agent's user before it executes its program, and an execve as
 a user other than root keeps no capability: the agent's processes have none. `files` switches
 the calling thread's filesystem uid and gid (Linux keeps them per thread) for the block.
@@ -36,7 +37,7 @@ from typing import Any
 ENV_USER_VARIABLE = "CORRAL_ENV_USER"
 AGENT_USER_VARIABLE = "CORRAL_AGENT_USER"
 
-_CAP_SETGID, _CAP_SETUID = 6, 7
+_CAP_KILL, _CAP_SETGID, _CAP_SETUID = 5, 6, 7
 _CAPABILITY_VERSION_3 = 0x20080522  # linux/capability.h: two 32-bit words per set
 _PR_SET_KEEPCAPS = 8
 _SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
@@ -49,8 +50,8 @@ class IdentityError(Exception):
 
 
 def take_identity() -> None:
-    """Become the env's user, keeping the right to start the agent's processes as the agent's,
-    when the sandbox names both users (see the module docstring); otherwise do nothing."""
+    """Become the env's user, keeping the right to start the agent's processes as the agent's
+    and to stop them, when the sandbox names both users (see the module docstring); otherwise do nothing."""
     global _agent
     env_user, agent_user = os.environ.pop(ENV_USER_VARIABLE, ""), os.environ.pop(AGENT_USER_VARIABLE, "")
     if not (env_user and agent_user):
@@ -64,7 +65,7 @@ def take_identity() -> None:
     os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
-    _set_capabilities(libc, (1 << _CAP_SETUID) | (1 << _CAP_SETGID))
+    _set_capabilities(libc, (1 << _CAP_SETUID) | (1 << _CAP_SETGID) | (1 << _CAP_KILL))
     _checked(libc.prctl(_PR_SET_KEEPCAPS, 0, 0, 0, 0), "reset keep-capabilities")
     _agent = agent
 

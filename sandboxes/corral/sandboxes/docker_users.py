@@ -2,9 +2,10 @@
 
 A corral env (its command bootstrapped into the SDK) with no user of its own gets three
 identities. The container starts as root with no capability but the two that change uid and
-gid; corral's runtime becomes ENV_USER at once, keeping just those two (corral.env.agent), and
-starts the agent's commands as AGENT_USER, which then holds none. So the agent's processes can
-neither signal, trace nor open the env, nor write its files; the env's writable folders are
+gid and the one that signals any process; corral's runtime becomes ENV_USER at once, keeping
+just those three (corral.env.agent), and starts the agent's commands as AGENT_USER, which then
+holds none. So the agent's processes can neither signal, trace nor open the env, nor write its
+files, while the env can stop theirs (a shell tool's timeout); the env's writable folders are
 the agent's (the env writes what the agent will work on as the agent, with `agent.files()`).
 The verifier runs as ENV_USER in a fresh container that no process of either ever ran in
 (docker_verify). Any other env (its own command, a named user, an image run whole) runs as one
@@ -23,7 +24,7 @@ ENV_USER = "1000:1000"  # non-root even for an image without USER
 AGENT_USER = "1001:1000"  # a uid of its own, in the env's group (what the env shares, it shares by group)
 ROOT = "0:0"
 SCRATCH = "/tmp"
-ID_CAPABILITIES = ["SETUID", "SETGID"]  # all the starting root keeps, and the env after it
+ID_CAPABILITIES = ["SETUID", "SETGID", "KILL"]  # all the starting root keeps, and the env after it
 
 
 def env_user(spec: SandboxSpec) -> str:
