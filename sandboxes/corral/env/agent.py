@@ -29,6 +29,8 @@ import contextlib
 import ctypes
 import os
 import subprocess
+import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -43,6 +45,9 @@ _PR_SET_KEEPCAPS = 8
 _SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 
 _agent: tuple[int, int] | None = None  # (uid, gid) once take_identity has found one
+_started: weakref.WeakSet[subprocess.Popen] = weakref.WeakSet()  # by popen, for the orphan reaper to leave alone
+# Held from fork to record, and by the reaper: a child that exits at once is not taken for an orphan.
+starting = threading.Lock()
 
 
 class IdentityError(Exception):
@@ -81,7 +86,16 @@ def popen(args: Sequence[str] | str, **options: Any) -> subprocess.Popen:
     function's to set)."""
     if _agent is not None:
         options.update(user=_agent[0], group=_agent[1], extra_groups=[])
-    return subprocess.Popen(args, **options)
+    with starting:
+        process = subprocess.Popen(args, **options)
+        _started.add(process)
+    return process
+
+
+def started() -> set[int]:
+    """The pids of the processes `popen` started that have not been waited for yet (hold
+    `starting` for an answer that no `popen` is about to change)."""
+    return {process.pid for process in list(_started) if process.returncode is None}
 
 
 @contextlib.contextmanager

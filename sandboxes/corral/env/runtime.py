@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from corral.env import agent, jsonrpc
+from corral.env import agent, jsonrpc, orphans
 from corral.env.arguments import check_arguments
 from corral.env.env import Env
 from corral.env.jsonrpc import RpcError
@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     except (agent.IdentityError, OSError) as exc:
         print(f"corral.env: cannot take on the env's user: {exc}", file=sys.stderr)
         return 2
+    if (agent_user := agent.identity()) is not None and os.getpid() == 1:
+        orphans.start_reaper(agent_user[0], agent.started, agent.starting)  # the container's init: its orphans are ours
     _out_of_the_agents_reach()
     requests, replies = _take_stdio()
     channel = os.environ.pop(CHANNEL_VARIABLE, None)  # not for the env's code or its children
