@@ -18,10 +18,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from trl import GRPOConfig, GRPOTrainer
+from vllm import _custom_ops
 
 from corral.client import Bundle
 from corral.training.cpu import one_cpu_thread
 from corral.training.tiny import CPU_RUN_SETTINGS
+
+# vLLM's CPU linear layers, where oneDNN runs (AVX-512 machines), pack their weights and drop
+# the originals, so TRL's in-place weight load finds nothing to load into ("'Parameter' object
+# has no attribute 'weight_loader'"); the plain torch GEMM keeps them on every machine.
+_custom_ops._supports_onednn = False
 
 GROUP = 4
 
