@@ -2,6 +2,7 @@
 
     python bench/load.py                               # local sandbox: 64 sessions x 60 s, then 512 at once
     python bench/load.py --sandbox docker --burst 64   # docker: each session a container
+    python bench/load.py --sandbox docker --warm-pool 8 --burst 0   # docker, containers started ahead
     python bench/load.py --json                        # the figures as one JSON object
 
 Serves tests/fixtures/toybox (split `toy`: say the word `apple` for 1.0) in a child process,
@@ -141,11 +142,11 @@ def usage_of(pid: int) -> dict[str, float]:
     return {"rss_mb": round(rss / 1024, 1), "fds": len(os.listdir(f"/proc/{pid}/fd"))}
 
 
-def serve(sandbox: str, max_sessions: int) -> tuple[subprocess.Popen, str]:
+def serve(sandbox: str, max_sessions: int, warm_pool: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
     corral = Path(sys.executable).parent / "corral"
     return start_server([str(corral), "serve", str(BUNDLE), "--sandbox", sandbox, "--port", str(port),
-                         "--max-concurrent-envs", str(max_sessions)], port, "corral serve")
+                         "--max-concurrent-envs", str(max_sessions), "--warm-pool", str(warm_pool)], port, "corral serve")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -168,11 +169,12 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--burst", type=int, default=512)
+    parser.add_argument("--warm-pool", type=int, default=0, help="sandboxes per env started ahead of demand")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args()
-    server, url = serve(args.sandbox, max(args.sessions, args.burst))
+    server, url = serve(args.sandbox, max(args.sessions, args.burst), args.warm_pool)
     try:
-        report = {"sandbox": args.sandbox, "idle": usage_of(server.pid)}
+        report = {"sandbox": args.sandbox, "warm_pool": args.warm_pool, "idle": usage_of(server.pid)}
         if args.sessions and args.seconds:
             progress(f"sustained: {args.sessions} sessions for {args.seconds:g} s")
             started = time.monotonic()
@@ -196,7 +198,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(report))
         return
-    print(f"sandbox {report['sandbox']}; server idle: {report['idle']}")
+    print(f"sandbox {report['sandbox']}, warm pool {report['warm_pool']}; server idle: {report['idle']}")
     for phase in ("sustained", "burst"):
         if phase in report:
             print(f"{phase}: " + ", ".join(f"{key} {value}" for key, value in report[phase].items()))
