@@ -1,0 +1,116 @@
+"""Attacks on the three identities of a docker sandbox (docker_users.py): the agent's commands
+run as a user of their own, the env as another, the verifier in a fresh container. Each must
+end the episode scored at the failure score (never null, never above it).
+
+- Code the env imports (corral.env.agent.within_reach): a module planted where the env's
+  Python looks for modules it has not imported yet: its working folder (a `writable` one),
+  /tmp on PYTHONPATH. Both forged a 1 before corral's runtime left such folders off the env's
+  import path. (A folder on the path that does not exist when the env starts is not looked
+  in again: Python's importer cache remembers it as missing; the rule covers it all the same,
+  tests/unit/test_agent_reach.py.)
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from corral.server.embedded import EmbeddedServer
+from tests.conftest import serving
+from tests.docker.conftest import DOCKERBOX
+from tests.wire import called, opened, ws
+
+pytestmark = pytest.mark.docker
+
+# An env whose working folder is the agent's, with more of PYTHONPATH in the agent's reach, that
+# imports a module of the standard library only when it reports, as an env's code may.
+REACH_ENV = '''
+import subprocess
+
+from corral.env import Env, agent, tool
+
+
+class Reach(Env):
+    def reset(self, task: dict) -> None:
+        self.said: list[str] = []
+
+    @tool
+    def say(self, text: str) -> str:
+        """Say something; saying `ok` scores 1.
+
+        Args:
+            text: what to say.
+        """
+        self.said.append(text)
+        return text
+
+    @tool
+    def shell(self, command: str) -> str:
+        """Run `command` with sh as the agent.
+
+        Args:
+            command: the command line.
+        """
+        process = agent.popen(["sh", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        return process.communicate(timeout=20)[0].decode(errors="replace") + f"[exit status {process.returncode}]"
+
+    def report(self) -> dict:
+        import colorsys  # lazily: what Python finds first is what runs, as the env
+
+        return {"said": self.said, "target": "ok", "hue": colorsys.rgb_to_hsv(1, 0, 0)[0]}
+'''
+REACH_DOCKERFILE = """FROM debian:bookworm-slim
+RUN apt-get update \\
+    && apt-get install -y --no-install-recommends python3 \\
+    && rm -rf /var/lib/apt/lists/* \\
+    && useradd --create-home --uid 1000 env
+COPY . /env
+ENV PYTHONPATH=/env:/tmp
+WORKDIR /work
+"""
+# Said "ok" for the agent, from inside the env process, wherever Python finds it.
+FORGER = 'import gc\\nfor o in gc.get_objects():\\n    if type(o).__name__ == "Reach": o.said.append("ok")\\n'
+FORGER += "def rgb_to_hsv(*rgb):\\n    return (0.0, 0.0, 0.0)\\n"
+PLANTS = {
+    "in the env's working folder": f"printf '{FORGER}' > /work/colorsys.py",
+    "in /tmp, on PYTHONPATH": f"printf '{FORGER}' > /tmp/colorsys.py",
+}
+
+
+@pytest.fixture(scope="module")
+def reach_server(docker_engine, tmp_path_factory) -> Iterator[EmbeddedServer]:
+    root = tmp_path_factory.mktemp("reach") / "reach"
+    shutil.copytree(DOCKERBOX / "verifiers", root / "verifiers")
+    (root / "bundle.toml").write_text('name = "reach"\n[defaults]\nverifiers = { said = "said" }\n')
+    env = root / "envs" / "reach"
+    env.mkdir(parents=True)
+    (env / "env.py").write_text(REACH_ENV)
+    (env / "Dockerfile").write_text(REACH_DOCKERFILE)
+    (env / "env.toml").write_text('entry = "env:Reach"\nwritable = ["/work"]\n')
+    (root / "tasks").mkdir()
+    (root / "tasks" / "reach.json").write_text('{"env": "reach", "args": {}, "prompt": "Say ok."}')
+    yield from serving(Path(root), sandbox="docker")
+
+
+def play_reach(server: EmbeddedServer, *steps: tuple[str, dict]):
+    with ws(server) as socket:
+        opened(socket, task_id="reach")
+        answers = [called(socket, name, **arguments).result for name, arguments in steps]
+        return answers, called(socket, "end_turn", response="done")
+
+
+@pytest.mark.parametrize("where", PLANTS)
+def test_a_module_planted_where_the_env_imports_from_does_not_run_as_the_env(reach_server, where):
+    (planted,), ended = play_reach(reach_server, ("shell", {"command": PLANTS[where]}))
+
+    assert planted.endswith("[exit status 0]"), planted
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended
+
+
+def test_the_env_still_imports_its_own_code_and_scores_what_the_agent_said(reach_server):
+    _, ended = play_reach(reach_server, ("say", {"text": "ok"}))
+
+    assert (ended.status, ended.reward) == ("scored", 1.0), ended
