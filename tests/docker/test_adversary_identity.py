@@ -8,6 +8,10 @@ end the episode scored at the failure score (never null, never above it).
   import path. (A folder on the path that does not exist when the env starts is not looked
   in again: Python's importer cache remembers it as missing; the rule covers it all the same,
   tests/unit/test_agent_reach.py.)
+- A Harbor task's root filled with empty files, which the engine's size (bytes only) counted as
+  nothing: docker_disk now counts each changed path at 4 KB at least. Fixed.
+- A Harbor task's tests made to fill their own container's root (their python3 replaced by
+  the agent, root there): the tests' container is watched as the agent's was. Fixed.
 """
 
 from __future__ import annotations
@@ -18,9 +22,12 @@ from pathlib import Path
 
 import pytest
 
+from corral.sandboxes.docker_disk import POLL_S
 from corral.server.embedded import EmbeddedServer
 from tests.conftest import serving
 from tests.docker.conftest import DOCKERBOX
+from tests.docker.test_harbor_disk import LIMIT_MB, small_disk  # noqa: F401 - the fixture, shared
+from tests.docker.test_harbor_disk import TASK as HARBOR_TASK
 from tests.wire import called, opened, ws
 
 pytestmark = pytest.mark.docker
@@ -114,3 +121,25 @@ def test_the_env_still_imports_its_own_code_and_scores_what_the_agent_said(reach
     _, ended = play_reach(reach_server, ("say", {"text": "ok"}))
 
     assert (ended.status, ended.reward) == ("scored", 1.0), ended
+
+
+def test_a_harbor_root_filled_with_empty_files_is_stopped_and_scores_0(small_disk):  # noqa: F811
+    files = 2 * (LIMIT_MB << 20) // 4096  # twice the limit, at a block each
+    with ws(small_disk) as socket:
+        opened(socket, task_id=HARBOR_TASK)
+        called(socket, "bash", command=f"mkdir /many && cd /many && seq {files} | xargs touch; sleep {4 * POLL_S:g}")
+        ended = called(socket, "end_turn", response="done")
+
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended
+    assert f"more than its limit of {LIMIT_MB} MB" in ended.metadata["verifier_output"]["reward"], ended.metadata
+
+
+def test_tests_made_to_fill_their_own_container_are_stopped_and_score_0(small_disk):  # noqa: F811
+    filler = f"#!/bin/sh\nhead -c {4 * LIMIT_MB}M /dev/zero > /filled-by-the-tests\nsleep 600\n"
+    with ws(small_disk) as socket:
+        opened(socket, task_id=HARBOR_TASK)
+        called(socket, "bash", command=f"rm /usr/bin/python3 && printf '{filler}' > /usr/bin/python3 && chmod 755 /usr/bin/python3")
+        ended = called(socket, "end_turn", response="done")
+
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended
+    assert "the tests' copy of the agent's container" in ended.metadata["verifier_output"]["reward"], ended.metadata
