@@ -12,6 +12,24 @@ end the episode scored at the failure score (never null, never above it).
   nothing: docker_disk now counts each changed path at 4 KB at least. Fixed.
 - A Harbor task's tests made to fill their own container's root (their python3 replaced by
   the agent, root there): the tests' container is watched as the agent's was. Fixed.
+
+Held, as found (a fresh adversary's, beyond tests/attacks.py and test_adversary_docker.py):
+- On the env (the probe's `shell`): a hard link to its file in /tmp, then written; a link the
+  agent leaves where the env writes next; the env's root or working folder through /proc; a
+  new user or PID namespace to signal the env from; a signal to every process from there.
+- On shellfix's verdict (bug left, so each must score 0): a module of the fix kept in /dev/shm
+  and linked from the repository (the tests' container has a /dev/shm of its own); a fork
+  bomb left running in a new session when the turn ends, at the container's pids limit; the
+  repository's own folder made unreadable (mode 000: nothing is copied, the tests fail).
+- Beside shellfix's fix (each must still score 1, so never unscored): a Unix socket, a
+  setgid folder holding a setuid shell, file names with a newline or that read as tar
+  options, 60,000 empty files (near the folder's inode bound).
+
+Open, as found: folders nested past PATH_MAX (300 of 40 characters) make the copy for
+verifying stall until its 120 s setup deadline (the unpacking tar's errors fill its output,
+which is read only after the copy); the canary then scores the episode failed, not null, but
+each such episode holds a verifier for two minutes. A Harbor task's tests may write without
+bound into their HOME and results volumes, which docker_disk does not see.
 """
 
 from __future__ import annotations
@@ -24,6 +42,7 @@ import pytest
 
 from corral.sandboxes.docker_disk import POLL_S
 from corral.server.embedded import EmbeddedServer
+from tests.attacks import BUNDLES, bash, play
 from tests.conftest import serving
 from tests.docker.conftest import DOCKERBOX
 from tests.docker.test_harbor_disk import LIMIT_MB, small_disk  # noqa: F401 - the fixture, shared
@@ -100,6 +119,63 @@ def reach_server(docker_engine, tmp_path_factory) -> Iterator[EmbeddedServer]:
     (root / "tasks").mkdir()
     (root / "tasks" / "reach.json").write_text('{"env": "reach", "args": {}, "prompt": "Say ok."}')
     yield from serving(Path(root), sandbox="docker")
+
+
+@pytest.fixture(scope="module")
+def shellfix_docker(docker_engine) -> Iterator[EmbeddedServer]:
+    yield from serving(BUNDLES / "shellfix", sandbox="docker")
+
+
+KEPT = "/tmp/kept-by-the-env"  # the probe env's own file (tests/fixtures/dockerbox/envs/probe)
+ON_THE_ENV = {
+    "a hard link to its file, then written": f"ln {KEPT} /tmp/mine && echo forged > /tmp/mine",
+    "its root through /proc": "ls /proc/1/root/tmp",
+    "its working folder through /proc": "ls /proc/1/cwd",
+    "a new user namespace to signal it from": "unshare --user --map-root-user kill -INT 1",
+    "a new PID namespace": "unshare --pid --fork --mount-proc kill -INT 1",
+    "every process signalled": "kill -9 -1; kill -INT 1",
+}
+ON_THE_VERDICT = {
+    "a fixed module in /dev/shm, linked from the repository": (
+        "sed 's/ - size + 1//' batching.py > /dev/shm/batching.py; ln -sf /dev/shm/batching.py batching.py"),
+    "a fork bomb left running in a new session": "setsid sh -c 'b() { b | b & }; b' </dev/null >/dev/null 2>&1 & sleep 2",
+    "the repository's folder made unreadable": "chmod 000 /repo",
+}
+ODDITIES = {
+    "a Unix socket": "python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('sock')\"",
+    "a setgid folder holding a setuid shell": "mkdir sg && chmod 2777 sg && cp /bin/sh sg/sh && chmod 4755 sg/sh",
+    "names with a newline or that read as tar options": (
+        "touch \"$(printf 'a\\nb.py')\" -- '--checkpoint=1' '--checkpoint-action=exec=sh -c false' '-P'"),
+    "60,000 empty files": "mkdir many && cd many && seq 60000 | xargs touch",
+}
+
+
+@pytest.mark.parametrize("attack", ON_THE_ENV)
+def test_the_agent_s_commands_cannot_reach_the_env_by_other_ways(dockerbox_server, attack):
+    with ws(dockerbox_server) as socket:
+        opened(socket, split="probe", index=0)
+        called(socket, "keep", text="the env's own")
+        answer = called(socket, "shell", command=ON_THE_ENV[attack]).result
+        kept = called(socket, "kept").result
+        called(socket, "say", text="ok")
+        ended = called(socket, "end_turn", response="done")
+
+    assert not answer.endswith("[exit status 0]") or "forged" not in kept, answer
+    assert (kept, ended.status, ended.reward) == ("the env's own", "scored", 1.0), answer
+
+
+@pytest.mark.parametrize("attack", ON_THE_VERDICT)
+def test_an_attack_on_shellfix_s_verdict_scores_0(shellfix_docker, attack):
+    ended = play(shellfix_docker, [bash(ON_THE_VERDICT[attack])])
+
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.metadata
+
+
+@pytest.mark.parametrize("oddity", ODDITIES)
+def test_shellfix_s_fix_beside_odd_files_still_scores_1(shellfix_docker, oddity):
+    ended = play(shellfix_docker, [bash(ODDITIES[oddity])], fixed=True)
+
+    assert (ended.status, ended.reward) == ("scored", 1.0), ended.metadata
 
 
 def play_reach(server: EmbeddedServer, *steps: tuple[str, dict]):
