@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import stat
 import subprocess
 import threading
 import weakref
@@ -96,6 +97,42 @@ def started() -> set[int]:
     """The pids of the processes `popen` started that have not been waited for yet (hold
     `starting` for an answer that no `popen` is about to change)."""
     return {process.pid for process in list(_started) if process.returncode is None}
+
+
+def within_reach(path: str) -> bool:
+    """Whether the agent could put files at `path` or replace it: it or an ancestor is the
+    agent's, or writable by the agent's group or by all (an ancestor with the sticky bit
+    only lets the agent replace what is its own, which the check of that entry finds), by the
+    path as written or as its links resolve. A path that does not exist yet counts by its
+    existing ancestors (the agent may create it). False where the agent has no user of its own."""
+    if _agent is None:
+        return False
+    uid, gid = _agent
+    path = os.path.abspath(path or ".")  # "" on sys.path is the working folder
+    for spelling in {path, os.path.realpath(path)}:
+        innermost = True  # the path, or the nearest ancestor that exists: writable at all is enough
+        for folder in _self_and_ancestors(spelling):
+            try:
+                info = os.lstat(folder)
+            except OSError:
+                continue  # not there yet: its ancestors decide
+            if stat.S_ISLNK(info.st_mode):  # its mode means nothing; its target is the other spelling
+                innermost = False
+                continue
+            mode, guarded = info.st_mode, not innermost and info.st_mode & stat.S_ISVTX
+            if info.st_uid == uid or (mode & stat.S_IWOTH or info.st_gid == gid and mode & stat.S_IWGRP) and not guarded:
+                return True
+            innermost = False
+    return False
+
+
+def _self_and_ancestors(path: str) -> Iterator[str]:
+    while True:
+        yield path
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
 
 
 @contextlib.contextmanager

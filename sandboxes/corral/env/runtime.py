@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if channel:
         requests, replies = _connect(channel, requests, replies)
     sys.path[:0] = [os.path.abspath(p) for p in args.path] + [os.getcwd()]
+    _imports_out_of_the_agents_reach()
     try:
         env = load_env(args.entry)
     except (LoadError, ToolSchemaError) as exc:
@@ -89,6 +90,18 @@ def _out_of_the_agents_reach() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         print(f"corral.env: could not make the env non-dumpable (errno {ctypes.get_errno()})", file=sys.stderr)
+
+
+def _imports_out_of_the_agents_reach() -> None:
+    """Drop from Python's path every folder the agent's user could put a module in (the
+    working folder where it is a `writable` one, a PYTHONPATH entry there or in /tmp): a
+    module the env or the standard library imports later would otherwise be the agent's code,
+    run as the env. The standard library's own folders are root's, so lazy imports stay safe."""
+    for entry in [entry for entry in sys.path if agent.within_reach(entry)]:
+        print(f"corral.env: {entry or os.getcwd()} is left off the import path: the agent's commands "
+              "may write there", file=sys.stderr)
+        sys.path.remove(entry)
+        sys.path_importer_cache.pop(entry, None)
 
 
 def _take_stdio() -> tuple[BinaryIO, BinaryIO]:

@@ -22,9 +22,10 @@ A Harbor task's agent may write anywhere in its container, so a copy of a few fo
 5. Before the command starts (it waits at a gate: a line on its stdin), every link the agent
    made is resolved, and one that leads into those folders or through /proc fails the tests
    (docker_links): an answer linked to /tests/data/expected.json would read as the answer.
-6. The command runs to its end or its deadline (then the container is killed), with a
-   pristine environment (pristine.py: no user site, no cwd on Python's path, no bytecode
-   cache); its output comes over the attach stream (the container keeps no log), its exit code
+6. The command runs to its end or its deadline (then the container is killed), or until it
+   has written more than the agent could to the container's root (docker_disk: it runs the
+   agent's programs), with a pristine environment (pristine.py: no user site, no cwd on
+   Python's path, no bytecode cache); its output comes over the attach stream (the container keeps no log), its exit code
    from the engine, and the result files are read by the engine out of their volume once it
    has ended.
 7. The container, its volumes and the committed image are removed, whatever happened: on the
@@ -54,6 +55,7 @@ import docker.types
 from corral.errors import SandboxError
 from corral.sandboxes.archives import tar_of
 from corral.sandboxes.base import CommandResult, SandboxSpec
+from corral.sandboxes.docker_disk import watch_disk
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_links import forged_links
 from corral.sandboxes.docker_stream import MuxStream
@@ -114,7 +116,7 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
             return CommandResult(exit_code=1, output=refused)
         # The gate opens. Its stdin stays open: closing it would end the attach, output and all.
         await stream.write(b"go\n")
-        code, output = await _run(engine, made[0], stream, timeout_s=timeout_s, keep=keep)
+        code, output = await _watched_run(engine, spec, made[0], stream, timeout_s=timeout_s, keep=keep)
         found = {path: content for path in results if (content := await _read_back(engine, made[0], path)) is not None}
         return CommandResult(code, output, found)
     except TimeoutError:
@@ -243,6 +245,22 @@ async def _start(engine: Engine, container: str, files_dir: str) -> str | None:
         return (f"[corral] the tests could not start in a copy of what the agent left (at {files_dir}, or its "
                 f"/bin/sh): {error.explanation or error}")
     return None
+
+
+async def _watched_run(engine: Engine, spec: SandboxSpec, container: str, stream: MuxStream, *, timeout_s: float,
+                       keep: int) -> tuple[int | None, str]:
+    """`_run`, with what the tests write to the container's root bounded as the agent's was
+    (docker_disk): they run the agent's programs, which may fill it. Past the bound the tests
+    are killed and fail, saying why: that is the agent's doing."""
+    if spec.resources.disk_mb is None:
+        return await _run(engine, container, stream, timeout_s=timeout_s, keep=keep)
+    stopped: list[str] = []
+    watch = asyncio.ensure_future(watch_disk(engine, container, spec.resources.disk_mb, stopped.append))
+    try:
+        code, output = await _run(engine, container, stream, timeout_s=timeout_s, keep=keep)
+    finally:
+        watch.cancel()
+    return code, "".join(f"[corral] the tests' copy of the agent's container: {why}\n" for why in stopped) + output
 
 
 async def _run(engine: Engine, container: str, stream: MuxStream, *, timeout_s: float, keep: int) -> tuple[int | None, str]:
