@@ -100,7 +100,8 @@ LOCAL_AS_NOBODY = tuple(INTEGRATION + "test_local_isolation.py::" + test for tes
     "test_a_user_other_than_root_checks_a_bundle_and_starts_envs_in_a_folder_of_its_own"))
 MODULES = {
     "episode": Target("server/corral/server/episode.py", (
-        INTEGRATION + "test_episodes.py", ENDINGS_TESTS, INTEGRATION + "test_mcp_env.py", UNIT + "test_tool_answers.py",
+        UNIT + "test_episode_endings.py", INTEGRATION + "test_episodes.py", ENDINGS_TESTS,
+        INTEGRATION + "test_mcp_env.py", UNIT + "test_tool_answers.py",
         INTEGRATION + "test_records.py::test_an_episodes_record_holds_every_call_in_order_with_answers_errors_and_timing")),
     "endings": Target("server/corral/server/endings.py", (ENDINGS_TESTS,)),
     "sessions": Target("server/corral/server/sessions.py", (

@@ -3,7 +3,8 @@
 Each method returns the observation the client sees. An episode that ends early ends with
 its reason in the observation, and its score decided by who caused the end (`endings.py`):
 the agent's doing scores the task's failure score, the platform's is unscored (`reward:
-null`). The sandbox is always closed when the episode ends.
+null`). The sandbox is always closed when the episode ends. What it needs of the server (its
+sandboxes, verifiers, limits, metrics) it asks of its runtime (`episode_runtime.py`).
 """
 
 from __future__ import annotations
@@ -36,22 +37,20 @@ from corral.protocol.outcomes import Cause, EpisodeStatus
 from corral.protocol.records import EpisodeRecord, RecordedCall
 from corral.protocol.rewards import pick_reward
 from corral.server.bundle_format import Task
-from corral.server.checks import sandbox_spec
 from corral.server.endings import ENDINGS, Ending
 from corral.server.env_answers import field_of, refused, tool_answer
 from corral.server.envproc import EnvCallError, EnvDied, EnvProcess
-from corral.server.served import ServedBundle
-from corral.server.verifiers import CommandScore, run_command_verifier
+from corral.server.episode_runtime import EpisodeRuntime
 
 log = logging.getLogger("corral.server")
 
 
 class ServedEpisode:
-    """One task played on one session, under `limits`."""
+    """One task played on one session, under `limits`, with what `runtime` serves it."""
 
-    def __init__(self, served: ServedBundle, task: Task, *, limits: Limits, episode_id: str | None = None,
+    def __init__(self, runtime: EpisodeRuntime, task: Task, *, limits: Limits, episode_id: str | None = None,
                  session_id: str = "", split: str | None = None, untouched: bool = False):
-        self.served = served
+        self.runtime = runtime
         # An untouched replay (the evidence for another episode's ending): never counted or
         # recorded, and its own failures are the platform's.
         self.untouched = untouched
@@ -67,7 +66,7 @@ class ServedEpisode:
         self.reward: float | None = None
         self.reason: str | None = None  # why it ended early
         self.cause: Cause | None = None  # what ended it, in a word: "scored", or one of endings.ENDINGS
-        self.tools = served.offered_tools(task)
+        self.tools = runtime.offered_tools(task)
         self._tool_names = frozenset(tool.name for tool in self.tools)
         self.tool_calls = 0
         self.calls: list[RecordedCall] = []  # every call, answered: the episode's record keeps them
@@ -93,19 +92,18 @@ class ServedEpisode:
         return opened
 
     async def _start(self) -> ResetObservation:
-        env = self.served.bundle.envs[self.task.env]
         labels = {"corral.session": self.session_id, "corral.episode": self.episode_id}
         opened = ResetObservation(task_id=self.task.id, episode_id=self.episode_id, system_prompt=self.task.system_prompt,
                                   prompt=self.task.prompt, turn=self.turn, offered_tools=self.tools, limits=self.limits)
-        metrics = self.served.metrics
+        metrics = self.runtime.metrics
         if not self.untouched:
             metrics.episodes_started.inc()
         try:
-            async with asyncio.timeout(self.limits.reset_timeout_s), self.served.starts:
+            async with asyncio.timeout(self.limits.reset_timeout_s), self.runtime.starts:
                 with _Timed(self.seconds, "start", metrics.sandbox_start):
-                    sandbox = await self.served.provider.start(sandbox_spec(env), labels)
+                    sandbox = await self.runtime.start_sandbox(self.task, labels)
                 self._env = EnvProcess(sandbox)
-                await self._env.initialize(corral_runtime=env.config.entry is not None)
+                await self._env.initialize(corral_runtime=self.runtime.is_corral_env(self.task))
                 await self._env.hook("corral/reset", {"task": self.task.args})
         except TimeoutError:
             reason = (f"the reset didn't finish within {self.limits.reset_timeout_s:g}s (deploying the env and "
@@ -149,7 +147,7 @@ class ServedEpisode:
         if name not in self._tool_names:
             offered = ", ".join(tool.name for tool in self.tools)
             return refused(name, "tool_not_found", f"no tool {name!r} in this turn; it offers: {offered}")
-        size, most = len(json.dumps(arguments)), self.served.options.max_argument_bytes
+        size, most = len(json.dumps(arguments)), self.runtime.max_argument_bytes
         if size > most:
             return refused(name, "invalid_args", f"the arguments are {size:,} bytes of JSON, more than the "
                             f"{most:,} this server takes; send less (e.g. write a file in several calls)")
@@ -159,7 +157,7 @@ class ServedEpisode:
         deadline = min(self.limits.tool_timeout_s, self._time_left())
         try:
             async with asyncio.timeout(deadline):
-                with _Timed(self.seconds, "tools", self.served.metrics.tool_call):
+                with _Timed(self.seconds, "tools", self.runtime.metrics.tool_call):
                     result = await self._env.call("tools/call", {"name": name, "arguments": arguments})
         except TimeoutError:
             if self._time_left() <= 0:
@@ -172,7 +170,7 @@ class ServedEpisode:
                                          error_type="transport_error")
         except EnvCallError as error:
             return refused(name, "execution_error", str(error))
-        return tool_answer(name, result, self.served.options.max_output_chars)
+        return tool_answer(name, result, self.runtime.max_output_chars)
 
     async def end_turn(self, response: str) -> CallToolObservation:
         """Hand the reply to the env; open its next turn, or score the episode."""
@@ -204,31 +202,32 @@ class ServedEpisode:
         left, within its own timeout), then the Python verifiers on the env's report, outside any
         sandbox. Without a report (the env could not give one) the Python verifiers cannot run,
         and an episode that needs them ends with its failure score."""
-        python_verifiers = {sid: name for sid, name in self.task.verifiers.items() if name in self.served.bundle.verifiers}
+        python_verifiers = self.runtime.python_verifiers(self.task)
         verifying = time.monotonic()
         try:
             async with asyncio.timeout(self.limits.reset_timeout_s):
-                checked = await self._run_command_verifiers()
+                assert self._env is not None
+                checked = await self.runtime.run_command_verifiers(self._env.sandbox, self.task)
             await self._close_sandbox()  # its own deadline: a close that hangs takes no verdict
             if report is None and python_verifiers:
                 return await self._end_early(ended, "the agent's time ran out while the env was busy, so it could "
                                              "not report what the verifiers grade", cause="time_budget")
             # The deadline is the verifiers' own run: a wait for a worker other episodes hold is not this one's doing.
-            scores = await self.served.verifiers.score(self.task.model_dump(), report or {}, python_verifiers,
-                                                       timeout_s=self.limits.reset_timeout_s)
+            scores = await self.runtime.score(self.task, report or {}, python_verifiers,
+                                              timeout_s=self.limits.reset_timeout_s)
         except TimeoutError:
             reason = f"the verifiers did not finish within {self.limits.reset_timeout_s:g}s"
             return await self._end_early(ended, reason, cause="verify_timeout", error_type="timeout")
         except (SandboxError, VerifierError) as error:
             return await self._end_early(ended, f"the episode could not be scored: {error}", cause="scoring_failed")
         self.seconds["verify"] = time.monotonic() - verifying
-        self.served.metrics.verify.observe(self.seconds["verify"])
+        self.runtime.metrics.verify.observe(self.seconds["verify"])
         for score_id, result in checked.items():  # a reward file (Harbor's) may name several
             scores.update(result.scores_for(score_id))
         if checked:  # where a user debugging a 0 looks first: what the tests printed, cut short
             ended.metadata["verifier_output"] = {score_id: result.output_tail for score_id, result in checked.items()}
         try:
-            reward = pick_reward(scores, self.served.reward)
+            reward = pick_reward(scores, self.runtime.reward)
         except Exception as error:  # noqa: BLE001 - RewardError, or anything a user's reward function raises
             return await self._end_early(ended, f"the reward could not be computed from {scores}: {error}",
                                          cause="reward_failed", scores=scores)
@@ -248,17 +247,6 @@ class ServedEpisode:
                     report = field_of(await self._env.hook("corral/report"), "report", dict) or {}
         scored = await self._score(ended, report)
         return scored.model_copy(update={"reason": scored.reason or budget})
-
-    async def _run_command_verifiers(self) -> dict[str, CommandScore]:
-        """The task's command verifiers, one after another, in the sandbox the agent used."""
-        assert self._env is not None
-        checked: dict[str, CommandScore] = {}
-        bundle = self.served.bundle
-        for score_id, name in self.task.verifiers.items():
-            config = bundle.command_verifiers.get(name)
-            if config is not None:
-                checked[score_id] = await run_command_verifier(self._env.sandbox, bundle.root, name, config, self.task.id)
-        return checked
 
     async def close(self) -> None:
         """Tear the sandbox down; the episode keeps its outcome (one left before it ended, by a
@@ -311,7 +299,7 @@ class ServedEpisode:
         if ending.blame == "platform" or self.untouched:
             return ending, False, reason
         broken = await self._replay_untouched()
-        self.served.metrics.untouched_replays.labels(platform="broken" if broken else "sound").inc()
+        self.runtime.metrics.untouched_replays.labels(platform="broken" if broken else "sound").inc()
         if broken is None:
             return ending, True, (f"{reason}; the same task played untouched in a fresh sandbox was scored, so "
                                   "the failure came from what the agent did")
@@ -321,7 +309,7 @@ class ServedEpisode:
         """Play this task in a fresh sandbox as an agent that does nothing would (every turn
         answered with an empty reply): None when that episode is scored, so the provider, the
         env and the verifiers work on this task; else why it was not."""
-        replay = ServedEpisode(self.served, self.task, limits=self.limits, session_id=self.session_id,
+        replay = ServedEpisode(self.runtime, self.task, limits=self.limits, session_id=self.session_id,
                                split=self.split, untouched=True)
         deadline = REPLAY_RESET_DEADLINES * self.limits.reset_timeout_s
         try:
@@ -341,7 +329,7 @@ class ServedEpisode:
         """Why the platform failed, when the sandbox's provider says it did (its engine stopped
         answering, say); None when it answers, and the agent's doing stands."""
         try:
-            await self.served.provider.check()
+            await self.runtime.check_platform()
         except SandboxError as error:
             return str(error)
         return None
@@ -364,12 +352,12 @@ class ServedEpisode:
         if self.cause is None or self._published or self.untouched:
             return
         self._published = True
-        self.served.episode_ended(EpisodeRecord(
-            episode_id=self.episode_id, session_id=self.session_id, bundle=self.served.name, task_id=self.task.id,
+        self.runtime.episode_ended(EpisodeRecord(
+            episode_id=self.episode_id, session_id=self.session_id, bundle=self.runtime.name, task_id=self.task.id,
             split=self.split, system_prompt=self.task.system_prompt, prompt=self.task.prompt, tools=self.tools,
             turns=self.turn, calls=list(self.calls), tool_calls=self.tool_calls, status=self.status or "unscored",
             cause=self.cause, reason=self.reason, scores=dict(self.scores), reward=self.reward,
-            sandbox=self.served.provider.status().kind, seconds=dict(self.seconds), started_at=self._started_at,
+            sandbox=self.runtime.sandbox_kind(), seconds=dict(self.seconds), started_at=self._started_at,
         ))
 
 

@@ -1,7 +1,8 @@
 """The bundle as the server serves it: splits, toolsets, verifiers, reward rule, deadlines.
 
 Built once at start-up (`ServedBundle.open`), after every check has passed; sessions read it
-and never change it, except the provider, which starts their sandboxes.
+and never change it, except the provider, which starts their sandboxes. It is its episodes'
+runtime (`episode_runtime.EpisodeRuntime`): what an episode needs of the server, it asks here.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import json
 import logging
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from corral.errors import BundleInvalid, SandboxError
 from corral.protocol.catalog import END_TURN, END_TURN_TOOL, TaskInfo, Toolset, ToolSpec
@@ -25,7 +28,7 @@ from corral.protocol.frames import (
 )
 from corral.protocol.records import EpisodeRecord
 from corral.protocol.rewards import RewardRule
-from corral.sandboxes import SandboxProvider, make_provider
+from corral.sandboxes import Sandbox, SandboxProvider, make_provider
 from corral.server.bundle import load_bundle
 from corral.server.bundle_format import Task
 from corral.server.bundle_model import RESERVED_SPLIT, BundleEnv, LoadedBundle
@@ -35,6 +38,7 @@ from corral.server.metrics import Metrics
 from corral.server.problems import Problem
 from corral.server.recording import EpisodeRecorder
 from corral.server.verifier_pool import VerifierPool
+from corral.server.verifiers import CommandScore, run_command_verifier
 
 log = logging.getLogger("corral.server")
 
@@ -195,6 +199,45 @@ class ServedBundle:
         they have imported the verifiers (on the loop that serves sessions, before it serves)."""
         self.provider.start_pools([sandbox_spec(env) for env in self.bundle.envs.values()])
         await self.verifiers.ready()
+
+    # What its episodes ask of it (episode_runtime.EpisodeRuntime, where each is said why).
+
+    @property
+    def max_argument_bytes(self) -> int:
+        return self.options.max_argument_bytes
+
+    @property
+    def max_output_chars(self) -> int:
+        return self.options.max_output_chars
+
+    def is_corral_env(self, task: Task) -> bool:
+        return self.bundle.envs[task.env].config.entry is not None
+
+    async def start_sandbox(self, task: Task, labels: Mapping[str, str]) -> Sandbox:
+        return await self.provider.start(sandbox_spec(self.bundle.envs[task.env]), labels)
+
+    async def check_platform(self) -> None:
+        await self.provider.check()
+
+    def sandbox_kind(self) -> str:
+        return self.provider.status().kind
+
+    def python_verifiers(self, task: Task) -> dict[str, str]:
+        return {score_id: name for score_id, name in task.verifiers.items() if name in self.bundle.verifiers}
+
+    async def run_command_verifiers(self, sandbox: Sandbox, task: Task) -> dict[str, CommandScore]:
+        """One after another, in the sandbox the agent used."""
+        checked: dict[str, CommandScore] = {}
+        for score_id, name in task.verifiers.items():
+            config = self.bundle.command_verifiers.get(name)
+            if config is not None:
+                checked[score_id] = await run_command_verifier(sandbox, self.bundle.root, name, config, task.id)
+        return checked
+
+    async def score(self, task: Task, report: dict[str, Any], verifiers: Mapping[str, str], *,
+                    timeout_s: float) -> dict[str, float]:
+        """In a worker process of the pool: a verifier may take CPU, or never return."""
+        return await self.verifiers.score(task.model_dump(), report, verifiers, timeout_s=timeout_s)
 
     def episode_ended(self, record: EpisodeRecord) -> None:
         """Count an ended episode, log its line, and record it when recording."""

@@ -1,0 +1,291 @@
+"""How an episode ends, played in-process: no server, no sandbox provider, no verifier workers.
+
+The episode (`ServedEpisode`) gets a fake runtime (`episode_runtime.EpisodeRuntime`) whose
+sandboxes answer the env's JSON-RPC by calling corral's own env runtime (`corral.env.runtime.
+Server`) on a parrot env in this process, and whose verifier runs here too. What the tests
+read is what a client and the server's records see: the observations, and the record the
+episode hands its runtime when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral.env import Env, jsonrpc, tool
+from corral.env.runtime import Server
+from corral.errors import SandboxError, VerifierError
+from corral.protocol.catalog import END_TURN_TOOL, ToolSpec
+from corral.protocol.frames import Limits
+from corral.protocol.records import EpisodeRecord
+from corral.protocol.rewards import RewardRule
+from corral.sandboxes import CommandResult, ProviderStatus, Sandbox
+from corral.server.bundle_format import Task
+from corral.server.episode import ServedEpisode
+from corral.server.metrics import Metrics
+from corral.server.verifiers import CommandScore, Verify, score_episode
+
+LIMITS = Limits(tool_timeout_s=0.2, reset_timeout_s=5.0)
+FAILURE_SCORE = -1.0  # not 0: an episode the agent made fail is told apart from one that scored 0
+TASK = Task(id="polly", env="parrot", args={"word": "polly"}, prompt="Say polly.", verifiers={"said": "said"},
+            failure_score=FAILURE_SCORE)
+
+
+class Died(BaseException):
+    """Raised by a tool to make its in-process env die, as a process that exits would."""
+
+
+class Hangs(BaseException):
+    """Raised by a tool to make its in-process env never answer, as a stuck process would."""
+
+
+class Parrot(Env):
+    """Repeats what it is told; its report is what it heard, and the word it waits for."""
+
+    def reset(self, task: dict) -> None:
+        self.word = task["word"]
+        self.heard: list[str] = []
+
+    @tool
+    def say(self, text: str) -> str:
+        """Say something; the parrot says it back.
+
+        Args:
+            text: what to say.
+        """
+        self.heard.append(text)
+        return text
+
+    @tool
+    def crash(self) -> str:
+        """Make the env die."""
+        raise Died
+
+    @tool
+    def hang(self) -> str:
+        """Never answer."""
+        raise Hangs
+
+    def report(self) -> dict:
+        return {"heard": self.heard, "word": self.word}
+
+
+def said(task: dict, report: dict) -> float:
+    """1 when the parrot heard its word; 0.5 when it heard anything else; raises on "boom"."""
+    if "boom" in report["heard"]:
+        raise ValueError("the report holds a boom")
+    return 1.0 if report["word"] in report["heard"] else 0.5
+
+
+class InProcessSandbox(Sandbox):
+    """A sandbox whose env is a `corral.env.runtime.Server` in this process: each line sent is
+    answered at once, as the env's process would answer it on its stdout."""
+
+    def __init__(self, env: Env):
+        self.env = env
+        self.closed = False
+        self._server = Server(env)
+        self._replies: asyncio.Queue[bytes | None] = asyncio.Queue()  # None: the env has died
+
+    async def send_line(self, line: bytes) -> None:
+        if self.closed:
+            raise EOFError("the env process exited")
+        try:
+            reply = self._server.answer(line)
+        except Died:
+            self._replies.put_nowait(None)
+            return
+        except Hangs:
+            return
+        if reply is not None:
+            self._replies.put_nowait(jsonrpc.encode(reply))
+
+    async def read_line(self) -> bytes:
+        line = await self._replies.get()
+        if line is None:
+            self.closed = True
+            raise EOFError("the env process exited with status 3")
+        return line
+
+    def stderr_tail(self, max_chars: int = 4000) -> str:
+        return "parrot: crashing on purpose"[-max_chars:]
+
+    async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Any], *, timeout_s: float,
+                     max_output_chars: int = 20_000) -> CommandResult:
+        raise SandboxError("the in-process sandbox runs no command verifiers")
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeRuntime:
+    """An `EpisodeRuntime` that plays the parrot in-process and scores with `said` in-process."""
+
+    max_argument_bytes: int = 64 * 1024
+    max_output_chars: int = 1000
+    verify: Verify = said
+    start_fails: str | None = None  # why every sandbox fails to start
+    platform_fault: str | None = None  # why the provider says it fails now
+    name: str = "parrots"
+    reward: RewardRule = None
+    starts: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
+    metrics: Metrics = field(default_factory=lambda: Metrics(lambda: ProviderStatus("in-process", False, 0)))
+    sandboxes: list[InProcessSandbox] = field(default_factory=list)
+    ended: list[EpisodeRecord] = field(default_factory=list)
+
+    def offered_tools(self, task: Task) -> list[ToolSpec]:
+        return [*(ToolSpec.model_validate(schema) for schema in Parrot.tool_schemas()), END_TURN_TOOL]
+
+    def is_corral_env(self, task: Task) -> bool:
+        return True
+
+    async def start_sandbox(self, task: Task, labels: Mapping[str, str]) -> Sandbox:
+        if self.start_fails is not None:
+            raise SandboxError(self.start_fails)
+        self.sandboxes.append(InProcessSandbox(Parrot()))
+        return self.sandboxes[-1]
+
+    async def check_platform(self) -> None:
+        if self.platform_fault is not None:
+            raise SandboxError(self.platform_fault)
+
+    def sandbox_kind(self) -> str:
+        return "in-process"
+
+    def python_verifiers(self, task: Task) -> dict[str, str]:
+        return dict(task.verifiers)
+
+    async def run_command_verifiers(self, sandbox: Sandbox, task: Task) -> dict[str, CommandScore]:
+        return {}
+
+    async def score(self, task: Task, report: dict[str, Any], verifiers: Mapping[str, str], *,
+                    timeout_s: float) -> dict[str, float]:
+        return score_episode(task.model_dump(), report, verifiers, {"said": self.verify})
+
+    def episode_ended(self, record: EpisodeRecord) -> None:
+        self.ended.append(record)
+
+
+def play(runtime: FakeRuntime, *calls: tuple[str, dict[str, Any]], task: Task = TASK) -> list[Any]:
+    """Reset an episode of `task` and make `calls`; every observation, the reset's first. The
+    episode is closed at the end, as its session would close it."""
+
+    async def episode() -> list[Any]:
+        played = ServedEpisode(runtime, task, limits=LIMITS, session_id="s1")
+        seen: list[Any] = [await played.start()]
+        try:
+            for name, arguments in calls:
+                seen.append(await played.call_tool(name, arguments))
+        finally:
+            await played.close()
+        return seen
+
+    return asyncio.run(episode())
+
+
+def replays(runtime: FakeRuntime, platform: str) -> float | None:
+    """Untouched replays counted, by what they showed of the platform (as /metrics shows them)."""
+    return runtime.metrics.registry.get_sample_value("corral_untouched_replays_total", {"platform": platform})
+
+
+def test_an_episode_ends_with_its_verifiers_reward_and_hands_its_record_over_once():
+    runtime = FakeRuntime()
+    opened, answered, ended = play(runtime, ("say", {"text": "polly"}), ("end_turn", {"response": "said it"}))
+    assert not opened.done and [tool.name for tool in opened.offered_tools] == ["say", "crash", "hang", "end_turn"]
+    assert answered.result == "polly" and not answered.done
+    assert (ended.done, ended.status, ended.reward, ended.scores) == (True, "scored", 1.0, {"said": 1.0})
+    [record] = runtime.ended
+    assert (record.status, record.cause, record.reward, record.bundle, record.sandbox) == (
+        "scored", "scored", 1.0, "parrots", "in-process")
+    assert [call.tool for call in record.calls] == ["say", "end_turn"] and record.tool_calls == 1
+    assert runtime.sandboxes[0].closed
+
+
+def test_a_call_with_arguments_over_the_limit_is_refused_before_the_env_sees_it():
+    runtime = FakeRuntime(max_argument_bytes=100)
+    _, refused, ended = play(runtime, ("say", {"text": "polly" * 40}), ("end_turn", {"response": ""}))
+    assert refused.error is not None and refused.error.error_type == "invalid_args" and not refused.done
+    assert "more than the 100 this server takes" in refused.error.message
+    assert runtime.sandboxes[0].env.heard == []  # type: ignore[attr-defined]
+    assert ended.reward == 0.5 and runtime.ended[0].tool_calls == 0  # the episode went on, unharmed
+
+
+def test_a_long_answer_is_cut_in_the_middle_to_the_servers_limit():
+    runtime = FakeRuntime(max_output_chars=200)
+    text = "a" * 600 + "z" * 600
+    _, answered = play(runtime, ("say", {"text": text}))
+    assert answered.error is None and len(answered.result) <= 200
+    assert answered.result.startswith("a") and answered.result.endswith("z")
+    assert "characters cut: the answer was 1,200, the server keeps 200" in answered.result
+
+
+def test_a_sandbox_that_cannot_start_ends_the_episode_unscored_as_the_platforms():
+    runtime = FakeRuntime(start_fails="the image parrot:1 is gone")
+    [opened] = play(runtime)
+    assert (opened.done, opened.status, opened.reward) == (True, "unscored", None)
+    assert "the image parrot:1 is gone" in opened.reason
+    [record] = runtime.ended
+    assert (record.status, record.cause) == ("unscored", "env_start_failed")
+
+
+def test_an_env_that_dies_mid_turn_is_the_agents_doing_while_the_platform_answers():
+    runtime = FakeRuntime()
+    _, died = play(runtime, ("crash", {}))
+    assert (died.done, died.status, died.reward) == (True, "failed", FAILURE_SCORE)
+    assert died.error.error_type == "transport_error" and "crashing on purpose" in died.reason
+    assert (runtime.ended[0].status, runtime.ended[0].cause) == ("failed", "env_died")
+
+
+def test_an_env_that_dies_while_the_platform_fails_is_unscored_with_the_evidence():
+    runtime = FakeRuntime(platform_fault="the Docker engine stopped answering")
+    _, died = play(runtime, ("crash", {}))
+    assert (died.done, died.status, died.reward) == (True, "unscored", None)
+    assert died.reason.endswith("; and the Docker engine stopped answering")
+    assert (runtime.ended[0].status, runtime.ended[0].cause) == ("unscored", "sandbox_failed")
+
+
+def test_a_tool_past_its_deadline_ends_the_episode_as_the_agents():
+    runtime = FakeRuntime()
+    _, hung = play(runtime, ("hang", {}))
+    assert (hung.status, hung.reward, hung.error.error_type) == ("failed", FAILURE_SCORE, "timeout")
+    assert runtime.ended[0].cause == "tool_timeout" and runtime.sandboxes[0].closed
+
+
+def test_a_verifier_that_raises_on_what_the_agent_did_fails_the_episode_once_a_replay_scores():
+    runtime = FakeRuntime()
+    _, _, ended = play(runtime, ("say", {"text": "boom"}), ("end_turn", {"response": ""}))
+    assert (ended.status, ended.reward) == ("failed", FAILURE_SCORE)
+    assert "verifier said raised ValueError: the report holds a boom" in ended.reason
+    assert "the same task played untouched in a fresh sandbox was scored" in ended.reason
+    assert len(runtime.sandboxes) == 2 and all(sandbox.closed for sandbox in runtime.sandboxes)
+    [record] = runtime.ended  # the untouched replay is evidence, not an episode of its own
+    assert (record.status, record.cause) == ("failed", "scoring_failed")
+    assert replays(runtime, "sound") == 1
+
+
+def test_a_verifier_that_raises_on_every_report_leaves_the_episode_unscored():
+    def broken(task: dict, report: dict) -> float:
+        raise KeyError("score")  # on every report: the untouched replay's too
+
+    runtime = FakeRuntime(verify=broken)
+    _, _, ended = play(runtime, ("say", {"text": "polly"}), ("end_turn", {"response": ""}))
+    assert (ended.status, ended.reward) == ("unscored", None)
+    assert "verifier said raised KeyError: 'score'" in ended.reason and "played untouched in a fresh sandbox failed too" in ended.reason
+    assert (runtime.ended[0].status, runtime.ended[0].cause) == ("unscored", "scoring_failed")
+    assert replays(runtime, "broken") == 1
+
+
+def test_a_verifier_error_raised_by_the_runtime_is_judged_like_one_raised_by_the_verifier():
+    class Raising(FakeRuntime):
+        async def score(self, task: Task, report: dict[str, Any], verifiers: Mapping[str, str], *,
+                        timeout_s: float) -> dict[str, float]:
+            raise VerifierError("the verifier's worker process died: EOFError()")
+
+    runtime = Raising()
+    _, ended = play(runtime, ("end_turn", {"response": ""}))
+    assert (ended.status, ended.reward) == ("unscored", None)
+    assert ended.reason.startswith("the episode could not be scored: the verifier's worker process died")
+    assert runtime.ended[0].cause == "scoring_failed"
