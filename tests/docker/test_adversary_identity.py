@@ -20,16 +20,15 @@ Held, as found (a fresh adversary's, beyond tests/attacks.py and test_adversary_
 - On shellfix's verdict (bug left, so each must score 0): a module of the fix kept in /dev/shm
   and linked from the repository (the tests' container has a /dev/shm of its own); a fork
   bomb left running in a new session when the turn ends, at the container's pids limit; the
-  repository's own folder made unreadable (mode 000: nothing is copied, the tests fail).
+  repository's own folder made unreadable (mode 000: nothing is copied, the tests fail);
+  folders nested past PATH_MAX (fixed: the copy for verifying matched its exclusions at every
+  depth, 100 s of tar's CPU per episode; anchored, it fails at once).
 - Beside shellfix's fix (each must still score 1, so never unscored): a Unix socket, a
   setgid folder holding a setuid shell, file names with a newline or that read as tar
   options, 60,000 empty files (near the folder's inode bound).
 
-Open, as found: folders nested past PATH_MAX (300 of 40 characters) make the copy for
-verifying stall until its 120 s setup deadline (the unpacking tar's errors fill its output,
-which is read only after the copy); the canary then scores the episode failed, not null, but
-each such episode holds a verifier for two minutes. A Harbor task's tests may write without
-bound into their HOME and results volumes, which docker_disk does not see.
+Open, as found: a Harbor task's tests may write without bound into their HOME and results
+volumes, which docker_disk does not see.
 """
 
 from __future__ import annotations
@@ -140,6 +139,9 @@ ON_THE_VERDICT = {
         "sed 's/ - size + 1//' batching.py > /dev/shm/batching.py; ln -sf /dev/shm/batching.py batching.py"),
     "a fork bomb left running in a new session": "setsid sh -c 'b() { b | b & }; b' </dev/null >/dev/null 2>&1 & sleep 2",
     "the repository's folder made unreadable": "chmod 000 /repo",
+    # Past PATH_MAX: the copy fails (the agent's doing) at once; it took 100 s of tar's CPU, past
+    # end_turn's 60 s reply deadline here, while tar matched its exclusions at every depth.
+    "folders nested 300 deep": "python3 -c \"import os\nfor _ in range(300): os.mkdir('n' * 40); os.chdir('n' * 40)\"",
 }
 ODDITIES = {
     "a Unix socket": "python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('sock')\"",

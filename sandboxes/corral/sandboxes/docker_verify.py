@@ -158,7 +158,9 @@ async def copy_writable(engine: Engine, spec: SandboxSpec, source: str, target: 
         return None, ""
     most = 2 * spec.scratch_mb * 2**20 * len(spec.writable)
     folders = [path.lstrip("/") for path in spec.writable]
-    excluded = [f"--exclude={pattern}" for pattern in BYTECODE]
+    # Anchored, each pattern once per member: unanchored, GNU tar tries it at every folder of a
+    # path, which on folders nested 300 deep took 100 s of CPU per copy.
+    excluded = ["--anchored", *(f"--exclude=*/{pattern}" for pattern in BYTECODE)]
     # --ignore-failed-read: what cannot be read is left out with a warning, not a failed copy.
     pack = await Exec.start(engine, source, [TAR, "-c", "-f", "-", "--ignore-failed-read", *excluded, "-C", "/", *folders],
                             user=user, workdir="/")
