@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,12 +35,16 @@ def free_port() -> int:
 def start_server(command: list[str], port: int, what: str, log: Path | None = None,
                  env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """Start `command` (with `env`, else this process's), a server listening on `port` (its
-    output to `log`, if given); (its process, its URL) once /health answers."""
-    output = subprocess.DEVNULL if log is None else log.open("wb")
-    server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
+    output to `log`, else to a temporary file named if it fails); (its process, its URL) once
+    /health answers."""
+    log = log or Path(tempfile.mkstemp(prefix="corral-bench-server-", suffix=".log")[1])
+    server = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + SERVER_START_S
     while time.monotonic() < deadline:
+        if server.poll() is not None:  # it gave up (a broken bundle, a taken port): say so now
+            raise SystemExit(f"{what} exited with status {server.returncode} before it answered; "
+                             f"its output is in {log}:\n{log.read_text()[-2000:]}")
         try:
             if httpx.get(f"{url}/health", trust_env=False, timeout=2).status_code == 200:
                 return server, url

@@ -24,9 +24,11 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +48,8 @@ from common import exchange, free_port, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "tests" / "fixtures" / "toybox"
+# toybox's envs name no image; in containers they run on the one the docker tests build.
+DOCKERFILE = ROOT / "tests" / "fixtures" / "dockerbox" / "envs" / "probe" / "Dockerfile"
 RESET = ResetRequest(data=ResetData(split="toy", index=0))
 WORDS = {"apple": 1.0, "pear": 0.0}
 HANDSHAKE_TIMEOUT_S = 10.0
@@ -142,10 +146,20 @@ def usage_of(pid: int) -> dict[str, float]:
     return {"rss_mb": round(rss / 1024, 1), "fds": len(os.listdir(f"/proc/{pid}/fd"))}
 
 
-def serve(sandbox: str, max_sessions: int, warm_pool: int) -> tuple[subprocess.Popen, str]:
+def bundle_for(sandbox: str, scratch: Path) -> Path:
+    """toybox, as it is for processes; for containers, a copy in `scratch` with a Dockerfile per env."""
+    if sandbox != "docker":
+        return BUNDLE
+    copy = Path(shutil.copytree(BUNDLE, scratch / BUNDLE.name))
+    for env in (copy / "envs").iterdir():
+        shutil.copy(DOCKERFILE, env / "Dockerfile")
+    return copy
+
+
+def serve(bundle: Path, sandbox: str, max_sessions: int, warm_pool: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
     corral = Path(sys.executable).parent / "corral"
-    return start_server([str(corral), "serve", str(BUNDLE), "--sandbox", sandbox, "--port", str(port),
+    return start_server([str(corral), "serve", str(bundle), "--sandbox", sandbox, "--port", str(port),
                          "--max-concurrent-envs", str(max_sessions), "--warm-pool", str(warm_pool)], port, "corral serve")
 
 
@@ -172,7 +186,9 @@ def main() -> None:
     parser.add_argument("--warm-pool", type=int, default=0, help="sandboxes per env started ahead of demand")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args()
-    server, url = serve(args.sandbox, max(args.sessions, args.burst), args.warm_pool)
+    scratch = tempfile.TemporaryDirectory(prefix="corral-load-")
+    server, url = serve(bundle_for(args.sandbox, Path(scratch.name)), args.sandbox, max(args.sessions, args.burst),
+                        args.warm_pool)
     try:
         report = {"sandbox": args.sandbox, "warm_pool": args.warm_pool, "idle": usage_of(server.pid)}
         if args.sessions and args.seconds:
@@ -195,6 +211,7 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(120)
+        scratch.cleanup()
     if args.json:
         print(json.dumps(report))
         return
