@@ -26,6 +26,7 @@ import asyncio
 import itertools
 import statistics
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import docker
@@ -40,12 +41,13 @@ from corral.protocol.frames import (
     StepRequest,
 )
 from corral.sandboxes import make_provider
-from corral.server.bundle import load_bundle
 from corral.server.checks import sandbox_spec
 from corral.server.embedded import EmbeddedServer
+from corral.server.formats import load_bundle
 from corral.server.harbor.hosted import HarborProvider
-from corral.server.harbor.images import BaseBuild
+from corral.server.harbor.images import BaseBuild, ImagePlan
 from corral.server.harbor.oracle import check_tasks
+from corral.server.harbor.part import harbor_part
 from corral.server.served import ServedBundle, ServeOptions
 
 from common import exchange
@@ -62,31 +64,32 @@ def reset(task_id: str) -> ResetRequest:
 async def build_times(folder: Path, rebuild: bool) -> list[tuple[str, str]]:
     """Each task's image, prepared in turn: (task, how long it took or `cached`)."""
     bundle = load_bundle(folder)
-    assert bundle.harbor is not None, f"{folder} is not a folder of Harbor tasks"
+    part = harbor_part(bundle)
+    assert part is not None, f"{folder} is not a folder of Harbor tasks"
     if rebuild:
-        remove_images(bundle)
-    provider = HarborProvider(make_provider("docker"), bundle.harbor.images)
+        remove_images(part.images, bundle.envs)
+    provider = HarborProvider(make_provider("docker"), part.images)
     times = []
     try:
         for env in bundle.envs.values():
-            bases = len(bundle.harbor.images.bases)
+            bases = len(part.images.bases)
             started = time.perf_counter()
             prepared = await provider.prepare(sandbox_spec(env), lambda line: None)
             took = time.perf_counter() - started
-            based = " (with the base image it maps to)" if len(bundle.harbor.images.bases) > bases else ""
+            based = " (with the base image it maps to)" if len(part.images.bases) > bases else ""
             times.append((env.name, f"{took:6.1f} s{based}" if prepared.built else "cached"))
     finally:
         await provider.aclose()
     return times
 
 
-def remove_images(bundle) -> None:
+def remove_images(images: ImagePlan, envs: Iterable[str]) -> None:
     """The tasks' images and the base images the bundle builds (with every image built on
     them), so the next builds are measured whole."""
     client = docker.from_env()
-    bases = [image.id for value in bundle.harbor.images.base_images.values() if isinstance(value, BaseBuild)
+    bases = [image.id for value in images.base_images.values() if isinstance(value, BaseBuild)
              for image in client.images.list(name=f"corral-env/base-{value.folder.name}")]
-    doomed = [image.id for env in bundle.envs for image in client.images.list(name=f"corral-env/{env.lower()}")]
+    doomed = [image.id for env in envs for image in client.images.list(name=f"corral-env/{env.lower()}")]
     for image in client.images.list(all=True):
         if image.id not in bases and any(layer["Id"] in bases for layer in client.api.history(image.id)):
             doomed.append(image.id)  # built on a base: it must go before the base can

@@ -19,8 +19,8 @@ import pytest
 from corral.client import Bundle, Episode, Session
 from corral.protocol.frames import ResetData
 from corral.sandboxes.docker_images import image_tag
-from corral.server.bundle import load_bundle
 from corral.server.checks import sandbox_spec
+from corral.server.formats import load_bundle
 from tests.conftest import BUNDLES, serving
 from tests.docker.conftest import DOCKERBOX
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from corral.server.bundle import load_bundle
 from corral.server.cli import app
+from corral.server.formats import load_bundle
 
 ROOT = Path(__file__).parents[2]
 

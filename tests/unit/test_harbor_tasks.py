@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 from corral.errors import ImageError
 from corral.protocol.catalog import ToolSpec
 from corral.sandboxes import CommandResult, Prepared, SandboxProvider, SandboxSpec
-from corral.server.bundle import load_bundle
 from corral.server.bundle_format import RewardFileVerifier
 from corral.server.cli import app
+from corral.server.formats import load_bundle
 from corral.server.harbor.hosted import READY_REPLY
 from corral.server.harbor.legacy import REWARD_LOGGING_SUFFIX
 from corral.server.harbor.tools import OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES, TOOLS, _MarkedOutput
@@ -71,7 +71,7 @@ def test_a_task_that_asks_for_a_network_is_left_out_with_the_reason_unless_the_o
     offline = load_bundle(HARBOR)
     online = load_bundle(HARBOR, network="egress")
 
-    (left_out,) = [problem for problem in offline.harbor.left_out if problem.file.endswith("needs-network")]
+    (left_out,) = [problem for problem in offline.extension.left_out if problem.file.endswith("needs-network")]
     assert "network_mode = 'public'" in left_out.message and "--network egress" in left_out.message
     assert "needs-network" in online.tasks
     assert online.envs["needs-network"].spec.network == "egress"
@@ -82,12 +82,12 @@ def test_a_task_that_asks_for_a_network_is_left_out_with_the_reason_unless_the_o
 def test_a_task_of_several_containers_is_left_out_saying_so():
     bundle = load_bundle(HARBOR)
 
-    (left_out,) = [problem for problem in bundle.harbor.left_out if problem.file.endswith("two-containers")]
+    (left_out,) = [problem for problem in bundle.extension.left_out if problem.file.endswith("two-containers")]
     assert "several containers (environment/docker-compose.yaml)" in left_out.message
 
 
 def test_an_older_task_yaml_task_is_migrated_as_harbor_migrates_it():
-    task = load_bundle(HARBOR).harbor.tasks["legacy-wordcount"]
+    task = load_bundle(HARBOR).extension.tasks["legacy-wordcount"]
 
     assert task.migrated_from == HARBOR / "legacy-wordcount"
     assert task.instruction == "Count the words in /app/input.txt and write the number, alone, to /app/count.txt.\n"
@@ -119,7 +119,7 @@ def test_what_corral_cannot_play_as_harbor_would_is_left_out(copy: Path):
         'TOTALS = "/app/totals.json"', 'OPENAI_API_KEY = "${OPENAI_API_KEY}"'))
     (copy / "bundle.toml").write_text('exclude = ["yaml-config"]\n')
 
-    left_out = {problem.file: problem.message for problem in load_bundle(copy).harbor.left_out}
+    left_out = {problem.file: problem.message for problem in load_bundle(copy).extension.left_out}
 
     assert "GPU" in left_out["tasks/csv-stats"] and "OPENAI_API_KEY" in left_out["tasks/csv-stats"]
     assert left_out["tasks/yaml-config"] == "excluded by bundle.toml's exclude"
@@ -249,7 +249,7 @@ class Engine(SandboxProvider):
 
 def prepare(bundle, task_id: str, engine: Engine) -> Prepared:
     spec = bundle.envs[task_id].spec
-    return asyncio.run(bundle.harbor.images.prepare(engine, spec, print))[1]
+    return asyncio.run(bundle.extension.images.prepare(engine, spec, print))[1]
 
 
 def test_a_mapped_from_image_is_built_from_its_base_folder_once_for_every_task_using_it():
@@ -261,7 +261,7 @@ def test_a_mapped_from_image_is_built_from_its_base_folder_once_for_every_task_u
     assert froms == ["FROM debian:bookworm-slim",  # the base, built once: then the tasks on it
                      "FROM built/base-shared", "FROM built/base-shared", "FROM debian:bookworm-slim"]
     assert [item.image for item in prepared] == ["built/csv-stats", "built/two-scores", "built/shell-only"]
-    assert dict(bundle.harbor.images.used) == {"python:3.12-slim": 2, "ubuntu:24.04": 1}
+    assert dict(bundle.extension.images.used) == {"python:3.12-slim": 2, "ubuntu:24.04": 1}
 
 
 def test_a_docker_image_is_used_when_the_engine_has_it_else_the_dockerfile_is_built(copy: Path):
@@ -316,7 +316,7 @@ def test_check_names_the_tasks_whose_tests_run_as_their_agent_s_user(copy):
     toml = root / "two-scores" / "task.toml"  # both phases as the same user, named in task.toml
     toml.write_text(toml.read_text().replace("[verifier]\n", '[verifier]\nuser = "1000"\n')
                     .replace("[agent]\n", '[agent]\nuser = "1000"\n'))
-    notes = load_bundle(root).harbor.notes
+    notes = load_bundle(root).extension.notes
     (shared,) = [note for note in notes if "run their tests as their agent's user" in note]
     assert shared.startswith("3 task(s) run their tests as their agent's user (csv-stats, shell-only, two-scores)")
     assert "[verifier] user" in shared
@@ -330,7 +330,7 @@ def test_check_names_the_tasks_whose_agent_runs_as_root_and_says_the_fix(copy):
         (root / "csv-stats" / "task.toml").read_text().replace("[agent]\n", '[agent]\nuser = "nobody"\n'))
     dockerfile = root / "yaml-config" / "environment" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text() + "USER 1000:1000\n")
-    notes = load_bundle(root).harbor.notes
+    notes = load_bundle(root).extension.notes
     (rooted,) = [note for note in notes if "run their agent as root" in note]
     assert rooted.startswith("5 task(s) run their agent as root (c-build, git-repair, legacy-wordcount)")
     assert "[agent] user, or USER in the Dockerfile" in rooted

@@ -1,8 +1,10 @@
-"""Reading a bundle folder into typed data, collecting every problem instead of stopping at one.
+"""corral's own bundle folder (the `corral` format): read into typed data, collecting every
+problem instead of stopping at one.
 
-The format is described in docs/bundle-format.md. `load_bundle` never raises for a broken
+The format is described in docs/bundle-format.md. `load_corral` never raises for a broken
 bundle: it returns what it could read and the list of problems, each naming its file and the
-fix, so `corral check` can print them all at once.
+fix, so `corral check` can print them all at once. `formats.load_bundle` picks this format for
+a folder with any of its files.
 """
 
 from __future__ import annotations
@@ -25,25 +27,28 @@ from corral.server.bundle_format import (
     Task,
 )
 from corral.server.bundle_model import RESERVED_SPLIT, TRAIN_SPLIT, BundleEnv, LoadedBundle
-from corral.server.harbor.loader import is_harbor_folder, load_harbor
 from corral.server.problems import Problem, file_name, merge_shared
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
+MARKS = ("bundle.toml", "envs", "tasks", "tasks.jsonl")  # any one makes a folder corral's own
 
 
-def load_bundle(root: Path, *, network: str | None = None) -> LoadedBundle:
-    """Read the bundle at `root`; `bundle.problems` lists what is wrong (empty when clean).
+class CorralFormat:
+    """corral's own bundle folder: bundle.toml, envs/, tasks/ (or tasks.jsonl), evals/, verifiers/."""
 
-    A folder of Harbor tasks (or one task) is read by corral.server.harbor, under the
-    operator's `network` policy ("none" or "egress"; None: its bundle.toml's, else "none").
-    """
-    root = Path(root).resolve()
-    if is_harbor_folder(root):
-        return load_harbor(root, network=network)
+    name = "corral"
+    looks_for = "bundle.toml, envs/ or tasks/ (corral init NAME writes one)"
+
+    def recognises(self, folder: Path) -> bool:
+        return any((folder / mark).exists() for mark in MARKS)
+
+    def load(self, folder: Path, *, network: str | None) -> LoadedBundle:
+        return load_corral(folder)  # its envs say their own network: no policy to apply
+
+
+def load_corral(root: Path) -> LoadedBundle:
+    """Read corral's bundle folder at `root`; `bundle.problems` lists what is wrong (empty when clean)."""
     problems: list[Problem] = []
-    if not root.is_dir():
-        problems.append(Problem(str(root), "no such folder; give the path of a bundle folder"))
-        return LoadedBundle(root, Manifest(name="missing"), "", {}, {}, {}, {}, problems)
     manifest = _load_manifest(root, problems)
     envs = _load_envs(root, problems)
     verifiers = {path.stem: path for path in sorted((root / "verifiers").glob("[!_]*.py"))}

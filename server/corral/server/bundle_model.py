@@ -1,19 +1,16 @@
-"""A bundle as read from disk, whatever its format (corral's own folder, read by `bundle`, or a
-folder of Harbor tasks, read by `harbor.loader`): its envs, its tasks and their splits, its
-verifiers and what is wrong with it."""
+"""A bundle as read from disk, whatever its format (`formats` picks the reader): its envs, its
+tasks and their splits, its verifiers, what is wrong with it, and what else serving a format's
+bundle needs (`FormatExtension`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from corral.sandboxes import Resources, SandboxSpec
+from corral.sandboxes import Resources, SandboxProvider, SandboxSpec
 from corral.server.bundle_format import CommandVerifier, EnvConfig, Manifest, Task
 from corral.server.problems import Problem, file_name
-
-if TYPE_CHECKING:
-    from corral.server.harbor.part import HarborPart
 
 RESERVED_SPLIT = "all"
 TRAIN_SPLIT = "train"  # the tasks in no eval split, unless evals/train.toml lists them
@@ -22,7 +19,7 @@ TRAIN_SPLIT = "train"  # the tasks in no eval split, unless evals/train.toml lis
 @dataclass(frozen=True)
 class BundleEnv:
     """One env of a bundle: its folder (a Docker build context) and its env.toml; or, for a
-    Harbor task (corral.server.harbor), the sandbox its task.toml describes, as `spec`."""
+    format whose envs are whole images (a Harbor task's), the sandbox it describes, as `spec`."""
 
     name: str
     folder: Path
@@ -41,6 +38,23 @@ class BundleEnv:
         return Resources(**self.config.resources.model_dump())
 
 
+class FormatExtension(Protocol):
+    """What serving a bundle needs beyond the model, from the format that read it (corral's own
+    needs nothing: its `extension` is None). Harbor's is `harbor.part.HarborPart`."""
+
+    def wrap_provider(self, provider: SandboxProvider) -> SandboxProvider:
+        """The provider the bundle's envs start in, made from the operator's (`--sandbox`)."""
+        ...
+
+    def where(self, root: Path, parts: tuple[str, ...]) -> str | None:
+        """How a problem names the bundle's file at `parts`; None: as any bundle's (`root/parts`)."""
+        ...
+
+    def summary(self, bundle: LoadedBundle, splits: str, tools: str) -> list[str]:
+        """What `corral check` and `corral serve` say of the bundle, given its splits and tools."""
+        ...
+
+
 @dataclass
 class LoadedBundle:
     """A bundle as read from disk. `splits` maps a split name to its tasks: `all`, `train`,
@@ -55,11 +69,13 @@ class LoadedBundle:
     verifiers: dict[str, Path]  # the Python verifiers, run outside the sandbox
     problems: list[Problem] = field(default_factory=list)
     command_verifiers: dict[str, CommandVerifier] = field(default_factory=dict)  # run inside it
-    harbor: HarborPart | None = None  # a folder of Harbor tasks: what serving them needs beyond this
+    extension: FormatExtension | None = None  # what serving it needs beyond this, from its format
 
     def where(self, *parts: str) -> str:
-        """How a problem names a file of the bundle: `gridsim/envs/gridsim` (a Harbor task's env:
-        its task's folder, `tasks/fix-the-build`)."""
-        if self.harbor is not None and parts[:1] == ("envs",) and len(parts) == 2:
-            return f"{self.root.name}/{parts[1]}"
-        return file_name(self.root, self.root.joinpath(*parts))
+        """How a problem names a file of the bundle: `gridsim/envs/gridsim` (or as its format says)."""
+        named = self.extension.where(self.root, parts) if self.extension is not None else None
+        return named if named is not None else file_name(self.root, self.root.joinpath(*parts))
+
+    def serving_provider(self, provider: SandboxProvider) -> SandboxProvider:
+        """The provider this bundle's envs start in, given the operator's."""
+        return self.extension.wrap_provider(provider) if self.extension is not None else provider

@@ -18,13 +18,12 @@ import uvicorn
 from corral.errors import AuthError, BundleInvalid, ConfigError, CorralError, ImageError
 from corral.sandboxes import make_provider
 from corral.server.app import create_app, socket_settings
-from corral.server.bundle import load_bundle
 from corral.server.bundle_model import TRAIN_SPLIT
 from corral.server.checks import sandbox_spec
 from corral.server.cli_exits import fail, listen, open_or_exit, refuse_bad_call
 from corral.server.cli_runs import episodes, eval_command, view
-from corral.server.harbor.hosted import HarborProvider
-from corral.server.harbor.oracle import check_tasks, report
+from corral.server.formats import load_bundle
+from corral.server.harbor.oracle import play_and_close
 from corral.server.problems import merge_shared, problems_of
 from corral.server.scaffold import starter_files, write_starter
 from corral.server.serve_token import serve_token
@@ -89,29 +88,15 @@ def check(
     (or, with --oracle or --null, if any task is flagged)."""
     refuse_bad_call(bundle, sandbox, network)
     served = open_or_exit(bundle, ServeOptions(sandbox=sandbox, network=network, unsafe_local_shell=unsafe_local_shell))
-    if (oracle or null) and served.bundle.harbor is None:
-        asyncio.run(served.aclose())
-        fail("--oracle and --null play Harbor tasks (a folder of task.toml folders); this is a corral bundle")
-    findings, clean = asyncio.run(_play_and_close(served, oracle=oracle, null=null))
+    try:
+        findings, clean = asyncio.run(play_and_close(served, oracle=oracle, null=null))
+    except ConfigError as error:  # --oracle or --null for a bundle that is not Harbor tasks
+        fail(str(error))
     typer.echo(summary(served))
     if findings:
         typer.echo(findings)
     if not clean:
         raise typer.Exit(1)
-
-
-async def _play_and_close(served: ServedBundle, *, oracle: bool, null: bool) -> tuple[str, bool]:
-    """Play the Harbor tasks with the oracle and the null agent, as asked; then close."""
-    try:
-        if not (oracle or null):
-            return "", True
-        verdicts = await check_tasks(served, oracle=oracle, null=null)
-        part = served.bundle.harbor
-        assert part is not None
-        without = [task_id for task_id, task in part.tasks.items() if not task.has_solution] if oracle else []
-        return report(verdicts, without)
-    finally:
-        await served.aclose()
 
 
 @app.command()
@@ -206,8 +191,7 @@ def build(bundle: BundleArg) -> None:
         provider = make_provider("docker")
     except ConfigError as error:
         fail(str(error))
-    if loaded.harbor is not None:
-        provider = HarborProvider(provider, loaded.harbor.images)
+    provider = loaded.serving_provider(provider)
 
     async def prepare_all() -> None:
         try:
@@ -281,13 +265,12 @@ def summary(served: ServedBundle) -> str:
         f"{name} (0: every task is in an eval split)" if name == TRAIN_SPLIT and not tasks else f"{name} ({len(tasks)})"
         for name, tasks in bundle.splits.items()
     )
-    tools = sorted({tool.name for toolset in served.toolsets.values() for tool in toolset.tools})
-    if bundle.harbor is not None:  # an env per task: the envs' names are the tasks'
-        first = f"{bundle.manifest.name}: {len(bundle.tasks)} Harbor tasks; splits {splits}; tools {', '.join(tools)}"
-        return "\n".join([first, *bundle.harbor.describe()])
+    tools = ", ".join(sorted({tool.name for toolset in served.toolsets.values() for tool in toolset.tools}))
+    if bundle.extension is not None:  # its format says what its bundles are
+        return "\n".join(bundle.extension.summary(bundle, splits, tools))
     return (
         f"{bundle.manifest.name}: {len(bundle.tasks)} tasks; splits {splits}; "
-        f"{len(bundle.envs)} env(s) ({', '.join(bundle.envs)}); tools {', '.join(tools)}"
+        f"{len(bundle.envs)} env(s) ({', '.join(bundle.envs)}); tools {tools}"
     )
 
 

@@ -29,11 +29,10 @@ from corral.protocol.frames import (
 from corral.protocol.records import EpisodeRecord
 from corral.protocol.rewards import RewardRule
 from corral.sandboxes import Sandbox, SandboxProvider, make_provider
-from corral.server.bundle import load_bundle
 from corral.server.bundle_format import Task
 from corral.server.bundle_model import RESERVED_SPLIT, BundleEnv, LoadedBundle
 from corral.server.checks import check_envs, check_reward_rule, check_verifiers, sandbox_spec
-from corral.server.harbor.hosted import HarborProvider
+from corral.server.formats import load_bundle
 from corral.server.metrics import Metrics
 from corral.server.problems import Problem
 from corral.server.recording import EpisodeRecorder
@@ -62,7 +61,7 @@ class ServeOptions:
     max_frame_bytes: int = 4 * 1024 * 1024  # the largest WebSocket frame a client may send
     max_argument_bytes: int = 1024 * 1024  # a tool call's arguments, as JSON
     max_output_chars: int = 1_000_000  # a tool's answer; a longer one is cut in the middle, with a note
-    network: str | None = None  # Harbor tasks: "none" or "egress" (what they ask); None: the bundle's, else none
+    network: str | None = None  # tasks that ask for a network (Harbor's): "none" or "egress"; None: the bundle's, else none
     record_dir: Path | None = None  # record every episode there (None: the bundle's [serve] record, else none)
     # The local sandbox serves envs that give the agent a shell even where it cannot contain them
     unsafe_local_shell: bool = False
@@ -87,10 +86,9 @@ class ServedBundle:
         """Load and check the bundle, prepare and probe its envs; raise BundleInvalid if
         anything is off."""
         bundle = load_bundle(root, network=options.network)
-        provider = make_provider(options.sandbox, instance=options.instance, warm_pool=options.warm_pool,
-                                 unsafe_local_shell=options.unsafe_local_shell)
-        if bundle.harbor is not None:  # its tasks' images and tools are the Harbor provider's to make
-            provider = HarborProvider(provider, bundle.harbor.images)
+        provider = bundle.serving_provider(make_provider(
+            options.sandbox, instance=options.instance, warm_pool=options.warm_pool,
+            unsafe_local_shell=options.unsafe_local_shell))
         try:
             ready = await _prepare_envs(bundle, provider)
             tools_by_env, reports = await check_envs(bundle, provider, ready) if ready else ({}, {})

@@ -49,6 +49,19 @@ VERIFY_SETUP_S = 180.0  # committing, starting and reading back, beside test.sh'
 POLICIES = ("none", "egress")
 
 
+class HarborFormat:
+    """Harbor's task folders (task.toml, or an older task.yaml) as a bundle format."""
+
+    name = "harbor"
+    looks_for = "task.toml or task.yaml, in the folder or in its subfolders"
+
+    def recognises(self, folder: Path) -> bool:
+        return is_harbor_folder(folder)
+
+    def load(self, folder: Path, *, network: str | None) -> LoadedBundle:
+        return load_harbor(folder, network=network)
+
+
 def is_harbor_folder(root: Path) -> bool:
     """Whether `root` is a Harbor task, or a folder whose subfolders hold Harbor tasks."""
     if _is_task(root):
@@ -60,7 +73,7 @@ def is_harbor_folder(root: Path) -> bool:
 
 def load_harbor(root: Path, *, network: str | None = None) -> LoadedBundle:
     """Read the Harbor tasks at `root`; `bundle.problems` lists what is wrong, and
-    `bundle.harbor.left_out` what corral does not serve, each with the reason."""
+    `bundle.extension.left_out` (a HarborPart's) what corral does not serve, each with the reason."""
     problems: list[Problem] = []
     manifest = _read_manifest(root, problems)
     policy = network or manifest.network
@@ -87,7 +100,7 @@ def load_harbor(root: Path, *, network: str | None = None) -> LoadedBundle:
     images = ImagePlan(base_images, {task.id: image for task in read.values()
                                      if (image := task.config.environment.docker_image)})
     part = HarborPart(tasks=read, images=images, network=policy, left_out=left_out, notes=notes)
-    return LoadedBundle(root, bundle_manifest, readme, envs, tasks, splits, {}, problems, verifiers, harbor=part)
+    return LoadedBundle(root, bundle_manifest, readme, envs, tasks, splits, {}, problems, verifiers, extension=part)
 
 
 def _is_task(folder: Path) -> bool:

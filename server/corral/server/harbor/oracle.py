@@ -17,8 +17,10 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from corral.errors import ConfigError
 from corral.protocol.frames import CallToolObservation, ResetObservation
 from corral.server.episode import ServedEpisode
+from corral.server.harbor.part import HarborPart, harbor_part
 from corral.server.served import ServedBundle
 
 SOLUTION_DIR = "/solution"
@@ -37,10 +39,23 @@ class Verdict:
     why: str = ""  # when not ok: what happened, and what the tests printed
 
 
+async def play_and_close(served: ServedBundle, *, oracle: bool, null: bool) -> tuple[str, bool]:
+    """`corral check`'s --oracle and --null, as asked: the lines to print and whether every task
+    passed; then close `served`. Raises ConfigError for a bundle that is not Harbor tasks."""
+    try:
+        if not (oracle or null):
+            return "", True
+        part = _part(served)
+        verdicts = await check_tasks(served, oracle=oracle, null=null)
+        without = [task_id for task_id, task in part.tasks.items() if not task.has_solution] if oracle else []
+        return report(verdicts, without)
+    finally:
+        await served.aclose()
+
+
 async def check_tasks(served: ServedBundle, *, oracle: bool, null: bool, at_once: int = 2) -> list[Verdict]:
     """Play every task of the bundle with the agents asked for, `at_once` episodes at a time."""
-    part = served.bundle.harbor
-    assert part is not None
+    part = _part(served)
     slots = asyncio.Semaphore(at_once)
     plays: list[tuple[str, Path | None]] = []  # (task, its solution: the oracle's; None: the null agent's)
     for task_id, task in part.tasks.items():
@@ -82,9 +97,7 @@ async def play(served: ServedBundle, task_id: str, solution: Path | None) -> Ver
 async def _solve(episode: ServedEpisode, served: ServedBundle, task_id: str, solution: Path) -> str | CallToolObservation:
     """Put solution/ at /solution (/tmp/solution for an agent that is not root) and run solve.sh
     with the agent's tools: solve.sh's output, or the observation that went wrong."""
-    harbor = served.bundle.harbor
-    assert harbor is not None
-    task = harbor.tasks[task_id]
+    task = _part(served).tasks[task_id]
     where = SOLUTION_DIR if task.agent_may_be_root else SOLUTION_DIR_NOT_ROOT
     for path in sorted(solution.rglob("*")):
         if not path.is_file():
@@ -103,6 +116,13 @@ async def _solve(episode: ServedEpisode, served: ServedBundle, task_id: str, sol
     budget = int(min(episode.task.time_budget_s or 600, 600))
     ran = await episode.call_tool("bash", {"command": f"{assignments} bash {where}/solve.sh", "timeout_s": budget})
     return ran if ran.done else ran.answer
+
+
+def _part(served: ServedBundle) -> HarborPart:
+    part = harbor_part(served.bundle)
+    if part is None:
+        raise ConfigError("--oracle and --null play Harbor tasks (a folder of task.toml folders); this is a corral bundle")
+    return part
 
 
 def _verdict(task_id: str, agent: str, observed: ResetObservation | CallToolObservation, solved: str) -> Verdict:
