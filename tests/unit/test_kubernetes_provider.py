@@ -12,8 +12,7 @@ import dataclasses
 import pytest
 
 from corral.errors import ConfigError, SandboxError
-from corral.sandboxes import Resources
-from corral.sandboxes import kube_cluster
+from corral.sandboxes import Resources, kube_cluster
 from corral.sandboxes.kube_pods import label_value, pod_manifest
 from corral.sandboxes.kube_provider import KubernetesProvider
 from tests.contract.providers import SPEC, KubernetesUnderTest

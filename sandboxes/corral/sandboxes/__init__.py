@@ -42,7 +42,7 @@ log = logging.getLogger("corral.sandboxes")
 def make_provider(kind: str, *, instance: str | None = None, warm_pool: int = 0,
                   unsafe_local_shell: bool = False) -> SandboxProvider:
     """The provider of `kind`; `auto` is docker when an engine answers, else local (never
-    modal: a cloud that bills is chosen by name).
+    modal or kubernetes: a cloud that bills, or a cluster, is chosen by name).
 
     `instance` is the server instance whose leftovers (containers, sandboxes, local folders
     and processes) the reaper may remove, and that no other live server may hold; `warm_pool`
