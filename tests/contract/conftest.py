@@ -14,10 +14,17 @@ import os
 import pytest
 
 from tests.contract import fake_modal
-from tests.contract.providers import DockerUnderTest, LocalUnderTest, ModalUnderTest
+from tests.contract.providers import (
+    DockerUnderTest,
+    KubernetesUnderTest,
+    LocalUnderTest,
+    ModalUnderTest,
+)
 
-# modal-fake runs in-process against fake_modal: in the fast tier (`pytest -m fast`).
-ALL = ["local", "docker", pytest.param("modal-fake", marks=pytest.mark.fast), "modal"]
+# modal-fake runs in-process against fake_modal, kubernetes-fake against fake_kubernetes: in
+# the fast tier (`pytest -m fast`).
+ALL = ["local", "docker", pytest.param("modal-fake", marks=pytest.mark.fast), "modal",
+       pytest.param("kubernetes-fake", marks=pytest.mark.fast)]
 RUNS_COMMANDS = ["local", "docker", "modal"]  # the fake runs no commands in its sandboxes
 ISOLATED = ["docker", "modal"]  # providers that enforce [resources]
 FAKE_CREDENTIALS = {"token_id": "ak-fake", "token_secret": "as-fake"}
@@ -40,6 +47,10 @@ def under_test(request, monkeypatch):
         return LocalUnderTest()
     if kind == "docker":
         return DockerUnderTest(request.getfixturevalue("docker_engine"))
+    if kind == "kubernetes-fake":
+        under = KubernetesUnderTest.serve(request.getfixturevalue("tmp_path"), monkeypatch)
+        request.addfinalizer(under.stop)
+        return under
     if kind == "modal-fake":
         from corral.sandboxes import modal_provider, modal_sandbox, modal_verify
 

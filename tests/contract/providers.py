@@ -89,3 +89,53 @@ class ModalUnderTest:
         leases = modal_provider.modal.Dict.from_name(modal_provider.LEASES)
         await leases.put.aio(provider.instance, {"run": provider.run_id,
                                                  "beat": time.time() - modal_provider.LEASE_STALE_S - 1})
+
+
+class KubernetesUnderTest:
+    """The kubernetes provider against a stand-in API server (fake_kubernetes), its pods local processes."""
+
+    kind = "kubernetes-fake"
+    namespace = "corral-test"
+    registry = "registry.test"
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+
+    @classmethod
+    def serve(cls, folder: Path, monkeypatch) -> KubernetesUnderTest:
+        """Serve a stand-in whose registry holds SPEC's image, and point the provider's settings at it."""
+        from corral.sandboxes.env_digest import image_tag
+        from tests.contract.fake_kubernetes import FakeCluster
+
+        cluster = FakeCluster({f"{cls.registry}/{image_tag(SPEC)}": ENV})
+        cluster.start()
+        kubeconfig = folder / "kubeconfig"
+        kubeconfig.write_text(cluster.kubeconfig(cls.namespace))
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        monkeypatch.setenv("CORRAL_REGISTRY", cls.registry)
+        monkeypatch.setenv("CORRAL_K8S_NAMESPACE", cls.namespace)
+        return cls(cluster)
+
+    def make(self, *, instance: str | None = None, warm_pool: int = 0) -> SandboxProvider:
+        from corral.sandboxes.kube_provider import KubernetesProvider
+
+        return KubernetesProvider(instance=instance, warm_pool=warm_pool)
+
+    async def leftovers(self, instance: str) -> list[str]:
+        return [f"pod {name}" for name in self.cluster.labelled(self.namespace, **{"corral.instance": instance})]
+
+    async def kill(self, provider) -> None:
+        provider._lease._beat.cancel()  # a killed server stops renewing its lease, which then goes stale
+        provider._lease = None
+        self.cluster.call(_aged(self.cluster, self.namespace, f"corral-{provider.instance}"))
+
+    def stop(self) -> None:
+        unknown = self.cluster.unknown
+        self.cluster.stop()
+        assert unknown == [], f"the provider called routes the stand-in does not serve: {unknown}"
+
+
+async def _aged(cluster, namespace: str, lease: str) -> None:
+    from corral.sandboxes.kube_cluster import LEASE_STALE_S
+
+    cluster.age_lease(namespace, lease, LEASE_STALE_S + 1)

@@ -38,7 +38,7 @@ def without_the_docker_package(monkeypatch) -> None:
 
 
 def test_an_unknown_sandbox_is_refused_naming_the_choices():
-    with pytest.raises(ConfigError, match=r"^unknown sandbox 'dokcer'; choose one of: auto, docker, local, modal$"):
+    with pytest.raises(ConfigError, match=r"^unknown sandbox 'dokcer'; choose one of: auto, docker, local, modal, kubernetes$"):
         make_provider("dokcer")
 
 

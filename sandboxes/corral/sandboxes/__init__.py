@@ -34,7 +34,7 @@ __all__ = [
     "make_provider",
 ]
 
-KINDS = ("auto", "docker", "local", "modal")
+KINDS = ("auto", "docker", "local", "modal", "kubernetes")
 DOCKER_SOCKET = Path("/var/run/docker.sock")
 log = logging.getLogger("corral.sandboxes")
 
@@ -42,14 +42,15 @@ log = logging.getLogger("corral.sandboxes")
 def make_provider(kind: str, *, instance: str | None = None, warm_pool: int = 0,
                   unsafe_local_shell: bool = False) -> SandboxProvider:
     """The provider of `kind`; `auto` is docker when an engine answers, else local (never
-    modal: a cloud that bills is chosen by name).
+    modal or kubernetes: a cloud that bills, or a cluster, is chosen by name).
 
     `instance` is the server instance whose leftovers (containers, sandboxes, local folders
     and processes) the reaper may remove, and that no other live server may hold; `warm_pool`
     is how many started sandboxes wait per env; `unsafe_local_shell` lets the local provider
     serve envs that give the agent a shell where it cannot contain them (LocalProvider). Raises ConfigError for an unknown kind, for
     docker without the docker package or an engine that answers, and for modal without the
-    modal package or Modal credentials.
+    modal package or Modal credentials, and for kubernetes without its package, a
+    kubeconfig or CORRAL_REGISTRY.
     """
     if kind not in KINDS:
         raise ConfigError(f"unknown sandbox {kind!r}; choose one of: {', '.join(KINDS)}")
@@ -63,6 +64,8 @@ def make_provider(kind: str, *, instance: str | None = None, warm_pool: int = 0,
         modal = ModalProvider(instance=instance, warm_pool=warm_pool)  # ConfigError without credentials
         log.info("sandbox: Modal sandboxes (one per episode, in Modal's cloud)")
         return modal
+    if kind == "kubernetes":
+        return _kubernetes(instance, warm_pool)
     if kind in ("auto", "docker"):
         try:
             # The docker extra is optional: a laptop serving with local processes needs no docker package.
@@ -94,6 +97,18 @@ def make_provider(kind: str, *, instance: str | None = None, warm_pool: int = 0,
     else:
         log.warning("sandbox: local processes, NOT isolated (%s); envs that give the agent a shell are refused "
                     "unless served with --unsafe-local-shell", provider.why_not_isolated)
+    return provider
+
+
+def _kubernetes(instance: str | None, warm_pool: int) -> SandboxProvider:
+    try:
+        # The kubernetes extra is optional, as docker's is.
+        from corral.sandboxes.kube_provider import KubernetesProvider
+    except ImportError as error:
+        raise ConfigError("--sandbox kubernetes needs the kubernetes_asyncio package: "
+                          f"pip install 'corral[kubernetes]' ({error})") from None
+    provider = KubernetesProvider(instance=instance, warm_pool=warm_pool)  # ConfigError without a cluster
+    log.info("sandbox: Kubernetes pods (one per episode, namespace %s)", provider.cluster.settings.namespace)
     return provider
 
 

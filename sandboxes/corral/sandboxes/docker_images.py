@@ -1,6 +1,6 @@
 """Env images: one per env folder, tagged by a digest of the folder's content.
 
-An env folder is a Docker build context. Its tag is `corral-env/<env>:<digest>` (env_digest),
+An env folder is a Docker build context. Its tag is `corral-env/<env>:<digest>` (env_digest.image_tag),
 so an unchanged folder is never rebuilt and any change builds a new image. The build context
 is made here from the same file list the digest reads, so what was hashed is exactly what was
 built.
@@ -18,17 +18,7 @@ import docker.errors
 
 from corral.errors import ImageError
 from corral.sandboxes.base import Prepared, Progress, SandboxSpec
-from corral.sandboxes.env_digest import context_digest, context_files
-
-IMAGE_REPOSITORY = "corral-env"
-
-
-def image_tag(spec: SandboxSpec) -> str:
-    """The image a sandbox of `spec` runs: its prebuilt `image`, or the content-digest tag of
-    its folder (read from disk: a provider computes it once per spec)."""
-    if spec.image is not None:
-        return spec.image
-    return f"{IMAGE_REPOSITORY}/{spec.env_name.lower()}:{context_digest(spec.context_dir, spec.dockerfile)}"
+from corral.sandboxes.env_digest import context_files, image_tag
 
 
 def image_exists(client: docker.DockerClient, tag: str) -> bool:

@@ -25,9 +25,10 @@ from corral.sandboxes.base import (
 )
 from corral.sandboxes.docker_channel import Channels
 from corral.sandboxes.docker_engine import PING_TIMEOUT_S, Engine
-from corral.sandboxes.docker_images import ensure_image, image_tag
+from corral.sandboxes.docker_images import ensure_image
 from corral.sandboxes.docker_lease import Lease
 from corral.sandboxes.docker_sandbox import DockerSandbox, container_name, warm_name
+from corral.sandboxes.env_digest import image_tag
 from corral.sandboxes.warm_pool import WarmPools
 
 log = logging.getLogger("corral.sandboxes.docker")

@@ -2,8 +2,8 @@
 
 An env folder is a build context. The digest covers every file a build is sent (path,
 executable bit, bytes) and the Dockerfile's name, so an unchanged folder is never rebuilt and
-any change builds a new image (docker tags its images with it, modal keys its image cache by
-it). Python's byte-code caches and VCS folders are left out: running an env with the local
+any change builds a new image (docker and kubernetes name their images with it, `image_tag`;
+modal keys its image cache by it). Python's byte-code caches and VCS folders are left out: running an env with the local
 provider writes `__pycache__` into its folder, and that must not look like a change.
 """
 
@@ -15,6 +15,9 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from corral.sandboxes.base import SandboxSpec
+
+IMAGE_REPOSITORY = "corral-env"
 DIGEST_CHARS = 16
 SKIPPED_DIRS = frozenset({"__pycache__", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 SKIPPED_SUFFIXES = (".pyc", ".pyo")
@@ -44,3 +47,11 @@ def skipped(relative: Path) -> bool:
     """Whether a path of a build context (relative to it) is left out, as `context_files` leaves
     it: for a provider whose builder takes an ignore rule rather than a file list."""
     return any(part in SKIPPED_DIRS for part in relative.parts) or relative.name.endswith(SKIPPED_SUFFIXES)
+
+
+def image_tag(spec: SandboxSpec) -> str:
+    """The image a sandbox of `spec` runs: its prebuilt `image`, or the content-digest tag of
+    its folder, `corral-env/<env>:<digest>` (read from disk: a provider computes it once per spec)."""
+    if spec.image is not None:
+        return spec.image
+    return f"{IMAGE_REPOSITORY}/{spec.env_name.lower()}:{context_digest(spec.context_dir, spec.dockerfile)}"

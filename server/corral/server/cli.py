@@ -105,7 +105,7 @@ def serve(
     bundle: BundleArg,
     host: Annotated[str, typer.Option(help="Address to listen on; 0.0.0.0 to serve trainers on other machines.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
-    sandbox: Annotated[str, typer.Option(help="Where episodes run: auto (docker when an engine answers, else local), docker (a hardened container each), local (a child process each; no isolation) or modal (a Modal Sandbox each, in Modal's cloud).")] = "auto",
+    sandbox: Annotated[str, typer.Option(help="Where episodes run: auto (docker when an engine answers, else local), docker (a hardened container each), local (a child process each; no isolation), modal (a Modal Sandbox each, in Modal's cloud) or kubernetes (a hardened pod each; docs/kubernetes.md).")] = "auto",
     warm_pool: Annotated[int, typer.Option(
         envvar="CORRAL_WARM_POOL", min=0,
         help="Started sandboxes kept waiting per env, so a reset skips the sandbox's start.")] = 0,

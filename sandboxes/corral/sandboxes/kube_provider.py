@@ -1,0 +1,163 @@
+"""The kubernetes provider: each episode's env in a hardened pod of a cluster.
+
+- The cluster is the kubeconfig's (or the service account's of a server in a pod); pods go to
+  `CORRAL_K8S_NAMESPACE`, optionally under `CORRAL_K8S_RUNTIME_CLASS` (kube_cluster).
+- Images are pulled, never built: an env folder's image is `CORRAL_REGISTRY/corral-env/<env>:<digest>`,
+  the docker provider's content tag (env_digest.image_tag) under the registry, which the
+  operator pushed; a prebuilt `image` is pulled as named. A pod that cannot pull says so.
+- Pods get the hardening of kube_pods, and the server speaks to the env over the API server's
+  attach stream (kube_sandbox), never over the pod's IP.
+- Labels: every pod carries `corral.instance`, `corral.run`, `corral.env` and
+  `corral.purpose` (episode or warm), and an episode's its session and episode. A starting
+  server takes its instance's Lease (a live server of the same name refuses the second) and
+  deletes every pod labelled with its instance: what a killed server left.
+- Not in this slice: command verifiers, images run whole (Harbor tasks), a NetworkPolicy, and
+  `corral build --push`: each is refused, or said, with what to do instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+
+from kubernetes_asyncio.client.rest import ApiException
+
+from corral.errors import SandboxError
+from corral.sandboxes.base import (
+    Prepared,
+    Progress,
+    ProviderStatus,
+    Sandbox,
+    SandboxProvider,
+    SandboxSpec,
+)
+from corral.sandboxes.env_digest import image_tag
+from corral.sandboxes.kube_cluster import Cluster, InstanceLease, Settings, failure
+from corral.sandboxes.kube_pods import pod_manifest, pod_name, refuse_unsupported, registry_image
+from corral.sandboxes.kube_sandbox import KubeSandbox, delete_pod
+from corral.sandboxes.warm_pool import WarmPools
+
+log = logging.getLogger("corral.sandboxes.kubernetes")
+CHECK_TIMEOUT_S = 10.0
+
+
+class KubernetesProvider(SandboxProvider):
+    """Starts each sandbox as a pod; see the module docstring."""
+
+    kind = "kubernetes"
+    isolated = True
+
+    def __init__(self, *, instance: str | None = None, warm_pool: int = 0, settings: Settings | None = None):
+        self.cluster = Cluster(settings or Settings.from_environment())  # ConfigError without a cluster or registry
+        # Without a name (a one-off `corral check`), a unique one: it must never reap a server's.
+        self.named = instance is not None
+        self.instance = instance or f"{socket.gethostname()}-once-{uuid.uuid4().hex[:8]}"
+        self.run_id = uuid.uuid4().hex[:12]
+        self._images: dict[SandboxSpec, str] = {}
+        self._running: set[KubeSandbox] = set()
+        self._waiting: set[KubeSandbox] = set()  # started for a pool, not yet taken
+        self._pools: WarmPools[KubeSandbox] = WarmPools(warm_pool, self._start_warm)
+        self._deletions: set[asyncio.Task] = set()
+        self._lease: InstanceLease | None = None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The labels of every pod this run starts."""
+        return {"corral.instance": self.instance, "corral.run": self.run_id}
+
+    async def reap_leftovers(self) -> None:
+        """Take the instance's Lease (ConfigError when a live server holds it), then delete every
+        pod labelled with this instance."""
+        if not self.named:
+            return
+        self._lease = InstanceLease(self.cluster, self.instance, self.run_id)
+        await self._lease.take()
+        if deleted := await self._delete_labelled({"corral.instance": self.instance}):
+            log.info("deleted %d pod(s) a killed server of instance %s left", deleted, self.instance)
+
+    async def _delete_labelled(self, labels: Mapping[str, str]) -> int:
+        core = await self.cluster.core()
+        selector = ",".join(f"{key}={value}" for key, value in labels.items())
+        try:
+            pods = await core.list_namespaced_pod(self.cluster.settings.namespace, label_selector=selector)
+        except ApiException as error:
+            raise failure(error, f"listing the pods labelled {selector}") from None
+        await asyncio.gather(*(delete_pod(self.cluster, pod.metadata.name) for pod in pods.items))
+        return len(pods.items)
+
+    async def prepare(self, spec: SandboxSpec, progress: Progress = log.info) -> Prepared:
+        """Name the image `spec`'s pods pull (nothing is built or pushed here: the registry must
+        hold it already); refuse what this provider does not run yet."""
+        started = time.monotonic()
+        refuse_unsupported(spec)
+        image = registry_image(spec, self.cluster.settings.registry, await asyncio.to_thread(image_tag, spec))
+        self._images[spec] = image
+        progress(f"env {spec.env_name}: pods pull {image} (push it there first: docs/kubernetes.md)")
+        return Prepared(spec.env_name, image, built=False, seconds=time.monotonic() - started)
+
+    def start_pools(self, specs: Iterable[SandboxSpec]) -> None:
+        """Keep `warm_pool` started pods ready for each spec (call on the serving loop)."""
+        if self._lease is not None:
+            self._lease.keep()  # the serving loop renews it from now on
+        self._pools.start(specs)
+
+    async def start(self, spec: SandboxSpec, labels: Mapping[str, str] | None = None) -> Sandbox:
+        if self._lease is not None:
+            self._lease.keep()
+        sandbox = self._pools.take(spec)
+        if sandbox is not None:
+            self._waiting.discard(sandbox)
+            return sandbox
+        return await self._start(spec, {"corral.purpose": "episode", **dict(labels or {})})
+
+    async def _start_warm(self, spec: SandboxSpec) -> KubeSandbox:
+        sandbox = await self._start(spec, {"corral.purpose": "warm"})
+        self._waiting.add(sandbox)
+        return sandbox
+
+    async def _start(self, spec: SandboxSpec, labels: Mapping[str, str]) -> KubeSandbox:
+        if spec not in self._images:  # never prepared (a one-off check, a test): prepare it now
+            await self.prepare(spec)
+        manifest = pod_manifest(spec, self._images[spec], name=pod_name(spec.env_name),
+                                labels={**self.labels, "corral.env": spec.env_name, **labels},
+                                runtime_class=self.cluster.settings.runtime_class)
+        sandbox = await KubeSandbox.create(self.cluster, spec, manifest, on_close=self._closed)
+        self._running.add(sandbox)
+        return sandbox
+
+    def _closed(self, sandbox: KubeSandbox) -> None:
+        self._running.discard(sandbox)
+        self._waiting.discard(sandbox)
+        deletion = asyncio.ensure_future(delete_pod(self.cluster, sandbox.name))
+        self._deletions.add(deletion)
+        deletion.add_done_callback(self._deletions.discard)
+
+    def status(self) -> ProviderStatus:
+        return ProviderStatus(self.kind, self.isolated, live=len(self._running - self._waiting),
+                              warm=self._pools.ready(), warm_dry=self._pools.dry())
+
+    async def check(self) -> None:
+        """The API server answers for the namespace's pods, or SandboxError says it does not."""
+        try:
+            core = await self.cluster.core()
+            await asyncio.wait_for(core.list_namespaced_pod(self.cluster.settings.namespace, limit=1),
+                                   CHECK_TIMEOUT_S)
+        except Exception as error:  # noqa: BLE001 - a timeout, a refused connection, an API error
+            raise SandboxError(f"the Kubernetes API server did not answer ({type(error).__name__})") from None
+
+    async def aclose(self) -> None:
+        """Delete every pod of this run: the pools', the episodes', any stragglers; let the lease go."""
+        await self._pools.close()
+        await asyncio.gather(*(sandbox.close() for sandbox in list(self._running)))
+        await asyncio.gather(*list(self._deletions), return_exceptions=True)
+        try:
+            await self._delete_labelled(self.labels)
+        except SandboxError as error:
+            log.warning("could not delete this run's leftover pods: %s", error)
+        if self._lease is not None:
+            await self._lease.release()
+        await self.cluster.close()

@@ -1,0 +1,207 @@
+"""One episode's env in a Kubernetes pod, reached over the API server's attach stream.
+
+The pod's one container runs the env's command as its first process, with its stdin open
+(`stdinOnce`: it reads end-of-file when the server's attach stream ends). Once the pod runs,
+the server attaches over the API server's WebSocket (`v4.channel.k8s.io`: each message's
+first byte names its channel, 0 stdin, 1 stdout, 2 stderr, 3 the stream's status), hands the
+env corral's SDK over stdin (bootstrap), and speaks the protocol over the same stream. Nothing
+reaches the pod over its IP. Closing deletes the pod; a pod that does not start is deleted
+before the error that says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
+
+import aiohttp
+from kubernetes_asyncio.client.rest import ApiException
+
+from corral.errors import SandboxError
+from corral.sandboxes.base import CommandResult, Sandbox, SandboxSpec
+from corral.sandboxes.bootstrap import bootstrapped, sdk_payload
+from corral.sandboxes.kube_cluster import Cluster, failure
+from corral.sandboxes.kube_pods import CONTAINER, why_not_started
+
+log = logging.getLogger("corral.sandboxes.kubernetes")
+
+LINE_LIMIT = 64 * 1024 * 1024  # one protocol line may carry a large tool result
+STDERR_KEEP = 64 * 1024
+STDIN_CHUNK = 256 * 1024  # one WebSocket message of stdin at most
+START_TIMEOUT_S = 300.0  # a pull of a large image on a cold node
+POLL_FIRST_S, POLL_MOST_S = 0.02, 0.5
+STDIN, STDOUT, STDERR, STATUS = 0, 1, 2, 3
+
+
+class KubeSandbox(Sandbox):
+    """A running pod whose env talks over `ws`; `on_close` is told when it closes (the
+    provider counts live sandboxes and deletes the pod)."""
+
+    def __init__(self, name: str, spec: SandboxSpec, ws: aiohttp.ClientWebSocketResponse,
+                 on_close: Callable[[KubeSandbox], None]):
+        self.name = name
+        self.spec = spec
+        self._ws = ws
+        self._on_close = on_close
+        self._stdout = bytearray()
+        self._stdout_added = asyncio.Event()
+        self._stdout_room = asyncio.Event()
+        self._stderr: collections.deque[str] = collections.deque()
+        self._stderr_size = 0
+        self._writing = asyncio.Lock()  # one line's chunks never interleave with another's
+        self.ended = asyncio.Event()  # the attach stream ended: the env exited (or the pod went)
+        self._closed = False
+        self._reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def create(cls, cluster: Cluster, spec: SandboxSpec, manifest: dict[str, Any],
+                     on_close: Callable[[KubeSandbox], None]) -> KubeSandbox:
+        """Create the pod, wait until it runs, attach, hand its env the SDK. Raises SandboxError
+        saying why a pod did not start, having deleted it."""
+        name, namespace = manifest["metadata"]["name"], cluster.settings.namespace
+        core = await cluster.core()
+        try:
+            await core.create_namespaced_pod(namespace, cast(Any, manifest))  # the client sends a dict as it is
+        except ApiException as error:
+            raise failure(error, f"creating the pod of env {spec.env_name}") from None
+        try:
+            await _until_running(cluster, name, spec)
+            streams = await cluster.streams()
+            connecting = await streams.connect_get_namespaced_pod_attach(
+                name, namespace, container=CONTAINER, stdin=True, stdout=True, stderr=True, tty=False,
+                _preload_content=False)
+            # Unread (_preload_content=False): aiohttp's WebSocket connect, whatever the type stub says.
+            ws = await cast(Any, connecting)
+        except BaseException as error:
+            await delete_pod(cluster, name)
+            if isinstance(error, ApiException):
+                raise failure(error, f"attaching to the pod {name} of env {spec.env_name}") from None
+            if isinstance(error, aiohttp.ClientError):
+                raise SandboxError(f"attaching to the pod {name} of env {spec.env_name} failed: {error}") from None
+            raise
+        started = cls(name, spec, ws, on_close)
+        if bootstrapped(spec.command):
+            try:
+                await started.write(sdk_payload())
+            except BaseException as error:
+                await started.close()
+                if isinstance(error, EOFError):
+                    raise SandboxError(f"the pod {name} of env {spec.env_name} ended before its env started: "
+                                       f"{started.stderr_tail(1000)}") from None
+                raise
+        return started
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and not self.ended.is_set()
+
+    async def write(self, data: bytes) -> None:
+        """Write to the env's stdin in chunks; EOFError once the stream has ended."""
+        async with self._writing:
+            for start in range(0, max(len(data), 1), STDIN_CHUNK):
+                if self.ended.is_set() or self._ws.closed:
+                    raise EOFError("the pod's attach stream ended")
+                try:
+                    await self._ws.send_bytes(bytes([STDIN]) + data[start:start + STDIN_CHUNK])
+                except (ConnectionError, aiohttp.ClientError) as error:
+                    raise EOFError(f"the pod's attach stream ended ({error})") from None
+
+    async def send_line(self, line: bytes) -> None:
+        await self.write(line + b"\n")
+
+    async def read_line(self) -> bytes:
+        scanned = 0
+        while (end := self._stdout.find(b"\n", scanned)) < 0:
+            scanned = len(self._stdout)
+            if len(self._stdout) >= LINE_LIMIT:
+                raise EOFError(f"the env wrote more than {LINE_LIMIT >> 20} MB on stdout without a newline")
+            if self.ended.is_set():
+                raise EOFError("the pod's attach stream ended")
+            self._stdout_added.clear()
+            await self._stdout_added.wait()
+        line = bytes(self._stdout[:end])
+        del self._stdout[: end + 1]
+        self._stdout_room.set()
+        return line
+
+    def stderr_tail(self, max_chars: int = 4000) -> str:
+        return "".join(self._stderr)[-max_chars:]
+
+    async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
+                     timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
+        raise SandboxError(f"env {self.spec.env_name}: command verifiers do not run on --sandbox kubernetes yet; "
+                           "serve a bundle with command verifiers with --sandbox docker")
+
+    async def close(self) -> None:
+        """End the stream and hand the pod's deletion to the provider (`on_close`), so a
+        cancelled caller cannot stop it; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._reader.cancel()
+        with contextlib.suppress(Exception):
+            await self._ws.close()
+        self._on_close(self)
+
+    async def _read(self) -> None:
+        try:
+            async for message in self._ws:
+                if message.type != aiohttp.WSMsgType.BINARY or len(message.data) < 2:
+                    continue  # the empty message each channel opens with
+                channel, data = message.data[0], message.data[1:]
+                if channel == STDOUT:
+                    self._stdout += data
+                    self._stdout_added.set()
+                    while len(self._stdout) >= LINE_LIMIT:
+                        self._stdout_room.clear()
+                        await self._stdout_room.wait()
+                elif channel == STDERR:
+                    self._keep_stderr(data.decode("utf-8", "replace"))
+                elif channel == STATUS and b'"Success"' not in data:
+                    self._keep_stderr(f"\n[corral] the attach stream ended: {data.decode('utf-8', 'replace')}\n")
+        except aiohttp.ClientError as error:
+            self._keep_stderr(f"\n[corral] reading the pod's attach stream failed: {error}\n")
+        finally:
+            self.ended.set()
+            self._stdout_added.set()
+
+    def _keep_stderr(self, text: str) -> None:
+        self._stderr.append(text)
+        self._stderr_size += len(text)
+        while self._stderr_size - len(self._stderr[0]) >= STDERR_KEEP:
+            self._stderr_size -= len(self._stderr.popleft())
+
+
+async def _until_running(cluster: Cluster, name: str, spec: SandboxSpec) -> None:
+    """Wait for the pod to run; SandboxError with the cluster's reason when it will not."""
+    core, pause = await cluster.core(), POLL_FIRST_S
+    try:
+        async with asyncio.timeout(START_TIMEOUT_S):
+            while True:
+                try:
+                    pod = await core.read_namespaced_pod(name, cluster.settings.namespace)
+                except ApiException as error:
+                    raise failure(error, f"reading the pod {name} of env {spec.env_name}") from None
+                if (problem := why_not_started(pod)) is not None:
+                    raise SandboxError(f"the pod {name} of env {spec.env_name} did not start: {problem}")
+                if pod.status is not None and pod.status.phase == "Running":
+                    return
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, POLL_MOST_S)
+    except TimeoutError:
+        raise SandboxError(f"the pod {name} of env {spec.env_name} did not run within {START_TIMEOUT_S:.0f}s; "
+                           f"kubectl describe pod {name} says why") from None
+
+
+async def delete_pod(cluster: Cluster, name: str) -> None:
+    """Delete the pod at once (no grace: its episode is over); a pod already gone is fine."""
+    core = await cluster.core()
+    try:
+        await core.delete_namespaced_pod(name, cluster.settings.namespace, grace_period_seconds=0)
+    except ApiException as error:
+        if error.status != 404:
+            log.warning("deleting the pod %s failed: %s %s", name, error.status, error.reason)

@@ -1,0 +1,335 @@
+"""A stand-in for a Kubernetes API server: what the kubernetes provider calls, on the real wire.
+
+It speaks HTTP and JSON as kube-apiserver does, to the official client (kubernetes_asyncio)
+pointed at it by a kubeconfig: pods (create, get, list by label selector, delete), their
+status as a kubelet reports it (Pending, then Running, then Succeeded or Failed with the
+container's exit code; ErrImagePull/ImagePullBackOff for an image the registry lacks;
+Unschedulable for a pod larger than the node), coordination.k8s.io Leases (create, get,
+replace with resourceVersion checks, merge patch, delete), and a pod's attach stream over a
+WebSocket in the `v4.channel.k8s.io` subprotocol (byte 0 of each binary message: 0 stdin,
+1 stdout, 2 stderr, 3 the status JSON at the end).
+
+Each pod's container is a real local process: the image names a local folder (`images`),
+which is its working folder, and the container's `args` (its `command`, if any, before them)
+run there with the pod's variables. Validation follows the API server's where the provider
+could get it wrong: names and label values, a bearer token, and 404/409 as Status objects.
+Routes it does not know answer 404 and are recorded in `unknown`: a test fails on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import re
+import signal
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+TOKEN = "fake-token"
+NODE_MEMORY_MI = 64 * 1024
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+PODS = "/api/v1/namespaces/{namespace}/pods"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+
+
+def _now(micro: bool = False) -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S" + (".%fZ" if micro else "Z"))
+
+
+def _status(code: int, reason: str, message: str) -> web.Response:
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": code}
+    return web.json_response(body, status=code)
+
+
+@dataclass
+class Pod:
+    body: dict[str, Any]
+    process: asyncio.subprocess.Process | None = None
+    attached: bool = False
+    runner: asyncio.Task | None = None
+    deleted: bool = False
+
+    @property
+    def container(self) -> dict[str, Any]:
+        return self.body["spec"]["containers"][0]
+
+    def set_state(self, phase: str, state: dict[str, Any], conditions: list[dict] | None = None) -> None:
+        container = self.container
+        self.body["status"] = {
+            "phase": phase, "conditions": conditions or [],
+            "containerStatuses": [{"name": container["name"], "image": container["image"], "imageID": "",
+                                   "ready": "running" in state, "restartCount": 0, "started": "running" in state,
+                                   "state": state}],
+        }
+
+
+class FakeCluster:
+    """The API server and its one node; `start()` serves it on a thread of its own."""
+
+    def __init__(self, images: dict[str, Path]):
+        self.images = images  # image reference -> the local folder its container runs in
+        self.pods: dict[tuple[str, str], Pod] = {}
+        self.leases: dict[tuple[str, str], dict[str, Any]] = {}
+        self.unknown: list[str] = []
+        self.created = 0  # pods created, ever
+        self._version = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    # -- running it -------------------------------------------------------------------------
+    def start(self) -> str:
+        self._thread.start()
+        self.url = self.call(self._serve())
+        return self.url
+
+    def call(self, work):
+        """Run a coroutine on the server's loop from any thread, and return its result."""
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout=60)
+
+    def kubeconfig(self, namespace: str) -> str:
+        return json.dumps({  # JSON is YAML: the client reads it as its kubeconfig
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {"token": TOKEN}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
+        })
+
+    def stop(self) -> None:
+        self.call(self._shutdown())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    async def _serve(self) -> str:
+        app = web.Application(middlewares=[self._auth], client_max_size=64 * 2**20)
+        app.router.add_route("*", PODS, self._pods)
+        app.router.add_route("*", PODS + "/{name}", self._pod)
+        app.router.add_get(PODS + "/{name}/attach", self._attach)
+        app.router.add_route("*", LEASES, self._lease_collection)
+        app.router.add_route("*", LEASES + "/{name}", self._lease)
+        app.router.add_route("*", "/{tail:.*}", self._unknown)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return f"http://127.0.0.1:{port}"
+
+    async def _shutdown(self) -> None:
+        for pod in list(self.pods.values()):
+            await self._kill(pod)
+        self.pods.clear()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler):
+        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return _status(401, "Unauthorized", "Unauthorized")
+        return await handler(request)
+
+    async def _unknown(self, request: web.Request) -> web.Response:
+        self.unknown.append(f"{request.method} {request.path_qs}")
+        return _status(404, "NotFound", f"the server could not find the requested resource ({request.path})")
+
+    def _next_version(self) -> str:
+        self._version += 1
+        return str(self._version)
+
+    # -- pods -------------------------------------------------------------------------------
+    async def _pods(self, request: web.Request) -> web.Response:
+        namespace = request.match_info["namespace"]
+        if request.method == "GET":
+            wanted = dict(term.split("=", 1) for term in request.query.get("labelSelector", "").split(",") if term)
+            items = [pod.body for (ns, _), pod in self.pods.items() if ns == namespace
+                     and all(pod.body["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())]
+            if "limit" in request.query:
+                items = items[: int(request.query["limit"])]
+            return web.json_response({"kind": "PodList", "apiVersion": "v1",
+                                      "metadata": {"resourceVersion": str(self._version)}, "items": items})
+        if request.method != "POST":
+            return await self._unknown(request)
+        body = await request.json()
+        name = body.get("metadata", {}).get("name", "")
+        if problem := _invalid(body):
+            return _status(422, "Invalid", f'Pod "{name}" is invalid: {problem}')
+        if (namespace, name) in self.pods:
+            return _status(409, "AlreadyExists", f'pods "{name}" already exists')
+        body["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), resourceVersion=self._next_version(),
+                                creationTimestamp=_now())
+        pod = Pod(body)
+        pod.set_state("Pending", {"waiting": {"reason": "ContainerCreating"}})
+        self.pods[(namespace, name)] = pod
+        self.created += 1
+        pod.runner = asyncio.create_task(self._kubelet(pod))
+        return web.json_response(body, status=201)
+
+    async def _pod(self, request: web.Request) -> web.Response:
+        key = (request.match_info["namespace"], request.match_info["name"])
+        pod = self.pods.get(key)
+        if pod is None:
+            return _status(404, "NotFound", f'pods "{key[1]}" not found')
+        if request.method == "GET":
+            return web.json_response(pod.body)
+        if request.method == "DELETE":
+            del self.pods[key]
+            await self._kill(pod)
+            return web.json_response(pod.body)
+        return await self._unknown(request)
+
+    async def _kubelet(self, pod: Pod) -> None:
+        """Schedule the pod, pull its image, run its container, report how it ended."""
+        container = pod.container
+        memory = container.get("resources", {}).get("requests", {}).get("memory", "0Mi")
+        if int(memory.removesuffix("Mi")) > NODE_MEMORY_MI:
+            pod.set_state("Pending", {"waiting": {"reason": "ContainerCreating"}}, [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/1 nodes are available: 1 Insufficient memory. preemption: 0/1 nodes are available: "
+                           "1 No preemption victims found for incoming pod."}])
+            return
+        folder = self.images.get(container["image"])
+        if folder is None:
+            pod.set_state("Pending", {"waiting": {"reason": "ErrImagePull", "message": f'rpc error: failed to pull '
+                                                  f'and unpack image "{container["image"]}": not found'}})
+            await asyncio.sleep(0.2)
+            pod.set_state("Pending", {"waiting": {"reason": "ImagePullBackOff",
+                                                  "message": f'Back-off pulling image "{container["image"]}"'}})
+            return
+        variables = {"PATH": os.environ["PATH"], **{v["name"]: v["value"] for v in container.get("env", [])}}
+        pod.process = await asyncio.create_subprocess_exec(
+            *container.get("command", []), *container.get("args", []), cwd=folder, env=variables,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True)
+        if pod.deleted:  # deleted while its container started
+            os.killpg(pod.process.pid, signal.SIGKILL)
+        pod.set_state("Running", {"running": {"startedAt": _now()}})
+        code = await pod.process.wait()
+        pod.set_state("Succeeded" if code == 0 else "Failed", {"terminated": {
+            "exitCode": code, "reason": "Completed" if code == 0 else "Error", "startedAt": _now(),
+            "finishedAt": _now()}})
+
+    async def _kill(self, pod: Pod) -> None:
+        """The container's processes killed (deletion with no grace), its kubelet's work ended."""
+        pod.deleted = True
+        if pod.process is not None and pod.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pod.process.pid, signal.SIGKILL)
+        if pod.process is not None and not pod.attached:  # asyncio's wait() waits for its pipes' ends too
+            await asyncio.gather(pod.process.stdout.read(), pod.process.stderr.read())  # type: ignore[union-attr]
+        if pod.runner is not None:
+            await pod.runner
+
+    async def _attach(self, request: web.Request) -> web.StreamResponse:
+        key = (request.match_info["namespace"], request.match_info["name"])
+        pod = self.pods.get(key)
+        if pod is None:
+            return _status(404, "NotFound", f'pods "{key[1]}" not found')
+        process = pod.process
+        if process is None or pod.body["status"]["phase"] != "Running" or process.returncode is not None:
+            return _status(400, "BadRequest", f"container {pod.container['name']} is not running")
+        if request.query.get("stdin") == "true" and pod.attached:
+            return _status(400, "BadRequest", "another attach already holds the container's stdin")
+        if "v4.channel.k8s.io" not in request.headers.get("Sec-WebSocket-Protocol", ""):
+            return _status(400, "BadRequest", "the subprotocol v4.channel.k8s.io was not offered")
+        pod.attached = True
+        ws = web.WebSocketResponse(protocols=("v4.channel.k8s.io",), max_msg_size=0)
+        await ws.prepare(request)
+        for channel in (1, 2, 3):  # each channel opens with an empty message, as the API server's do
+            await ws.send_bytes(bytes([channel]))
+        assert process.stdin and process.stdout and process.stderr
+
+        async def pump(stream: asyncio.StreamReader, channel: int) -> None:
+            # To its end, even once the client has gone: a process whose pipe is full never ends.
+            while chunk := await stream.read(32 * 1024):
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    await ws.send_bytes(bytes([channel]) + chunk)
+
+        async def outputs() -> None:
+            await asyncio.gather(pump(process.stdout, 1), pump(process.stderr, 2))
+            await process.wait()
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await ws.send_bytes(b"\x03" + json.dumps({"metadata": {}, "status": "Success"}).encode())
+            await ws.close()
+
+        sending = asyncio.create_task(outputs())
+        async for message in ws:
+            if message.type == WSMsgType.BINARY and message.data[:1] == b"\x00":
+                with contextlib.suppress(ConnectionError):
+                    process.stdin.write(message.data[1:])
+                    await process.stdin.drain()
+        process.stdin.close()  # stdinOnce: the attach that held stdin has gone
+        await sending
+        return ws
+
+    # -- leases -----------------------------------------------------------------------------
+    async def _lease_collection(self, request: web.Request) -> web.Response:
+        if request.method != "POST":
+            return await self._unknown(request)
+        body = await request.json()
+        key = (request.match_info["namespace"], body["metadata"]["name"])
+        if key in self.leases:
+            return _status(409, "AlreadyExists", f'leases.coordination.k8s.io "{key[1]}" already exists')
+        body.update(apiVersion="coordination.k8s.io/v1", kind="Lease")
+        body["metadata"].update(namespace=key[0], resourceVersion=self._next_version())
+        self.leases[key] = body
+        return web.json_response(body, status=201)
+
+    async def _lease(self, request: web.Request) -> web.Response:
+        key = (request.match_info["namespace"], request.match_info["name"])
+        held = self.leases.get(key)
+        if held is None:
+            return _status(404, "NotFound", f'leases.coordination.k8s.io "{key[1]}" not found')
+        if request.method == "GET":
+            return web.json_response(held)
+        if request.method == "DELETE":
+            del self.leases[key]
+            return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Success"})
+        body = await request.json()
+        if request.method == "PUT":
+            if body["metadata"].get("resourceVersion") != held["metadata"]["resourceVersion"]:
+                return _status(409, "Conflict", f'Operation cannot be fulfilled on leases.coordination.k8s.io '
+                                                f'"{key[1]}": the object has been modified')
+            held = {**body, "apiVersion": "coordination.k8s.io/v1", "kind": "Lease"}
+        elif request.method == "PATCH" and request.content_type == "application/merge-patch+json":
+            held["spec"].update(body.get("spec", {}))
+        else:
+            return await self._unknown(request)
+        held["metadata"].update(namespace=key[0], resourceVersion=self._next_version())
+        self.leases[key] = held
+        return web.json_response(held)
+
+    def age_lease(self, namespace: str, name: str, seconds: float) -> None:
+        """Make a lease look last renewed `seconds` ago (what a killed server's becomes)."""
+        moment = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=seconds)
+        self.leases[(namespace, name)]["spec"]["renewTime"] = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    def labelled(self, namespace: str, **labels: str) -> list[str]:
+        """The pods in `namespace` with all of `labels` (label keys with dots passed as a dict)."""
+        return [name for (ns, name), pod in list(self.pods.items()) if ns == namespace
+                and all(pod.body["metadata"].get("labels", {}).get(k) == v for k, v in labels.items())]
+
+
+def _invalid(body: dict[str, Any]) -> str | None:
+    """What the API server's validation would refuse in a pod (the parts the provider writes)."""
+    metadata = body.get("metadata", {})
+    name = metadata.get("name", "")
+    if not (_NAME.fullmatch(name) and len(name) <= 63):
+        return f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 label must consist of ..."
+    for key, value in metadata.get("labels", {}).items():
+        if not (_LABEL_VALUE.fullmatch(value) and len(value) <= 63):
+            return f"metadata.labels: Invalid value: {value!r} (label {key})"
+    containers = body.get("spec", {}).get("containers") or []
+    if len(containers) != 1 or not containers[0].get("image"):
+        return "spec.containers: Required value (this stand-in runs pods of one container with an image)"
+    return None
