@@ -136,7 +136,7 @@ def test_init_refuses_a_name_that_is_not_a_bundle_name(tmp_path, name):
 def test_a_mistyped_sandbox_is_one_line(starter, command):
     line = refused(corral(command, str(starter), "--sandbox", "dokcer"))
 
-    assert line == "error: unknown --sandbox 'dokcer'; choose one of: auto, docker, local, modal"
+    assert line == "error: unknown --sandbox 'dokcer'; choose one of: auto, docker, local, modal, kubernetes"
 
 
 @pytest.mark.parametrize("command", ["check", "serve"])
