@@ -47,7 +47,7 @@ def main(url: str, vllm_url: str, model_dir: str, out_dir: str) -> None:
                 while sum(s["model_version"] == version for s in samples) < GROUP * GROUPS_PER_VERSION:
                     sample = worker.rollout_buffer.get(timeout=300)
                     samples.append({"group": sample.group_id, "model_version": sample.model_version,
-                                    "prompt": sample.prompt[-1]["content"]})
+                                    "advantage": sample.advantage, "prompt": sample.prompt[-1]["content"]})
         finally:
             worker.stop()
         tasks = {row["task_id"]: row["prompt"][-1]["content"] for row in dataset}

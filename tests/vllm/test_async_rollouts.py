@@ -1,7 +1,7 @@
 """AsyncGRPO's rollouts carry their place in the run: TRL's own `AsyncRolloutWorker`, in its spawned
 rollout process, plays a served bundle through corral's environments with a real vLLM server
 generating (tests/vllm/async_rollouts.py), and every episode's record names the group TRL put it
-in, its index there and the model version TRL generated the group with. (The trainer's side of
+in, its index there, the model version TRL generated the group with and the advantage TRL gave it. (The trainer's side of
 AsyncGRPO needs CUDA: here the script reads the samples and raises the version as a sync does.)"""
 
 from __future__ import annotations
@@ -46,4 +46,5 @@ def test_async_grpo_records_name_the_group_index_and_policy_version_trl_gave_eac
         assert {record.step for record in members} == {sample["model_version"]}
         assert {record.task_id for record in members} == {task_of_prompt[sample["prompt"]]}
         assert all(record.status is not None and record.episode_id for record in members)
+        assert round(sample["advantage"], 6) in {round(record.advantage, 6) for record in members}  # type: ignore[arg-type]
     assert len({record.run for record in records}) == 1  # the environments' records are one run

@@ -32,16 +32,28 @@ _loop: Any = None
 def next_place() -> TrainingContext:
     """The place of the reset being made now: call once per reset, from the reset."""
     global _resets, _group_version
-    loop = rollout_loop()
-    if loop is None:
+    loop, size = rollout_loop(), group_size()
+    if loop is None or size is None:
         return TrainingContext()
-    size = max(int(loop.num_generations), 1)
     with _lock:
         number, _resets = _resets, _resets + 1
         if number % size == 0:
             _group_version = int(loop.model_version)
         version = _group_version
     return TrainingContext(step=version, policy_version=version, group=number // size, group_index=number % size)
+
+
+def group_size() -> int | None:
+    """How many rollouts TRL samples per prompt, under its loop."""
+    loop = rollout_loop()
+    return None if loop is None else max(int(loop.num_generations), 1)
+
+
+def rewards_are_environments() -> bool:
+    """Whether TRL's reward is the environments' alone (no reward function, no rollout reward of
+    a subclass), so that its advantage can be computed from theirs."""
+    loop = rollout_loop()
+    return loop is not None and not loop.reward_funcs and not getattr(loop, "_provides_rollout_reward", False)
 
 
 def rollout_loop() -> Any:
