@@ -48,7 +48,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from corral.client import Bundle
 from corral.training.batching import BatchedGenerator
-from corral.training.evaluation import EvalReport, evaluate
+from corral.training.eval_report import EvalReport
+from corral.training.evaluation import evaluate
 from corral.training.generation import TransformersGenerator
 from corral.training.presets import preset
 from corral.training.processors import HermesProcessor
