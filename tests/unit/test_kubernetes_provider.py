@@ -124,7 +124,7 @@ def test_each_pod_goes_when_its_episode_ends_and_the_rest_when_the_provider_clos
         (name,) = cluster.labelled("corral-test", **{**mine, "corral.episode": "e1"})
         assert name == first.name and len(cluster.labelled("corral-test", **mine)) == 2
         await first.close()
-        await asyncio.gather(*provider._deletions)
+        await provider._live.settled()
         assert cluster.labelled("corral-test", **mine) == [second.name]
         await provider.aclose()
         assert cluster.labelled("corral-test", **mine) == []

@@ -39,7 +39,7 @@ from corral.sandboxes.env_digest import image_tag
 from corral.sandboxes.kube_cluster import Cluster, InstanceLease, Settings, failure
 from corral.sandboxes.kube_pods import pod_manifest, pod_name, refuse_unsupported, registry_image
 from corral.sandboxes.kube_sandbox import KubeSandbox, delete_pod
-from corral.sandboxes.warm_pool import WarmPools
+from corral.sandboxes.live_sandboxes import LiveSandboxes
 
 log = logging.getLogger("corral.sandboxes.kubernetes")
 CHECK_TIMEOUT_S = 10.0
@@ -58,10 +58,8 @@ class KubernetesProvider(SandboxProvider):
         self.instance = instance or f"{socket.gethostname()}-once-{uuid.uuid4().hex[:8]}"
         self.run_id = uuid.uuid4().hex[:12]
         self._images: dict[SandboxSpec, str] = {}
-        self._running: set[KubeSandbox] = set()
-        self._waiting: set[KubeSandbox] = set()  # started for a pool, not yet taken
-        self._pools: WarmPools[KubeSandbox] = WarmPools(warm_pool, self._start_warm)
-        self._deletions: set[asyncio.Task] = set()
+        self._live: LiveSandboxes[KubeSandbox] = LiveSandboxes(
+            warm_pool, lambda spec: self._start(spec, {"corral.purpose": "warm"}))
         self._lease: InstanceLease | None = None
 
     @property
@@ -103,21 +101,14 @@ class KubernetesProvider(SandboxProvider):
         """Keep `warm_pool` started pods ready for each spec (call on the serving loop)."""
         if self._lease is not None:
             self._lease.keep()  # the serving loop renews it from now on
-        self._pools.start(specs)
+        self._live.pools.start(specs)
 
     async def start(self, spec: SandboxSpec, labels: Mapping[str, str] | None = None) -> Sandbox:
         if self._lease is not None:
             self._lease.keep()
-        sandbox = self._pools.take(spec)
-        if sandbox is not None:
-            self._waiting.discard(sandbox)
+        if (sandbox := self._live.take(spec)) is not None:
             return sandbox
         return await self._start(spec, {"corral.purpose": "episode", **dict(labels or {})})
-
-    async def _start_warm(self, spec: SandboxSpec) -> KubeSandbox:
-        sandbox = await self._start(spec, {"corral.purpose": "warm"})
-        self._waiting.add(sandbox)
-        return sandbox
 
     async def _start(self, spec: SandboxSpec, labels: Mapping[str, str]) -> KubeSandbox:
         if spec not in self._images:  # never prepared (a one-off check, a test): prepare it now
@@ -126,19 +117,14 @@ class KubernetesProvider(SandboxProvider):
                                 labels={**self.labels, "corral.env": spec.env_name, **labels},
                                 runtime_class=self.cluster.settings.runtime_class)
         sandbox = await KubeSandbox.create(self.cluster, spec, manifest, on_close=self._closed)
-        self._running.add(sandbox)
+        self._live.add(sandbox)
         return sandbox
 
     def _closed(self, sandbox: KubeSandbox) -> None:
-        self._running.discard(sandbox)
-        self._waiting.discard(sandbox)
-        deletion = asyncio.ensure_future(delete_pod(self.cluster, sandbox.name))
-        self._deletions.add(deletion)
-        deletion.add_done_callback(self._deletions.discard)
+        self._live.closed(sandbox, delete_pod(self.cluster, sandbox.name))
 
     def status(self) -> ProviderStatus:
-        return ProviderStatus(self.kind, self.isolated, live=len(self._running - self._waiting),
-                              warm=self._pools.ready(), warm_dry=self._pools.dry())
+        return self._live.status(self.kind, self.isolated)
 
     async def check(self) -> None:
         """The API server answers for the namespace's pods, or SandboxError says it does not."""
@@ -151,9 +137,7 @@ class KubernetesProvider(SandboxProvider):
 
     async def aclose(self) -> None:
         """Delete every pod of this run: the pools', the episodes', any stragglers; let the lease go."""
-        await self._pools.close()
-        await asyncio.gather(*(sandbox.close() for sandbox in list(self._running)))
-        await asyncio.gather(*list(self._deletions), return_exceptions=True)
+        await self._live.close()
         try:
             await self._delete_labelled(self.labels)
         except SandboxError as error:
