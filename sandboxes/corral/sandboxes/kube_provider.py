@@ -4,15 +4,16 @@
   `CORRAL_K8S_NAMESPACE`, optionally under `CORRAL_K8S_RUNTIME_CLASS` (kube_cluster).
 - Images are pulled, never built: an env folder's image is `CORRAL_REGISTRY/corral-env/<env>:<digest>`,
   the docker provider's content tag (env_digest.image_tag) under the registry, which the
-  operator pushed; a prebuilt `image` is pulled as named. A pod that cannot pull says so.
+  operator pushed (`corral build --push REGISTRY`, docker_push); a prebuilt `image` is pulled
+  as named. A pod that cannot pull says so.
 - Pods get the hardening of kube_pods, and the server speaks to the env over the API server's
   attach stream (kube_sandbox), never over the pod's IP.
 - Labels: every pod carries `corral.instance`, `corral.run`, `corral.env` and
   `corral.purpose` (episode or warm), and an episode's its session and episode. A starting
   server takes its instance's Lease (a live server of the same name refuses the second) and
   deletes every pod labelled with its instance: what a killed server left.
-- Not in this slice: command verifiers, images run whole (Harbor tasks), a NetworkPolicy, and
-  `corral build --push`: each is refused, or said, with what to do instead.
+- Not in this slice: command verifiers, images run whole (Harbor tasks) and a NetworkPolicy:
+  each is refused, or said, with what to do instead.
 """
 
 from __future__ import annotations
@@ -89,12 +90,13 @@ class KubernetesProvider(SandboxProvider):
 
     async def prepare(self, spec: SandboxSpec, progress: Progress = log.info) -> Prepared:
         """Name the image `spec`'s pods pull (nothing is built or pushed here: the registry must
-        hold it already); refuse what this provider does not run yet."""
+        hold it already, `corral build --push`); refuse what this provider does not run yet."""
         started = time.monotonic()
         refuse_unsupported(spec)
         image = registry_image(spec, self.cluster.settings.registry, await asyncio.to_thread(image_tag, spec))
         self._images[spec] = image
-        progress(f"env {spec.env_name}: pods pull {image} (push it there first: docs/kubernetes.md)")
+        progress(f"env {spec.env_name}: pods pull {image} (push it there first: corral build BUNDLE --push "
+                 f"{self.cluster.settings.registry})")
         return Prepared(spec.env_name, image, built=False, seconds=time.monotonic() - started)
 
     def start_pools(self, specs: Iterable[SandboxSpec]) -> None:
