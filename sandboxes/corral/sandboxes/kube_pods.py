@@ -6,7 +6,7 @@ runtime's default seccomp profile, the env's `[resources]` as limits (and as req
 pod is never squeezed below them), no service-account token, no restarts, a lifetime, and
 size-limited memory-backed emptyDirs for /tmp and the env's writable folders. Not expressed
 here: a pids limit (a kubelet setting, `podPidsLimit`) and `network = "none"` (a
-NetworkPolicy, not in this slice: pods keep the cluster's network; see docs/kubernetes.md).
+NetworkPolicy: kube_network).
 """
 
 from __future__ import annotations
