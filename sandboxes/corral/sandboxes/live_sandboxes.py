@@ -1,6 +1,6 @@
-"""The sandboxes a remote provider's run has started, and their removals still under way.
+"""The sandboxes a provider's run has started, and their removals still under way.
 
-The kubernetes and modal providers keep the same books: sandboxes handed to episodes,
+The kubernetes, modal and local providers keep the same books: sandboxes handed to episodes,
 sandboxes started for a warm pool and not yet taken, and removals (a pod's deletion, a
 Modal sandbox's termination) that run to their end in the background whatever the closing
 caller does. Closing the provider closes all of them and waits for every removal.
@@ -41,11 +41,13 @@ class LiveSandboxes(Generic[S]):
             self._waiting.discard(sandbox)
         return sandbox
 
-    def closed(self, sandbox: S, removal: Awaitable[object]) -> None:
-        """`sandbox` closed: forget it, and run its `removal` to the end in the background."""
+    def closed(self, sandbox: S, removal: Awaitable[object] | None = None) -> None:
+        """`sandbox` closed: forget it, and run its `removal` (if the provider has one left to
+        do) to the end in the background."""
         self._running.discard(sandbox)
         self._waiting.discard(sandbox)
-        self.in_background(removal)
+        if removal is not None:
+            self.in_background(removal)
 
     def in_background(self, work: Awaitable[object]) -> None:
         """Run `work` to its end whatever its caller does; `close` waits for it."""
