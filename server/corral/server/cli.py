@@ -1,5 +1,5 @@
-"""The `corral` command: start a bundle, check it, build its images, serve it, play a task;
-evaluate a model and read what was played (`cli_runs`). How it stops when it cannot do what it
+"""The `corral` command: start a bundle, check it, serve it; build its images (`cli_images`), play
+a task (`cli_play`); evaluate a model and read what was played (`cli_runs`). How it stops when it cannot do what it
 was asked (exit status 2 for a mistake in the call, 1 for a bundle with problems) is `cli_exits`'.
 """
 
@@ -15,16 +15,15 @@ from typing import Annotated
 import typer
 import uvicorn
 
-from corral.errors import AuthError, BundleInvalid, ConfigError, CorralError, ImageError
-from corral.sandboxes import make_provider, push_image
+from corral.errors import ConfigError
 from corral.server.app import create_app, socket_settings
 from corral.server.bundle_model import TRAIN_SPLIT
-from corral.server.checks import sandbox_spec
 from corral.server.cli_exits import fail, listen, open_or_exit, refuse_bad_call
+from corral.server.cli_images import build
+from corral.server.cli_options import BundleArg, UnsafeLocalShellOption
+from corral.server.cli_play import play_command
 from corral.server.cli_runs import episodes, eval_command, view
-from corral.server.formats import load_bundle
 from corral.server.harbor.oracle import play_and_close
-from corral.server.problems import merge_shared, problems_of
 from corral.server.scaffold import starter_files, write_starter
 from corral.server.serve_token import serve_token
 from corral.server.served import ServedBundle, ServeOptions, default_instance
@@ -36,9 +35,6 @@ app = typer.Typer(
     add_completion=False,
 )
 
-BundleArg = Annotated[Path, typer.Argument(help="The bundle folder (it holds bundle.toml), or a folder of Harbor tasks.", show_default=False)]
-UnsafeLocalShellOption = Annotated[bool, typer.Option(
-    "--unsafe-local-shell", help="--sandbox local where bubblewrap cannot run: serve envs whose tools give the agent a shell or files anyway, though their processes then share this machine's files, processes and network (corral's own API included). Never on a machine with anything to protect.")]
 NetworkOption = Annotated[str | None, typer.Option(help="Harbor tasks: none (each runs offline; one that asks for a network is left out, and listed) or egress (each gets the network it asks for). Default: the folder's bundle.toml, else none.")]
 
 
@@ -179,98 +175,8 @@ def serve(
     uvicorn.Server(uvicorn.Config(create_app(served), log_level="info", **socket_settings(served))).run(sockets=[listener])
 
 
-@app.command()
-def build(
-    bundle: BundleArg,
-    push: Annotated[str | None, typer.Option(
-        metavar="REGISTRY", help="Then push each env's image to REGISTRY (host\\[:port]\\[/path]; `docker login` first) as "
-        "REGISTRY/corral-env/ENV:DIGEST, where --sandbox kubernetes with CORRAL_REGISTRY=REGISTRY pulls it.")] = None,
-) -> None:
-    """Build the Docker image of every env of a bundle that lacks one (an unchanged env
-    folder is never rebuilt; a changed one always is), and with --push, push them."""
-    loaded = load_bundle(bundle)
-    if loaded.problems:
-        typer.echo(str(BundleInvalid(loaded.root, loaded.problems)), err=True)
-        raise typer.Exit(1)
-    try:
-        provider = make_provider("docker")
-    except ConfigError as error:
-        fail(str(error))
-    provider = loaded.serving_provider(provider)
-
-    async def prepare_all() -> None:
-        try:
-            for env in loaded.envs.values():
-                spec = sandbox_spec(env)
-                prepared = await provider.prepare(spec, typer.echo)
-                state = f"built in {prepared.seconds:.0f}s" if prepared.built else "up to date"
-                typer.echo(f"{env.name}: {prepared.image} {state}")
-                if push is not None and prepared.image is not None:
-                    await push_built(env.name, spec.image, prepared.image, push)
-        finally:
-            await provider.aclose()
-
-    try:
-        asyncio.run(prepare_all())
-    except (ImageError, ConfigError) as error:
-        typer.echo(str(error), err=True)
-        raise typer.Exit(1) from None
-
-
-async def push_built(env_name: str, prebuilt: str | None, image: str, registry: str) -> None:
-    """Push an env's built image to `registry`; a prebuilt image is pulled as named, so it stays."""
-    if prebuilt is not None:
-        typer.echo(f"{env_name}: {prebuilt} is pulled as named (a prebuilt image); not pushed")
-        return
-    pushed = await asyncio.to_thread(push_image, image, registry, typer.echo)
-    typer.echo(f"{env_name}: {pushed} pushed")
-
-
-@app.command(name="play")
-def play_command(
-    target: Annotated[str, typer.Argument(
-        metavar="BUNDLE|URL", help="A bundle folder (served in this process) or a corral server's URL.",
-        show_default=False)],
-    task: Annotated[str | None, typer.Option(help="The task id to play.")] = None,
-    split: Annotated[str | None, typer.Option(help="Play a task of this split (its first, or --index).")] = None,
-    index: Annotated[int | None, typer.Option(min=0, help="The task's index in --split (default split: all).")] = None,
-    sandbox: Annotated[str, typer.Option(help="A bundle folder's sandbox: auto (docker when an engine answers, else local), docker, local or modal.")] = "auto",
-    token: Annotated[str | None, typer.Option(envvar="CORRAL_TOKEN", help="A URL's bearer token.")] = None,
-    script: Annotated[Path | None, typer.Option(help='Replay the calls in FILE (one JSON object a line, {"tool": NAME, "arguments": {...}}) instead of reading them from the terminal; exit 1 if the episode ends unscored.')] = None,
-    record: Annotated[Path | None, typer.Option(help="Write the calls played to FILE, as a --script replays them.")] = None,
-    unsafe_local_shell: UnsafeLocalShellOption = False,
-) -> None:
-    """Play one task by hand in the terminal (or replay a script of calls): the prompts, the
-    tools, each call's answer, and at the end the scores, the reward and any verifier output."""
-    try:  # imported here: the play extra is optional for serving
-        from rich.console import Console
-
-        from corral.server.play import PlayOptions, play
-        from corral.server.play_input import read_script
-    except ImportError as error:
-        fail(f"corral play needs prompt_toolkit and rich: pip install 'corral[play]' ({error})")
-    if task is not None and (split is not None or index is not None):
-        fail("name the task one way: --task ID, or --split (and --index)")
-    remote = target.startswith(("http://", "https://"))
-    if not remote:
-        refuse_bad_call(Path(target), sandbox)
-    try:
-        calls = read_script(script) if script is not None else None
-        options = PlayOptions(target=target, task_id=task, split=split, index=index, sandbox=sandbox,
-                              token=token, script=calls, record=record, unsafe_local_shell=unsafe_local_shell)
-        status = play(options, Console(highlight=False))
-    except BundleInvalid as error:
-        typer.echo(str(BundleInvalid(target, merge_shared(problems_of(error)))), err=True)
-        raise typer.Exit(1) from None
-    except AuthError as error:
-        fail(str(error.passed_as("--token TOKEN")))
-    except CorralError as error:  # a server that is not there, a task the bundle lacks
-        fail(str(error))
-    except KeyboardInterrupt:  # Ctrl-C during a call: the session and server are already closed
-        raise typer.Exit(130) from None
-    raise typer.Exit(status)
-
-
+app.command()(build)
+app.command(name="play")(play_command)
 app.command()(episodes)
 app.command()(view)
 app.command(name="eval")(eval_command)
