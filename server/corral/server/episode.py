@@ -39,7 +39,7 @@ from corral.protocol.rewards import pick_reward
 from corral.server.bundle_format import Task
 from corral.server.endings import ENDINGS, Ending
 from corral.server.env_answers import field_of, refused, tool_answer
-from corral.server.envproc import EnvCallError, EnvDied, EnvProcess
+from corral.server.env_connection import EnvCallError, EnvConnection, EnvDied
 from corral.server.episode_runtime import EpisodeRuntime
 
 log = logging.getLogger("corral.server")
@@ -75,7 +75,7 @@ class ServedEpisode:
         self._started_at = time.time()
         self._published = False  # the ended episode was counted, logged and recorded
         self._acting_since: float | None = None  # the agent's clock (task.time_budget_s) runs from the reset
-        self._env: EnvProcess | None = None
+        self._env: EnvConnection | None = None
 
     @property
     def done(self) -> bool:
@@ -101,9 +101,8 @@ class ServedEpisode:
         try:
             async with asyncio.timeout(self.limits.reset_timeout_s), self.runtime.starts:
                 with _Timed(self.seconds, "start", metrics.sandbox_start):
-                    sandbox = await self.runtime.start_sandbox(self.task, labels)
-                self._env = EnvProcess(sandbox)
-                await self._env.initialize(corral_runtime=self.runtime.is_corral_env(self.task))
+                    self._env = await self.runtime.connect(self.task, labels)
+                await self._env.initialize()
                 await self._env.hook("corral/reset", {"task": self.task.args})
         except TimeoutError:
             reason = (f"the reset didn't finish within {self.limits.reset_timeout_s:g}s (deploying the env and "
@@ -158,7 +157,7 @@ class ServedEpisode:
         try:
             async with asyncio.timeout(deadline):
                 with _Timed(self.seconds, "tools", self.runtime.metrics.tool_call):
-                    result = await self._env.call("tools/call", {"name": name, "arguments": arguments})
+                    result = await self._env.call_tool(name, arguments)
         except TimeoutError:
             if self._time_left() <= 0:
                 return await self._out_of_time(name)
@@ -267,7 +266,7 @@ class ServedEpisode:
             env, self._env = self._env, None
             try:
                 async with asyncio.timeout(self.limits.reset_timeout_s):
-                    await env.sandbox.close()
+                    await env.close()
             except TimeoutError:
                 log.warning("episode %s: closing its sandbox took more than %gs; given up", self.episode_id,
                             self.limits.reset_timeout_s)

@@ -16,6 +16,7 @@ from corral.protocol.records import EpisodeRecord
 from corral.protocol.rewards import RewardRule
 from corral.sandboxes import Sandbox
 from corral.server.bundle_format import Task
+from corral.server.env_connection import EnvConnection
 from corral.server.metrics import Metrics
 from corral.server.verifiers import CommandScore
 
@@ -50,11 +51,8 @@ class EpisodeRuntime(Protocol):
     def offered_tools(self, task: Task) -> list[ToolSpec]:
         """The tools the agent is offered in `task` (end_turn last)."""
 
-    def is_corral_env(self, task: Task) -> bool:
-        """Whether `task`'s env is corral's own runtime, whose handshake saves a round trip."""
-
-    async def start_sandbox(self, task: Task, labels: Mapping[str, str]) -> Sandbox:
-        """A fresh sandbox running `task`'s env; SandboxError when it cannot start."""
+    async def connect(self, task: Task, labels: Mapping[str, str]) -> EnvConnection:
+        """`task`'s env in a fresh sandbox, not yet initialized; SandboxError when it cannot start."""
 
     async def check_platform(self) -> None:
         """SandboxError when the sandboxes' provider itself fails now: the evidence that an
