@@ -122,8 +122,9 @@ class ParrotConnection:
     each call at once, as the env's process would, with no JSON lines in between. `calls`: the
     methods the episode called, in order."""
 
-    def __init__(self, env: Env):
+    def __init__(self, env: Env, breaks_on_silence: bool = False):
         self.env = env
+        self.breaks_on_silence = breaks_on_silence  # an empty reply (the untouched replay's) breaks corral's side
         self.sandbox = NoCommands()
         self.idle = True
         self.calls: list[str] = []
@@ -137,6 +138,8 @@ class ParrotConnection:
         self.calls.append("initialize")
 
     async def hook(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        if self.breaks_on_silence and params == {"response": ""}:
+            raise RuntimeError("the parrot's connection broke")
         return await self._answer(method, params or {})
 
     async def list_tools(self) -> list[Any]:
@@ -179,6 +182,7 @@ class FakeRuntime:
     verify: Verify = said
     start_fails: str | None = None  # why every sandbox fails to start
     platform_fault: str | None = None  # why the provider says it fails now
+    breaks_on_silence: bool = False  # its envs' connections break on an empty reply (ParrotConnection)
     name: str = "parrots"
     reward: RewardRule = None
     starts: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
@@ -192,7 +196,7 @@ class FakeRuntime:
     async def connect(self, task: Task, labels: Mapping[str, str]) -> EnvConnection:
         if self.start_fails is not None:
             raise SandboxError(self.start_fails)
-        self.connections.append(ParrotConnection(Parrot()))
+        self.connections.append(ParrotConnection(Parrot(), self.breaks_on_silence))
         return self.connections[-1]
 
     async def check_platform(self) -> None:
@@ -360,3 +364,23 @@ def test_an_env_whose_own_end_turn_raises_on_the_agents_reply_fails_the_episode_
     assert ended.reason.startswith("the env's own code failed: corral/end_turn failed in the env")
     assert "the parrot chokes on boom" in ended.reason and "was scored, so the failure came from what the agent did" in ended.reason
     assert (runtime.ended[0].cause, replays(runtime, "sound")) == ("env_hook_failed", 1)
+
+
+def test_verifiers_past_their_deadline_end_the_episode_with_a_timeout_judged_by_the_replay():
+    class Slow(FakeRuntime):
+        async def score(self, task: Task, report: dict[str, Any], verifiers: Mapping[str, str], *,
+                        timeout_s: float) -> dict[str, float]:
+            raise TimeoutError  # as the verifier pool raises it past timeout_s
+
+    runtime = Slow()
+    _, ended = play(runtime, ("end_turn", {"response": ""}))
+    assert ended.error.error_type == "timeout" and ended.reason.startswith("the verifiers did not finish within 5s")
+    assert (ended.status, runtime.ended[0].cause, replays(runtime, "broken")) == ("unscored", "verify_timeout", 1)
+
+
+def test_a_replay_that_corral_fails_to_play_is_the_platforms_evidence_and_its_sandbox_is_closed():
+    runtime = FakeRuntime(breaks_on_silence=True)
+    _, _, ended = play(runtime, ("say", {"text": "boom"}), ("end_turn", {"response": "done"}))
+    assert (ended.status, ended.reward) == ("unscored", None)
+    assert ended.reason.endswith("failed too: corral failed playing it: RuntimeError: the parrot's connection broke")
+    assert len(runtime.connections) == 2 and all(connection.closed for connection in runtime.connections)
