@@ -2,7 +2,8 @@
 
 An episode (`episode.py`) plays one task in one sandbox; it does not know where it is served.
 `ServedBundle` (`served.py`) is the runtime a server gives its episodes; a test gives a fake
-one (tests/unit/test_episode_endings.py), with an in-process sandbox and its own verifiers.
+one (tests/unit/test_episode_endings.py), whose env connections reach an env in the test's
+process, and whose verifiers run there too.
 """
 
 from __future__ import annotations
