@@ -48,7 +48,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from corral.client import Bundle
 from corral.training.batching import BatchedGenerator
-from corral.training.evaluation import EvalReport, evaluate
+from corral.training.eval_report import EvalReport
+from corral.training.evaluation import evaluate
 from corral.training.generation import TransformersGenerator
 from corral.training.presets import preset
 from corral.training.processors import HermesProcessor
@@ -106,13 +107,13 @@ def noisy_gold(tasks: list[dict[str, Any]], opts: argparse.Namespace) -> dict[st
 class Curve:
     """The evaluations so far: one point per evaluation, at the training step it was made."""
 
-    def __init__(self, env: Bundle, opts: argparse.Namespace, records: Path):
-        self.env, self.opts, self.records = env, opts, records
+    def __init__(self, bundle: Bundle, opts: argparse.Namespace, records: Path):
+        self.bundle, self.opts, self.records = bundle, opts, records
         self.points: list[dict[str, Any]] = []
 
     def evaluate(self, stage: str, step: int, model: Any, tokenizer: Any = None) -> EvalReport:
         with one_cpu_thread():
-            report = evaluate(model, self.env, split="eval", k=self.opts.eval_k, concurrency=16, tokenizer=tokenizer,
+            report = evaluate(model, self.bundle, split="eval", k=self.opts.eval_k, concurrency=16, tokenizer=tokenizer,
                               max_completion_length=MAX_COMPLETION_LENGTH, max_tool_calls=4,
                               limit=self.opts.eval_tasks, record_dir=self.records, progress=False)
         point = {"stage": stage, "step": step, "mean_reward": report.mean_reward, "seconds": report.seconds,
@@ -143,15 +144,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     records = opts.records or work / "records"
     tasks = [json.loads(line) for line in (CODEWORD / "tasks.jsonl").read_text().splitlines()]
     with Bundle.local(CODEWORD, split="train", sandbox="local", max_concurrent_envs=64, warm_pool=8,
-                      record_dir=records) as env:
-        tools = chat_tools(env.toolsets["codeword"])  # as CorralRollout renders them
-        gold = gold_dataset(env, noisy_gold(tasks, opts), concurrency=8, tools=tools)
+                      record_dir=records) as bundle:
+        tools = chat_tools(bundle.toolsets["codeword"])  # as CorralRollout renders them
+        gold = gold_dataset(bundle, noisy_gold(tasks, opts), concurrency=8, tools=tools)
         rewards = gold["reward"]
         say(f"gold: {len(gold)} noisy conversations played on the server, mean reward {sum(rewards) / len(rewards):.3f}")
         chats = [{"messages": messages, "tools": tools, **NO_THINKING} for messages in gold["messages"]]
         model_dir = make_tiny_model(work / "model", seed=opts.seed, chats=chats, vocab_size=768, split_digits=True,
                                     common_lines=True, hidden_size=128, max_positions=512)
-        curve = Curve(env, opts, records)
+        curve = Curve(bundle, opts, records)
         curve.evaluate("before SFT", 0, str(model_dir))
 
         sft = preset("sft")
@@ -165,9 +166,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
         say(f"SFT: {trainer.state.global_step} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
         curve.evaluate("after SFT", opts.sft_steps, str(sft_dir))
-        speed = generation_speed(env, sft_dir, opts)
+        speed = generation_speed(bundle, sft_dir, opts)
 
-        rollout = CorralRollout(env, max_tool_calls=4, record_dir=records)
+        rollout = CorralRollout(bundle, max_tool_calls=4, record_dir=records)
         algorithm = preset(opts.preset)
         args = algorithm.config(
             output_dir=str(work / "grpo"), max_steps=opts.grpo_steps, learning_rate=opts.grpo_lr,
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return result
 
 
-def generation_speed(env: Bundle, model_dir: Path, opts: argparse.Namespace) -> dict[str, Any]:
+def generation_speed(bundle: Bundle, model_dir: Path, opts: argparse.Namespace) -> dict[str, Any]:
     """Play the same episodes (each eval task, `eval_k` times, 32 at once) with each generation path, and
     time them."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -207,7 +208,7 @@ def generation_speed(env: Bundle, model_dir: Path, opts: argparse.Namespace) -> 
     timed: dict[str, Any] = {}
     for name, generator in (("one at a time", TransformersGenerator(model)),
                             ("batched", BatchedGenerator(model, pad_token_id=tokenizer.pad_token_id))):
-        rollout = CorralRollout(env, processor=processor, generator=generator, max_tool_calls=4,
+        rollout = CorralRollout(bundle, processor=processor, generator=generator, max_tool_calls=4,
                                 max_completion_length=MAX_COMPLETION_LENGTH)
         prompts = [row["prompt"] for row in rollout.dataset_for("eval").select(range(opts.eval_tasks))
                    for _ in range(opts.eval_k)]

@@ -115,6 +115,7 @@ MODULES = {
                         (UNIT + "test_verifiers.py", INTEGRATION + "test_command_verifiers.py")),
     "envproc": Target("server/corral/server/envproc.py", (UNIT + "test_envproc.py",)),
     "local": Target("sandboxes/corral/sandboxes/local.py", LOCAL_TESTS, child_tests=LOCAL_AS_NOBODY),
+    "local_sandbox": Target("sandboxes/corral/sandboxes/local_sandbox.py", LOCAL_TESTS, child_tests=LOCAL_AS_NOBODY),
     "local_procs": Target("sandboxes/corral/sandboxes/local_procs.py", LOCAL_TESTS),
     "local_files": Target("sandboxes/corral/sandboxes/local_files.py", LOCAL_TESTS),
     "docker": Target("sandboxes/corral/sandboxes/docker_sandbox.py", (CONTRACT_TESTS, *DOCKER_TESTS)),
@@ -523,17 +524,17 @@ EXPLAINED = {
     ("client/corral/client/session.py",
      "def __init__(self, url: str, *, token: str | None = None, keepalive_s: float = 20.0):"):
         "a default keepalive period: a second more or less keeps a socket alive as well",
-    ("sandboxes/corral/sandboxes/local.py", "def stderr_tail(self, max_chars: int = 4000) -> str:"): QUOTE_DEFAULT,
-    ("sandboxes/corral/sandboxes/local.py", "self.verifications = 0"):
+    ("sandboxes/corral/sandboxes/local_sandbox.py", "def stderr_tail(self, max_chars: int = 4000) -> str:"): QUOTE_DEFAULT,
+    ("sandboxes/corral/sandboxes/local_sandbox.py", "self.verifications = 0"):
         "the count only names each verification's folder (verify-1, verify-2, ...); any start names them apart",
-    ("sandboxes/corral/sandboxes/local.py", "self._agent_stopped = True"): AGENT_STOPPED,
-    ("sandboxes/corral/sandboxes/local.py", "self._stderr = -1"):
+    ("sandboxes/corral/sandboxes/local_sandbox.py", "self._agent_stopped = True"): AGENT_STOPPED,
+    ("sandboxes/corral/sandboxes/local_sandbox.py", "self._stderr = -1"):
         "the mark of a closed stderr: nothing reads a sandbox's tail once it is closed (the episode and the "
         "warm pool quote it before), and a second close returns at once",
-    ("sandboxes/corral/sandboxes/local.py", "if self._stderr >= 0:"): NEVER_STDIN,
+    ("sandboxes/corral/sandboxes/local_sandbox.py", "if self._stderr >= 0:"): NEVER_STDIN,
     ("sandboxes/corral/sandboxes/local.py", "if self._lock >= 0 or not self.named:"): NEVER_STDIN,
     ("sandboxes/corral/sandboxes/local.py", "if self._lock >= 0:"): NEVER_STDIN,
-    ("sandboxes/corral/sandboxes/local.py",
+    ("sandboxes/corral/sandboxes/local_sandbox.py",
      'return os.pread(self._stderr, size - start, start).decode("utf-8", errors="replace")'):
         "a read from `start` stops at the file's end: asking for more bytes than are left reads the same",
     ("sandboxes/corral/sandboxes/local_files.py", "os.chmod(path, 0o755 if os.stat(path).st_mode & 0o100 else 0o644)"):

@@ -104,9 +104,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     config = async_config(opts)
     say(f"AsyncGRPOConfig: {config.num_generations} rollouts per task, {config.per_device_train_batch_size} per "
         f"step, weights synced every {config.weight_sync_steps} step(s), max staleness {config.max_staleness}")
-    with open_bundle(opts, sandbox="local" if opts.tiny else "auto", max_concurrent_envs=opts.concurrency) as env:
-        pickled = pickle.dumps(env.factory)  # AsyncGRPO refuses a factory that does not pickle
-        rows = [env.dataset[i] for i in range(2)]
+    with open_bundle(opts, sandbox="local" if opts.tiny else "auto", max_concurrent_envs=opts.concurrency) as bundle:
+        pickled = pickle.dumps(bundle.factory)  # AsyncGRPO refuses a factory that does not pickle
+        rows = [bundle.dataset[i] for i in range(2)]
         with multiprocessing.get_context("spawn").Pool(1) as pool:  # as the rollout worker starts its child
             rewards = pool.apply(play_in_spawned_process, (pickled, rows))
         say(f"the factory ({len(pickled)} bytes pickled) played {len(rows)} idle days in a spawned process: "
@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                      "--vllm-server-url")
         from trl.experimental.async_grpo import AsyncGRPOTrainer
 
-        trainer = AsyncGRPOTrainer(model=model, args=config, train_dataset=env.dataset,
-                                   environment_factory=env.factory, peft_config=lora_config() if opts.lora else None)
+        trainer = AsyncGRPOTrainer(model=model, args=config, train_dataset=bundle.dataset,
+                                   environment_factory=bundle.factory, peft_config=lora_config() if opts.lora else None)
         trainer.train()
         trainer.save_model(config.output_dir)
         say(f"done: {trainer.state.global_step} steps; model saved to {config.output_dir}")

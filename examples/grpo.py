@@ -99,16 +99,16 @@ def main(argv: list[str] | None = None):
 
     algorithm = preset(opts.preset)
     days = opts.days or (2 if opts.tiny else None)
-    with open_bundle(opts, sandbox="local" if opts.tiny else "auto", max_concurrent_envs=opts.concurrency) as env:
+    with open_bundle(opts, sandbox="local" if opts.tiny else "auto", max_concurrent_envs=opts.concurrency) as bundle:
         args = algorithm.config(output_dir=str(opts.output_dir / opts.preset), **grpo_settings(opts))
         peft = lora_config() if opts.lora else None
         rollout = None
         if opts.token_exact:
-            trainer, rollout = token_exact_trainer(algorithm, model, args, env, opts, days, peft)
+            trainer, rollout = token_exact_trainer(algorithm, model, args, bundle, opts, days, peft)
         else:
-            evaluation = env.dataset_for(opts.eval_split) if opts.eval_split else None
-            trainer = algorithm.trainer(model=model, args=args, train_dataset=first(env.dataset, days),
-                                        eval_dataset=evaluation, environment_factory=env.factory, peft_config=peft)
+            evaluation = bundle.dataset_for(opts.eval_split) if opts.eval_split else None
+            trainer = algorithm.trainer(model=model, args=args, train_dataset=first(bundle.dataset, days),
+                                        eval_dataset=evaluation, environment_factory=bundle.factory, peft_config=peft)
         say(f"{algorithm.name}: {args.max_steps} steps of {args.per_device_train_batch_size} rollouts "
             f"({args.num_generations} per task), on {len(trainer.train_dataset)} tasks")
         run_training(trainer, tiny=opts.tiny)
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None):
     return trainer
 
 
-def token_exact_trainer(algorithm, model: str, args, env, opts: argparse.Namespace, days: int | None, peft):
+def token_exact_trainer(algorithm, model: str, args, bundle, opts: argparse.Namespace, days: int | None, peft):
     """A trainer that rolls out with `CorralRollout` (the ids the model sampled, tool answers masked),
     and the rollout_func, whose sessions the caller closes."""
     from corral.training.rollouts import CorralRollout, episode_reward
@@ -131,7 +131,7 @@ def token_exact_trainer(algorithm, model: str, args, env, opts: argparse.Namespa
                  "is not supported by CorralRollout), or drop --use-vllm to sample with transformers")
     # With --use-vllm --vllm-mode server, CorralRollout samples from the trainer's vLLM server (the one TRL
     # syncs the weights to), under the name that server lists at /v1/models; else from the trainer's model.
-    rollout = CorralRollout(env, max_tool_calls=args.max_tool_calling_iterations)
+    rollout = CorralRollout(bundle, max_tool_calls=args.max_tool_calling_iterations)
     evaluation = rollout.dataset_for(opts.eval_split) if opts.eval_split else None
     trainer = algorithm.trainer(model=model, args=args, train_dataset=first(rollout.dataset, days),
                                 eval_dataset=evaluation, reward_funcs=episode_reward, rollout_func=rollout,

@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> Path:
 
     calls = load_gold_calls(opts.gold_bundle, opts.split)
     say(f"gold calls for {len(calls)} {opts.split} tasks from {opts.gold_bundle / 'gold.py'}")
-    with open_bundle(opts, sandbox="local" if opts.tiny else "auto", max_concurrent_envs=opts.concurrency) as env:
-        data = gold_dataset(env, calls, limit=days, min_reward=1.0, concurrency=opts.concurrency, progress=progress)
+    with open_bundle(opts, sandbox="local" if opts.tiny else "auto", max_concurrent_envs=opts.concurrency) as bundle:
+        data = gold_dataset(bundle, calls, limit=days, min_reward=1.0, concurrency=opts.concurrency, progress=progress)
     say(f"{len(data)} gold episodes played on the server, lowest reward {min(data['reward']):g}")
 
     sft = preset("sft")

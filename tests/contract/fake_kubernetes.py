@@ -5,7 +5,8 @@ pointed at it by a kubeconfig: pods (create, get, list by label selector, delete
 status as a kubelet reports it (Pending, then Running, then Succeeded or Failed with the
 container's exit code; ErrImagePull/ImagePullBackOff for an image the registry lacks;
 Unschedulable for a pod larger than the node), coordination.k8s.io Leases (create, get,
-replace with resourceVersion checks, merge patch, delete), and a pod's attach stream over a
+replace with resourceVersion checks, merge patch, delete), networking.k8s.io NetworkPolicies
+(create, get, list by label selector, delete: stored, not enforced), and a pod's attach stream over a
 WebSocket in the `v4.channel.k8s.io` subprotocol (byte 0 of each binary message: 0 stdin,
 1 stdout, 2 stderr, 3 the status JSON at the end).
 
@@ -39,6 +40,7 @@ _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 PODS = "/api/v1/namespaces/{namespace}/pods"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+POLICIES = "/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
 
 
 def _now(micro: bool = False) -> str:
@@ -80,6 +82,7 @@ class FakeCluster:
         self.images = images  # image reference -> the local folder its container runs in
         self.pods: dict[tuple[str, str], Pod] = {}
         self.leases: dict[tuple[str, str], dict[str, Any]] = {}
+        self.policies: dict[tuple[str, str], dict[str, Any]] = {}
         self.unknown: list[str] = []
         self.created = 0  # pods created, ever
         self._version = 0
@@ -118,6 +121,8 @@ class FakeCluster:
         app.router.add_get(PODS + "/{name}/attach", self._attach)
         app.router.add_route("*", LEASES, self._lease_collection)
         app.router.add_route("*", LEASES + "/{name}", self._lease)
+        app.router.add_route("*", POLICIES, self._policy_collection)
+        app.router.add_route("*", POLICIES + "/{name}", self._policy)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -151,9 +156,8 @@ class FakeCluster:
     async def _pods(self, request: web.Request) -> web.Response:
         namespace = request.match_info["namespace"]
         if request.method == "GET":
-            wanted = dict(term.split("=", 1) for term in request.query.get("labelSelector", "").split(",") if term)
-            items = [pod.body for (ns, _), pod in self.pods.items() if ns == namespace
-                     and all(pod.body["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())]
+            wanted = _selector(request)
+            items = [pod.body for (ns, _), pod in self.pods.items() if ns == namespace and _has(pod.body, wanted)]
             if "limit" in request.query:
                 items = items[: int(request.query["limit"])]
             return web.json_response({"kind": "PodList", "apiVersion": "v1",
@@ -314,21 +318,81 @@ class FakeCluster:
         moment = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=seconds)
         self.leases[(namespace, name)]["spec"]["renewTime"] = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
+    # -- network policies -------------------------------------------------------------------
+    async def _policy_collection(self, request: web.Request) -> web.Response:
+        namespace = request.match_info["namespace"]
+        if request.method == "GET":
+            wanted = _selector(request)
+            items = [body for (ns, _), body in self.policies.items() if ns == namespace and _has(body, wanted)]
+            return web.json_response({"kind": "NetworkPolicyList", "apiVersion": "networking.k8s.io/v1",
+                                      "metadata": {"resourceVersion": str(self._version)}, "items": items})
+        if request.method != "POST":
+            return await self._unknown(request)
+        body = await request.json()
+        key = (namespace, body.get("metadata", {}).get("name", ""))
+        if problem := _invalid_policy(body):
+            return _status(422, "Invalid", f'NetworkPolicy.networking.k8s.io "{key[1]}" is invalid: {problem}')
+        if key in self.policies:
+            return _status(409, "AlreadyExists", f'networkpolicies.networking.k8s.io "{key[1]}" already exists')
+        body["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), resourceVersion=self._next_version())
+        self.policies[key] = body
+        return web.json_response(body, status=201)
+
+    async def _policy(self, request: web.Request) -> web.Response:
+        key = (request.match_info["namespace"], request.match_info["name"])
+        if key not in self.policies:
+            return _status(404, "NotFound", f'networkpolicies.networking.k8s.io "{key[1]}" not found')
+        if request.method == "GET":
+            return web.json_response(self.policies[key])
+        if request.method == "DELETE":
+            del self.policies[key]
+            return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Success"})
+        return await self._unknown(request)
+
+    def policies_of(self, namespace: str, pod: str) -> list[dict[str, Any]]:
+        """The NetworkPolicies whose podSelector selects the pod (what a CNI would apply to it)."""
+        labels = self.pods[(namespace, pod)].body["metadata"].get("labels", {})
+        return [body for (ns, _), body in self.policies.items() if ns == namespace
+                and all(labels.get(k) == v for k, v in body["spec"]["podSelector"].get("matchLabels", {}).items())]
+
     def labelled(self, namespace: str, **labels: str) -> list[str]:
         """The pods in `namespace` with all of `labels` (label keys with dots passed as a dict)."""
-        return [name for (ns, name), pod in list(self.pods.items()) if ns == namespace
-                and all(pod.body["metadata"].get("labels", {}).get(k) == v for k, v in labels.items())]
+        return [name for (ns, name), pod in list(self.pods.items()) if ns == namespace and _has(pod.body, labels)]
 
 
-def _invalid(body: dict[str, Any]) -> str | None:
-    """What the API server's validation would refuse in a pod (the parts the provider writes)."""
-    metadata = body.get("metadata", {})
+def _selector(request: web.Request) -> dict[str, str]:
+    """A list's `labelSelector` of equalities (what the provider sends) as a dict."""
+    return dict(term.split("=", 1) for term in request.query.get("labelSelector", "").split(",") if term)
+
+
+def _has(body: dict[str, Any], labels: dict[str, str]) -> bool:
+    return all(body["metadata"].get("labels", {}).get(k) == v for k, v in labels.items())
+
+
+def _invalid_labels(metadata: dict[str, Any]) -> str | None:
     name = metadata.get("name", "")
     if not (_NAME.fullmatch(name) and len(name) <= 63):
         return f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 label must consist of ..."
     for key, value in metadata.get("labels", {}).items():
         if not (_LABEL_VALUE.fullmatch(value) and len(value) <= 63):
             return f"metadata.labels: Invalid value: {value!r} (label {key})"
+    return None
+
+
+def _invalid_policy(body: dict[str, Any]) -> str | None:
+    """What the API server's validation would refuse in a NetworkPolicy."""
+    spec = body.get("spec", {})
+    if "podSelector" not in spec:
+        return "spec.podSelector: Required value"
+    if not set(spec.get("policyTypes", [])) <= {"Ingress", "Egress"}:
+        return f"spec.policyTypes: Unsupported value: {spec['policyTypes']}"
+    return _invalid_labels(body.get("metadata", {}))
+
+
+def _invalid(body: dict[str, Any]) -> str | None:
+    """What the API server's validation would refuse in a pod (the parts the provider writes)."""
+    if problem := _invalid_labels(body.get("metadata", {})):
+        return problem
     containers = body.get("spec", {}).get("containers") or []
     if len(containers) != 1 or not containers[0].get("image"):
         return "spec.containers: Required value (this stand-in runs pods of one container with an image)"

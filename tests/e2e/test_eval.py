@@ -27,7 +27,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from corral.client import Bundle
 from corral.client.record_store import EpisodeStore
-from corral.training.evaluation import evaluate, pass_at_k
+from corral.training.eval_report import pass_at_k
+from corral.training.evaluation import evaluate
 from corral.training.generation import Sample
 from corral.training.processors import HermesProcessor
 from corral.training.rollouts import CorralRollout

@@ -19,7 +19,8 @@ from corral.client import Bundle, Episode, Session
 from corral.client.record_store import EpisodeStore
 from corral.errors import SandboxError
 from corral.protocol.frames import CallToolObservation, Limits, ResetData
-from corral.sandboxes.local import LocalProvider, LocalSandbox
+from corral.sandboxes.local import LocalProvider
+from corral.sandboxes.local_sandbox import LocalSandbox
 from tests.conftest import BUNDLES, serving
 from tests.probe_bundle import write_probe_bundle
 from tests.wire import call, called, observed, opened, send, ws

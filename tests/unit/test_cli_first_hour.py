@@ -229,7 +229,7 @@ def test_a_port_out_of_range_is_refused_not_wrapped_around(starter):
 
 def test_check_says_when_an_envs_reset_fails_on_the_task_its_verifiers_are_tried_on(starter):
     env = starter / "envs" / "counter" / "env.py"
-    env.write_text(env.read_text().replace('self.count = task["start"]', 'self.count = task["begin"]'))
+    env.write_text(env.read_text().replace('self.count = args["start"]', 'self.count = args["begin"]'))
 
     result = corral("check", str(starter), "--sandbox", "local")
 

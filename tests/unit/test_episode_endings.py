@@ -45,8 +45,8 @@ class Hangs(BaseException):
 class Parrot(Env):
     """Repeats what it is told; its report is what it heard, and the word it waits for."""
 
-    def reset(self, task: dict) -> None:
-        self.word = task["word"]
+    def reset(self, args: dict) -> None:
+        self.word = args["word"]
         self.heard: list[str] = []
 
     @tool

@@ -1,7 +1,9 @@
 """The kubernetes provider: the pods it asks for, what it refuses and why, and what it leaves.
 
-The pod manifests are checked as data; starts, refusals and cleanup run against the stand-in
-API server (tests/contract/fake_kubernetes.py), whose pods are local processes.
+The pod manifests and the NetworkPolicy are checked as data; starts, refusals and cleanup run
+against the stand-in API server (tests/contract/fake_kubernetes.py), whose pods are local
+processes and which stores NetworkPolicies but, like a cluster without an enforcing network
+plugin, does not apply them.
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ import pytest
 
 from corral.errors import ConfigError, SandboxError
 from corral.sandboxes import Resources, kube_cluster
+from corral.sandboxes.kube_network import network_policy
 from corral.sandboxes.kube_pods import label_value, pod_manifest
 from corral.sandboxes.kube_provider import KubernetesProvider
 from tests.contract.providers import SPEC, KubernetesUnderTest
 
 IMAGE = "registry.test/corral-env/contract:0123"
+NAMESPACE = "corral-test"
+EGRESS = dataclasses.replace(SPEC, network="egress")
 
 
 @pytest.fixture
@@ -124,7 +129,7 @@ def test_each_pod_goes_when_its_episode_ends_and_the_rest_when_the_provider_clos
         (name,) = cluster.labelled("corral-test", **{**mine, "corral.episode": "e1"})
         assert name == first.name and len(cluster.labelled("corral-test", **mine)) == 2
         await first.close()
-        await asyncio.gather(*provider._deletions)
+        await provider._live.settled()
         assert cluster.labelled("corral-test", **mine) == [second.name]
         await provider.aclose()
         assert cluster.labelled("corral-test", **mine) == []
@@ -145,5 +150,67 @@ def test_a_held_lease_is_renewed(cluster, monkeypatch):
         renewed = cluster.leases[("corral-test", "corral-unit-renew")]["spec"]["renewTime"]
         await provider.aclose()
         assert renewed > aged
+
+    asyncio.run(check())
+
+
+def test_the_policy_allows_no_traffic_either_way_to_the_runs_pods_without_network():
+    policy = network_policy("0123abcd", {"corral.instance": "host:8000", "corral.run": "0123abcd"})
+    assert policy["kind"] == "NetworkPolicy" and policy["apiVersion"] == "networking.k8s.io/v1"
+    assert policy["metadata"] == {"name": "corral-no-network-0123abcd",
+                                  "labels": {"corral.instance": "host-8000", "corral.run": "0123abcd"}}
+    assert policy["spec"] == {
+        "podSelector": {"matchLabels": {"corral.run": "0123abcd", "corral.network": "none"}},
+        "policyTypes": ["Ingress", "Egress"],  # both listed, neither with a rule: nothing in, nothing out
+        "ingress": [],
+        "egress": [],
+    }
+
+
+def test_a_pod_without_network_is_isolated_and_one_that_opts_in_is_not(cluster):
+    async def check() -> None:
+        provider = KubernetesProvider()
+        try:
+            offline, online = await provider.start(SPEC), await provider.start(EGRESS)
+            (policy,) = cluster.policies_of(NAMESPACE, offline.name)
+            assert (policy["spec"]["policyTypes"], policy["spec"]["ingress"], policy["spec"]["egress"]) == (
+                ["Ingress", "Egress"], [], [])
+            assert cluster.policies_of(NAMESPACE, online.name) == []
+            assert len(cluster.policies) == 1  # one per run, however many pods
+            await provider.start(SPEC)
+            assert len(cluster.policies) == 1
+        finally:
+            await provider.aclose()
+        assert cluster.policies == {}  # gone with the run's pods
+
+    asyncio.run(check())
+
+
+def test_a_run_whose_envs_all_opt_in_makes_no_policy(cluster):
+    async def check() -> None:
+        provider = KubernetesProvider()
+        try:
+            await provider.start(EGRESS)
+            assert cluster.policies == {}
+        finally:
+            await provider.aclose()
+
+    asyncio.run(check())
+
+
+def test_a_killed_servers_policy_is_reaped_by_its_restart(cluster):
+    killed = network_policy("deadbeef0000", {"corral.instance": "unit-net", "corral.run": "deadbeef0000"})
+    killed["metadata"]["namespace"] = NAMESPACE
+    cluster.policies[(NAMESPACE, killed["metadata"]["name"])] = killed
+    other = network_policy("cafe00000000", {"corral.instance": "someone-else", "corral.run": "cafe00000000"})
+    cluster.policies[(NAMESPACE, other["metadata"]["name"])] = other
+
+    async def check() -> None:
+        provider = KubernetesProvider(instance="unit-net")
+        try:
+            await provider.reap_leftovers()
+            assert list(cluster.policies) == [(NAMESPACE, "corral-no-network-cafe00000000")]  # another's stays
+        finally:
+            await provider.aclose()
 
     asyncio.run(check())

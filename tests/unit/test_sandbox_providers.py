@@ -22,9 +22,9 @@ import corral.sandboxes
 from corral.env import jsonrpc
 from corral.errors import ConfigError, SandboxError
 from corral.sandboxes import LocalProvider, ProviderStatus, SandboxSpec, make_provider
-from corral.sandboxes import local as local_module
+from corral.sandboxes import local_sandbox as local_sandbox_module
 from corral.sandboxes.bootstrap import sdk_payload
-from corral.sandboxes.local import LocalSandbox
+from corral.sandboxes.local_sandbox import LocalSandbox
 from tests.conftest import FIXTURES, skip_or_fail_under_ci
 
 TOY = FIXTURES / "toybox/envs/toy"
@@ -243,7 +243,7 @@ def test_a_line_sent_to_an_exited_env_raises_even_while_a_process_it_left_holds_
 
 
 def test_a_local_env_line_longer_than_the_limit_ends_the_stream(monkeypatch, no_leftover_env_processes):
-    monkeypatch.setattr(local_module, "LINE_LIMIT", 4096)
+    monkeypatch.setattr(local_sandbox_module, "LINE_LIMIT", 4096)
     spec = SandboxSpec("flood", TOY, ("python3", "-c", "print('x' * 10000, flush=True); import time; time.sleep(60)"))
 
     async def check() -> None:

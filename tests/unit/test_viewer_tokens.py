@@ -158,3 +158,16 @@ def test_the_episode_page_shows_a_real_tokenizers_text_escaped(tmp_path: Path) -
     fragment = page[page.index("<h2>Tokens</h2>"):page.index("</body>")]
     assert Chips(fragment).texts == SHOWN[:2]
     assert "<script>alert" not in page and "<img" not in page, json.dumps(page)
+
+
+def test_an_environments_record_shows_its_place_and_says_the_trainer_kept_the_tokens(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from corral.server.viewer.app import create_viewer
+
+    writer = RecordWriter(tmp_path, "rollouts", run="run-a")  # as an AsyncGRPO environment writes it
+    writer.write(RolloutRecord(episode_id="e", task_id="t", step=3, group=1, group_index=0, policy_version=3))
+    writer.close()
+    page = TestClient(create_viewer(tmp_path)).get("/episodes/e").text
+    assert "step 3 · group 1 (member 0) · policy version 3" in page
+    assert "id='no-tokens'" in page and "<h2>Tokens</h2>" not in page

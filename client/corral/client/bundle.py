@@ -22,6 +22,7 @@ from corral.client.factory import (
     close_environments,
     environment_class,
 )
+from corral.client.record_store import new_run
 from corral.client.session import refusal
 from corral.client.urls import base_urls
 from corral.errors import (
@@ -59,6 +60,9 @@ class Bundle:
         keepalive: seconds between keepalive pings on each session's socket.
         capacity_wait: seconds a reset waits for a free session when the server is at its
             session limit, before it raises `CapacityError` (default: it raises at once).
+        record_dir: record each episode the environments play there, as one run
+            (`RolloutRecord`s joined by episode id to the server's records; under AsyncGRPO with
+            each one's group, index in it and policy version); none by default.
     """
 
     def __init__(
@@ -71,6 +75,7 @@ class Bundle:
         token: str | None = None,
         keepalive: float = 20.0,
         capacity_wait: float = 0.0,
+        record_dir: str | Path | None = None,
     ):
         self.urls = base_urls(url)
         self.url = ",".join(self.urls)  # what sessions are opened on: one host, or the hosts to spread over
@@ -81,6 +86,8 @@ class Bundle:
         self._reset_timeout = reset_timeout
         self._token = token if token is not None else os.environ.get(TOKEN_VARIABLE) or None
         self._keepalive = keepalive
+        self._record_dir = str(record_dir) if record_dir is not None else None
+        self._run = new_run()  # the environments' records, in any process, are one run
         self._server: Any = None  # the embedded server Bundle.local started, if any
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
         self._clients = [httpx.Client(base_url=host, headers=headers, timeout=HTTP_TIMEOUT_S, trust_env=False)
@@ -220,7 +227,8 @@ class Bundle:
         return EnvironmentSpec(
             toolset=self.toolsets[toolset], url=self.url, server_limits=self.limits, token=self._token,
             tool_timeout_s=self._tool_timeout, reset_timeout_s=self._reset_timeout, reward=self._reward,
-            keepalive_s=self._keepalive, capacity_wait_s=self._capacity_wait,
+            keepalive_s=self._keepalive, capacity_wait_s=self._capacity_wait, record_dir=self._record_dir,
+            run=self._run,
         )
 
     def _check_hosts_agree(self) -> Limits:

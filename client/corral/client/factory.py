@@ -26,11 +26,14 @@ from typing import Any, Literal, Optional, Union, cast
 
 from corral.client.display import ToolAnswer, episode_doc
 from corral.client.doc import Displayed, Doc
+from corral.client.environment_records import record_episode
 from corral.client.episode import Episode
+from corral.client.rollout_place import next_place
 from corral.client.session import Session
 from corral.errors import NoEpisode, ToolSchemaError, ToolsetMismatch
 from corral.protocol.catalog import ENVIRONMENT_METHODS, Toolset, ToolSpec
 from corral.protocol.frames import Limits, ResetData
+from corral.protocol.records import TrainingContext
 from corral.protocol.rewards import RewardRule
 
 log = logging.getLogger("corral.client")
@@ -45,7 +48,8 @@ class EnvironmentSpec:
 
     `tool_timeout_s` and `reset_timeout_s` are limits the client asks for (None: the server's,
     which it may only lower); `server_limits` are the server's own, read from its /metadata.
-    The keepalive and the wait for capacity have no defaults here: Bundle's are the ones."""
+    The keepalive and the wait for capacity have no defaults here: Bundle's are the ones.
+    With `record_dir`, each episode is recorded there under `run` (`environment_records`)."""
 
     toolset: Toolset
     url: str
@@ -56,6 +60,8 @@ class EnvironmentSpec:
     reward: RewardRule = None
     keepalive_s: float
     capacity_wait_s: float
+    record_dir: str | None = None
+    run: str = ""
 
 
 class CorralEnvironment(Displayed):
@@ -67,6 +73,9 @@ class CorralEnvironment(Displayed):
         spec = self._corral_spec
         self._session = Session(spec.url, token=spec.token, keepalive_s=spec.keepalive_s)
         self._episode: Episode | None = None
+        self._split: str | None = None
+        self._place = TrainingContext()  # where the episode sits in an AsyncGRPO run, if it does
+        self._recorded = False
         _LIVE.add(self)
         # An environment dropped without closing still frees its server session and sandbox.
         weakref.finalize(self, self._session.close_in_background)
@@ -78,6 +87,7 @@ class CorralEnvironment(Displayed):
                          tool_timeout_s=spec.tool_timeout_s, reset_timeout_s=spec.reset_timeout_s)
         self._episode = Episode(self._session, spec.server_limits, reward=spec.reward,
                                 capacity_wait_s=spec.capacity_wait_s)
+        self._split, self._place, self._recorded = row.get("split"), next_place(), False
         opened = self._episode.start(data)
         offered = [tool.name for tool in opened.offered_tools]
         expected = [tool.name for tool in spec.toolset.tools]
@@ -104,6 +114,10 @@ class CorralEnvironment(Displayed):
             log.warning("rollout left unscored: %s", episode.reason)
         elif episode.status == "failed":
             log.info("rollout failed by the agent, scored %s: %s", episode.reward, episode.reason)
+        spec = self._corral_spec
+        if spec.record_dir is not None and not self._recorded:
+            self._recorded = True
+            record_episode(spec.record_dir, spec.run, spec.toolset.name, episode, self._split, self._place)
         return episode.reward
 
     def _call(self, name: str, arguments: dict[str, Any]) -> str:

@@ -5,7 +5,7 @@ Standard library only, so any image with `python3` can run an env:
     from corral.env import Env, tool
 
     class GridSim(Env):
-        def reset(self, task: dict) -> None: ...
+        def reset(self, args: dict) -> None: ...
         @tool
         def submit_schedule(self, actions: list[int]) -> dict:
             '''Submit the day's schedule.

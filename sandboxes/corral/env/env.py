@@ -62,8 +62,9 @@ class Env:
                 f"{cls.__name__} has {len(problems)} tool(s) that cannot be described:\n{lines}"
             )
 
-    def reset(self, task: dict) -> None:
-        """Start the episode: `task` is the task's `args` (the day to load, the puzzle...)."""
+    def reset(self, args: dict) -> None:
+        """Start the episode with the task's `args` (the day to load, the puzzle...): the task's own
+        fields stay the verifiers' (`verify(task, report)` gets the whole task)."""
 
     def end_turn(self, response: str) -> str | None:
         """The next turn's prompt after the agent's reply `response`, or None to end."""

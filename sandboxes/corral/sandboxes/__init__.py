@@ -12,6 +12,7 @@ from corral.sandboxes.base import (
     CommandResult,
     NetworkPolicy,
     Prepared,
+    Progress,
     ProviderStatus,
     Resources,
     Sandbox,
@@ -36,6 +37,7 @@ __all__ = [
     "SandboxProvider",
     "SandboxSpec",
     "make_provider",
+    "push_image",
 ]
 
 KINDS = ("auto", "docker", "local", "modal", "kubernetes")
@@ -102,6 +104,23 @@ def make_provider(kind: str, *, instance: str | None = None, warm_pool: int = 0,
         log.warning("sandbox: local processes, NOT isolated (%s); envs that give the agent a shell are refused "
                     "unless served with --unsafe-local-shell", provider.why_not_isolated)
     return provider
+
+
+def push_image(image: str, registry: str, progress: Progress) -> str:
+    """Push the local env image `image` (built by `corral build`) to `registry` with this
+    machine's Docker engine, under the name the kubernetes provider pulls; that name. Blocking.
+    Raises ImageError (docker_push says why and the fix), ConfigError without the docker package."""
+    try:
+        import docker
+
+        from corral.sandboxes.docker_push import push_image as push
+    except ImportError as error:
+        raise ConfigError(f"--push needs the docker package: pip install 'corral[docker]' ({error})") from None
+    client = docker.from_env()
+    try:
+        return push(client, image, registry, progress)
+    finally:
+        client.close()
 
 
 def _kubernetes(instance: str | None, warm_pool: int) -> SandboxProvider:

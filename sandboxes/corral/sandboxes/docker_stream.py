@@ -4,13 +4,13 @@ docker-py is synchronous; it does the HTTP upgrade (`attach_socket`, `exec_start
 and hands back the hijacked socket, which this module drives with asyncio, so thousands of
 open streams cost no threads. Without a TTY Docker multiplexes stdout and stderr on the one
 connection: each frame is an 8-byte header (stream type, three zero bytes, a big-endian
-length) and its payload. stdout frames feed a bounded line buffer; stderr frames go to a bounded tail.
+length) and its payload. stdout frames feed a bounded line buffer; stderr frames go to a bounded
+tail (stream_buffers).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import os
 import socket
@@ -18,10 +18,9 @@ import struct
 from typing import Any
 
 from corral.errors import ConfigError
+from corral.sandboxes.stream_buffers import OutputBuffers
 
 STDOUT, STDERR = 1, 2
-LINE_LIMIT = 64 * 1024 * 1024  # one protocol line may carry a large tool result
-STDERR_KEEP = 64 * 1024
 SOCKET_BUFFER = 1024 * 1024  # frames are read whole, whatever their size; this bounds the read-ahead
 
 
@@ -52,14 +51,8 @@ class MuxStream:
         self._merged = merged  # stderr read as stdout too, in the order it came (a command's output)
         self._raw_reader = reader
         self._writer = writer
-        # stdout waiting to be read; the pump stops reading the socket while it holds a full
-        # line's limit, so an env flooding stdout cannot grow the server's memory
-        self._stdout = bytearray()
-        self._stdout_added = asyncio.Event()
-        self._stdout_room = asyncio.Event()
-        self._stderr: collections.deque[bytes] = collections.deque()
-        self._stderr_size = 0
-        self.ended = asyncio.Event()  # set once the engine closed the stream
+        self._output = OutputBuffers()  # the pump stops reading the socket while stdout holds a line's limit
+        self.ended = self._output.ended  # set once the engine closed the stream
         self._pump = asyncio.create_task(self._demultiplex())
 
     @classmethod
@@ -77,36 +70,19 @@ class MuxStream:
             raise EOFError("the container's stdin is closed") from error
 
     async def read_line(self) -> bytes:
-        """One stdout line without its newline; EOFError once the stream has ended (or the
-        env wrote a line longer than LINE_LIMIT, which no reader could take)."""
-        scanned = 0  # a long line arrives in many frames: look at each byte once
-        while (end := self._stdout.find(b"\n", scanned)) < 0:
-            scanned = len(self._stdout)
-            if len(self._stdout) >= LINE_LIMIT:
-                raise EOFError(f"the env wrote more than {LINE_LIMIT >> 20} MB on stdout without a newline")
-            if self.ended.is_set():
-                raise EOFError("the container's stdout closed")
-            await self._wait_for_stdout()
-        line = bytes(self._stdout[:end])
-        del self._stdout[: end + 1]
-        self._stdout_room.set()
-        return line
+        """One stdout line without its newline; EOFError once the stream has ended."""
+        return await self._output.read_line("the container's stdout closed")
 
     async def read(self) -> bytes:
         """Whatever stdout holds now (waiting for some); b"" once the stream has ended."""
-        while not self._stdout and not self.ended.is_set():
-            await self._wait_for_stdout()
-        chunk = bytes(self._stdout)
-        self._stdout.clear()
-        self._stdout_room.set()
-        return chunk
+        return await self._output.read()
 
     def note(self, text: str) -> None:
         """Add corral's own line to the stderr tail (e.g. why the container stopped)."""
-        self._keep_stderr(f"\n[corral] {text}\n".encode())
+        self._output.note(text)
 
     def stderr_tail(self, max_chars: int) -> str:
-        return b"".join(self._stderr).decode("utf-8", errors="replace")[-max_chars:]
+        return self._output.stderr_tail(max_chars)
 
     async def close_stdin(self) -> None:
         """Send end-of-file to the process's stdin; its stdout keeps coming."""
@@ -129,10 +105,6 @@ class MuxStream:
         with contextlib.suppress(OSError, ConnectionError):
             await self._writer.wait_closed()
 
-    async def _wait_for_stdout(self) -> None:
-        self._stdout_added.clear()
-        await self._stdout_added.wait()
-
     async def _demultiplex(self) -> None:
         try:
             while True:
@@ -140,22 +112,11 @@ class MuxStream:
                 kind, size = header[0], struct.unpack(">I", header[4:])[0]
                 payload = await self._raw_reader.readexactly(size)
                 if kind == STDERR:
-                    self._keep_stderr(payload)
+                    self._output.add_stderr(payload)
                     if not self._merged:
                         continue
-                self._stdout += payload
-                self._stdout_added.set()
-                while len(self._stdout) >= LINE_LIMIT:
-                    self._stdout_room.clear()
-                    await self._stdout_room.wait()
+                await self._output.add_stdout(payload)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         finally:
-            self.ended.set()
-            self._stdout_added.set()
-
-    def _keep_stderr(self, payload: bytes) -> None:
-        self._stderr.append(payload)
-        self._stderr_size += len(payload)
-        while self._stderr_size - len(self._stderr[0]) >= STDERR_KEEP:
-            self._stderr_size -= len(self._stderr.popleft())
+            self._output.end()

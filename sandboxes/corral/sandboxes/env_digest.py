@@ -55,3 +55,9 @@ def image_tag(spec: SandboxSpec) -> str:
     if spec.image is not None:
         return spec.image
     return f"{IMAGE_REPOSITORY}/{spec.env_name.lower()}:{context_digest(spec.context_dir, spec.dockerfile)}"
+
+
+def in_registry(registry: str, tag: str) -> str:
+    """`tag` (an env's content tag, `image_tag`) under `registry` (host[:port][/path]): the name
+    `corral build --push` pushes it as and the kubernetes provider's pods pull."""
+    return f"{registry.rstrip('/')}/{tag}"

@@ -96,6 +96,9 @@ class Cluster:
     async def leases(self) -> client.CoordinationV1Api:
         return client.CoordinationV1Api((await self._for_loop())[0])
 
+    async def networking(self) -> client.NetworkingV1Api:
+        return client.NetworkingV1Api((await self._for_loop())[0])
+
     async def close(self) -> None:
         """Close the running loop's clients (the only ones that still can be)."""
         pair = self._clients.pop(asyncio.get_running_loop(), None)
@@ -107,7 +110,8 @@ def failure(error: ApiException, doing: str) -> SandboxError:
     """An API error as a SandboxError that says what was being done and, for the usual causes, the fix."""
     fix = {401: "; the kubeconfig's credentials were refused: renew them",
            403: "; the kubeconfig's user may not do this: grant it create/get/list/delete on pods and pods/attach, "
-                "and on leases (coordination.k8s.io), in the namespace (CORRAL_K8S_NAMESPACE)"}.get(error.status, "")
+                "and on leases (coordination.k8s.io) and networkpolicies (networking.k8s.io), in the namespace "
+                "(CORRAL_K8S_NAMESPACE)"}.get(error.status, "")
     return SandboxError(f"the Kubernetes API server refused {doing}: {error.status} {error.reason}{fix}")
 
 

@@ -6,7 +6,7 @@ runtime's default seccomp profile, the env's `[resources]` as limits (and as req
 pod is never squeezed below them), no service-account token, no restarts, a lifetime, and
 size-limited memory-backed emptyDirs for /tmp and the env's writable folders. Not expressed
 here: a pids limit (a kubelet setting, `podPidsLimit`) and `network = "none"` (a
-NetworkPolicy, not in this slice: pods keep the cluster's network; see docs/kubernetes.md).
+NetworkPolicy: kube_network).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 from corral.errors import SandboxError
 from corral.sandboxes.base import SandboxSpec
 from corral.sandboxes.bootstrap import bootstrapped
+from corral.sandboxes.env_digest import in_registry
 
 CONTAINER = "env"
 SCRATCH = "/tmp"
@@ -47,7 +48,7 @@ def pod_name(env_name: str) -> str:
 def registry_image(spec: SandboxSpec, registry: str, tag: str) -> str:
     """The image a pod of `spec` pulls: a prebuilt `image` as named, else `tag` (the env folder's
     content tag, env_digest.image_tag) under `registry`."""
-    return spec.image if spec.image is not None else f"{registry.rstrip('/')}/{tag}"
+    return spec.image if spec.image is not None else in_registry(registry, tag)
 
 
 def refuse_unsupported(spec: SandboxSpec) -> None:

@@ -4,15 +4,18 @@
   `CORRAL_K8S_NAMESPACE`, optionally under `CORRAL_K8S_RUNTIME_CLASS` (kube_cluster).
 - Images are pulled, never built: an env folder's image is `CORRAL_REGISTRY/corral-env/<env>:<digest>`,
   the docker provider's content tag (env_digest.image_tag) under the registry, which the
-  operator pushed; a prebuilt `image` is pulled as named. A pod that cannot pull says so.
+  operator pushed (`corral build --push REGISTRY`, docker_push); a prebuilt `image` is pulled
+  as named. A pod that cannot pull says so.
 - Pods get the hardening of kube_pods, and the server speaks to the env over the API server's
-  attach stream (kube_sandbox), never over the pod's IP.
+  attach stream (kube_sandbox), never over the pod's IP. Before the run's first pod of an env
+  without `network = "egress"`, a NetworkPolicy that takes their network (kube_network).
 - Labels: every pod carries `corral.instance`, `corral.run`, `corral.env` and
-  `corral.purpose` (episode or warm), and an episode's its session and episode. A starting
-  server takes its instance's Lease (a live server of the same name refuses the second) and
-  deletes every pod labelled with its instance: what a killed server left.
-- Not in this slice: command verifiers, images run whole (Harbor tasks), a NetworkPolicy, and
-  `corral build --push`: each is refused, or said, with what to do instead.
+  `corral.purpose` (episode or warm), `corral.network`, and an episode's its session and
+  episode. A starting server takes its instance's Lease (a live server of the same name
+  refuses the second) and deletes every pod and NetworkPolicy labelled with its instance:
+  what a killed server left.
+- Not in this slice: command verifiers and images run whole (Harbor tasks): each is refused
+  with what to do instead.
 """
 
 from __future__ import annotations
@@ -37,9 +40,15 @@ from corral.sandboxes.base import (
 )
 from corral.sandboxes.env_digest import image_tag
 from corral.sandboxes.kube_cluster import Cluster, InstanceLease, Settings, failure
+from corral.sandboxes.kube_network import (
+    NETWORK_LABEL,
+    create_policy,
+    delete_policies,
+    network_policy,
+)
 from corral.sandboxes.kube_pods import pod_manifest, pod_name, refuse_unsupported, registry_image
 from corral.sandboxes.kube_sandbox import KubeSandbox, delete_pod
-from corral.sandboxes.warm_pool import WarmPools
+from corral.sandboxes.live_sandboxes import LiveSandboxes
 
 log = logging.getLogger("corral.sandboxes.kubernetes")
 CHECK_TIMEOUT_S = 10.0
@@ -58,11 +67,11 @@ class KubernetesProvider(SandboxProvider):
         self.instance = instance or f"{socket.gethostname()}-once-{uuid.uuid4().hex[:8]}"
         self.run_id = uuid.uuid4().hex[:12]
         self._images: dict[SandboxSpec, str] = {}
-        self._running: set[KubeSandbox] = set()
-        self._waiting: set[KubeSandbox] = set()  # started for a pool, not yet taken
-        self._pools: WarmPools[KubeSandbox] = WarmPools(warm_pool, self._start_warm)
-        self._deletions: set[asyncio.Task] = set()
+        self._live: LiveSandboxes[KubeSandbox] = LiveSandboxes(
+            warm_pool, lambda spec: self._start(spec, {"corral.purpose": "warm"}))
         self._lease: InstanceLease | None = None
+        self._policy_lock = asyncio.Lock()
+        self._policy_asked = self._policy_made = False  # the run's NetworkPolicy (kube_network)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -76,8 +85,10 @@ class KubernetesProvider(SandboxProvider):
             return
         self._lease = InstanceLease(self.cluster, self.instance, self.run_id)
         await self._lease.take()
-        if deleted := await self._delete_labelled({"corral.instance": self.instance}):
+        instance = {"corral.instance": self.instance}
+        if deleted := await self._delete_labelled(instance):
             log.info("deleted %d pod(s) a killed server of instance %s left", deleted, self.instance)
+        await delete_policies(self.cluster, instance)
 
     async def _delete_labelled(self, labels: Mapping[str, str]) -> int:
         core = await self.cluster.core()
@@ -91,54 +102,55 @@ class KubernetesProvider(SandboxProvider):
 
     async def prepare(self, spec: SandboxSpec, progress: Progress = log.info) -> Prepared:
         """Name the image `spec`'s pods pull (nothing is built or pushed here: the registry must
-        hold it already); refuse what this provider does not run yet."""
+        hold it already, `corral build --push`); refuse what this provider does not run yet."""
         started = time.monotonic()
         refuse_unsupported(spec)
         image = registry_image(spec, self.cluster.settings.registry, await asyncio.to_thread(image_tag, spec))
         self._images[spec] = image
-        progress(f"env {spec.env_name}: pods pull {image} (push it there first: docs/kubernetes.md)")
+        progress(f"env {spec.env_name}: pods pull {image} (push it there first: corral build BUNDLE --push "
+                 f"{self.cluster.settings.registry})")
         return Prepared(spec.env_name, image, built=False, seconds=time.monotonic() - started)
 
     def start_pools(self, specs: Iterable[SandboxSpec]) -> None:
         """Keep `warm_pool` started pods ready for each spec (call on the serving loop)."""
         if self._lease is not None:
             self._lease.keep()  # the serving loop renews it from now on
-        self._pools.start(specs)
+        self._live.pools.start(specs)
 
     async def start(self, spec: SandboxSpec, labels: Mapping[str, str] | None = None) -> Sandbox:
         if self._lease is not None:
             self._lease.keep()
-        sandbox = self._pools.take(spec)
-        if sandbox is not None:
-            self._waiting.discard(sandbox)
+        if (sandbox := self._live.take(spec)) is not None:
             return sandbox
         return await self._start(spec, {"corral.purpose": "episode", **dict(labels or {})})
-
-    async def _start_warm(self, spec: SandboxSpec) -> KubeSandbox:
-        sandbox = await self._start(spec, {"corral.purpose": "warm"})
-        self._waiting.add(sandbox)
-        return sandbox
 
     async def _start(self, spec: SandboxSpec, labels: Mapping[str, str]) -> KubeSandbox:
         if spec not in self._images:  # never prepared (a one-off check, a test): prepare it now
             await self.prepare(spec)
+        if spec.network == "none":
+            await self._no_network_policy()
         manifest = pod_manifest(spec, self._images[spec], name=pod_name(spec.env_name),
-                                labels={**self.labels, "corral.env": spec.env_name, **labels},
+                                labels={**self.labels, "corral.env": spec.env_name, NETWORK_LABEL: spec.network,
+                                        **labels},
                                 runtime_class=self.cluster.settings.runtime_class)
         sandbox = await KubeSandbox.create(self.cluster, spec, manifest, on_close=self._closed)
-        self._running.add(sandbox)
+        self._live.add(sandbox)
         return sandbox
 
+    async def _no_network_policy(self) -> None:
+        """Create the run's NetworkPolicy before its first pod that needs it; a start that
+        failed or was cancelled leaves the next one to try again."""
+        async with self._policy_lock:
+            if not self._policy_made:
+                self._policy_asked = True
+                await create_policy(self.cluster, network_policy(self.run_id, self.labels))
+                self._policy_made = True
+
     def _closed(self, sandbox: KubeSandbox) -> None:
-        self._running.discard(sandbox)
-        self._waiting.discard(sandbox)
-        deletion = asyncio.ensure_future(delete_pod(self.cluster, sandbox.name))
-        self._deletions.add(deletion)
-        deletion.add_done_callback(self._deletions.discard)
+        self._live.closed(sandbox, delete_pod(self.cluster, sandbox.name))
 
     def status(self) -> ProviderStatus:
-        return ProviderStatus(self.kind, self.isolated, live=len(self._running - self._waiting),
-                              warm=self._pools.ready(), warm_dry=self._pools.dry())
+        return self._live.status(self.kind, self.isolated)
 
     async def check(self) -> None:
         """The API server answers for the namespace's pods, or SandboxError says it does not."""
@@ -150,14 +162,15 @@ class KubernetesProvider(SandboxProvider):
             raise SandboxError(f"the Kubernetes API server did not answer ({type(error).__name__})") from None
 
     async def aclose(self) -> None:
-        """Delete every pod of this run: the pools', the episodes', any stragglers; let the lease go."""
-        await self._pools.close()
-        await asyncio.gather(*(sandbox.close() for sandbox in list(self._running)))
-        await asyncio.gather(*list(self._deletions), return_exceptions=True)
+        """Delete every pod of this run (the pools', the episodes', any stragglers), then its
+        NetworkPolicy; let the lease go."""
+        await self._live.close()
         try:
             await self._delete_labelled(self.labels)
+            if self._policy_asked:
+                await delete_policies(self.cluster, self.labels)
         except SandboxError as error:
-            log.warning("could not delete this run's leftover pods: %s", error)
+            log.warning("could not delete this run's leftover pods and NetworkPolicy: %s", error)
         if self._lease is not None:
             await self._lease.release()
         await self.cluster.close()

@@ -12,7 +12,6 @@ before the error that says why.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -26,11 +25,10 @@ from corral.sandboxes.base import CommandResult, Sandbox, SandboxSpec
 from corral.sandboxes.bootstrap import bootstrapped, sdk_payload
 from corral.sandboxes.kube_cluster import Cluster, failure
 from corral.sandboxes.kube_pods import CONTAINER, why_not_started
+from corral.sandboxes.stream_buffers import OutputBuffers
 
 log = logging.getLogger("corral.sandboxes.kubernetes")
 
-LINE_LIMIT = 64 * 1024 * 1024  # one protocol line may carry a large tool result
-STDERR_KEEP = 64 * 1024
 STDIN_CHUNK = 256 * 1024  # one WebSocket message of stdin at most
 START_TIMEOUT_S = 300.0  # a pull of a large image on a cold node
 POLL_FIRST_S, POLL_MOST_S = 0.02, 0.5
@@ -47,13 +45,9 @@ class KubeSandbox(Sandbox):
         self.spec = spec
         self._ws = ws
         self._on_close = on_close
-        self._stdout = bytearray()
-        self._stdout_added = asyncio.Event()
-        self._stdout_room = asyncio.Event()
-        self._stderr: collections.deque[str] = collections.deque()
-        self._stderr_size = 0
+        self._output = OutputBuffers()
         self._writing = asyncio.Lock()  # one line's chunks never interleave with another's
-        self.ended = asyncio.Event()  # the attach stream ended: the env exited (or the pod went)
+        self.ended = self._output.ended  # the attach stream ended: the env exited (or the pod went)
         self._closed = False
         self._reader = asyncio.create_task(self._read())
 
@@ -114,22 +108,10 @@ class KubeSandbox(Sandbox):
         await self.write(line + b"\n")
 
     async def read_line(self) -> bytes:
-        scanned = 0
-        while (end := self._stdout.find(b"\n", scanned)) < 0:
-            scanned = len(self._stdout)
-            if len(self._stdout) >= LINE_LIMIT:
-                raise EOFError(f"the env wrote more than {LINE_LIMIT >> 20} MB on stdout without a newline")
-            if self.ended.is_set():
-                raise EOFError("the pod's attach stream ended")
-            self._stdout_added.clear()
-            await self._stdout_added.wait()
-        line = bytes(self._stdout[:end])
-        del self._stdout[: end + 1]
-        self._stdout_room.set()
-        return line
+        return await self._output.read_line("the pod's attach stream ended")
 
     def stderr_tail(self, max_chars: int = 4000) -> str:
-        return "".join(self._stderr)[-max_chars:]
+        return self._output.stderr_tail(max_chars)
 
     async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
                      timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
@@ -154,26 +136,15 @@ class KubeSandbox(Sandbox):
                     continue  # the empty message each channel opens with
                 channel, data = message.data[0], message.data[1:]
                 if channel == STDOUT:
-                    self._stdout += data
-                    self._stdout_added.set()
-                    while len(self._stdout) >= LINE_LIMIT:
-                        self._stdout_room.clear()
-                        await self._stdout_room.wait()
+                    await self._output.add_stdout(data)
                 elif channel == STDERR:
-                    self._keep_stderr(data.decode("utf-8", "replace"))
+                    self._output.add_stderr(data)
                 elif channel == STATUS and b'"Success"' not in data:
-                    self._keep_stderr(f"\n[corral] the attach stream ended: {data.decode('utf-8', 'replace')}\n")
+                    self._output.note(f"the attach stream ended: {data.decode('utf-8', 'replace')}")
         except aiohttp.ClientError as error:
-            self._keep_stderr(f"\n[corral] reading the pod's attach stream failed: {error}\n")
+            self._output.note(f"reading the pod's attach stream failed: {error}")
         finally:
-            self.ended.set()
-            self._stdout_added.set()
-
-    def _keep_stderr(self, text: str) -> None:
-        self._stderr.append(text)
-        self._stderr_size += len(text)
-        while self._stderr_size - len(self._stderr[0]) >= STDERR_KEEP:
-            self._stderr_size -= len(self._stderr.popleft())
+            self._output.end()
 
 
 async def _until_running(cluster: Cluster, name: str, spec: SandboxSpec) -> None:

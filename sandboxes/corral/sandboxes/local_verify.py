@@ -46,8 +46,8 @@ ENTRY_BYTES = 512  # what each file or folder costs in the copy's size, beside i
 OUTPUT_GRACE_S = 1.0  # after the command exits, how long its output may keep coming
 
 
-class Episode(Protocol):
-    """What a verifier needs of a local episode (a LocalSandbox)."""
+class VerifiedSandbox(Protocol):
+    """What a verifier needs of a local episode's sandbox (a LocalSandbox)."""
 
     spec: SandboxSpec
     folder: Path  # the server's folder of the episode
@@ -70,7 +70,7 @@ class Episode(Protocol):
     async def end(self, started: Contained, marker: str) -> None: ...
 
 
-async def verify_on_a_copy(sandbox: Episode, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]],
+async def verify_on_a_copy(sandbox: VerifiedSandbox, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]],
                            *, timeout_s: float, keep: int) -> CommandResult:
     """The module docstring's steps, for one command verifier of `sandbox`'s episode."""
     sandbox.verifications += 1
@@ -107,7 +107,7 @@ async def verify_on_a_copy(sandbox: Episode, files: Mapping[str, bytes], command
         await asyncio.to_thread(remove_tree, where)
 
 
-async def _run(sandbox: Episode, command: Sequence[str], *, cwd: Path, environ: dict[str, str],
+async def _run(sandbox: VerifiedSandbox, command: Sequence[str], *, cwd: Path, environ: dict[str, str],
                read_only: Sequence[Path], writable: Sequence[Path], marker: str, timeout_s: float,
                keep: int) -> CommandResult:
     """`command` as the episode's user, seeing `read_only` and `writable` where it runs in

@@ -40,8 +40,8 @@ from corral.sandboxes.base import (
     SandboxSpec,
 )
 from corral.sandboxes.env_digest import context_digest, skipped
+from corral.sandboxes.live_sandboxes import LiveSandboxes
 from corral.sandboxes.modal_sandbox import ModalSandbox
-from corral.sandboxes.warm_pool import WarmPools
 
 log = logging.getLogger("corral.sandboxes.modal")
 
@@ -103,10 +103,8 @@ class ModalProvider(SandboxProvider):
         self.app_name = app_name
         self._app: modal.App | None = None
         self._images: dict[SandboxSpec, modal.Image] = {}
-        self._running: set[ModalSandbox] = set()
-        self._waiting: set[ModalSandbox] = set()  # started for a pool, not yet taken
-        self._pools: WarmPools[ModalSandbox] = WarmPools(warm_pool, self._start_warm)
-        self._terminations: set[asyncio.Task] = set()
+        self._live: LiveSandboxes[ModalSandbox] = LiveSandboxes(
+            warm_pool, lambda spec: self._start(spec, {"corral.env": spec.env_name, "corral.pool": "warm"}))
         self._lease: asyncio.Task | None = None
 
     @property
@@ -177,51 +175,30 @@ class ModalProvider(SandboxProvider):
 
     def start_pools(self, specs: Iterable[SandboxSpec]) -> None:
         """Keep `warm_pool` started sandboxes ready for each spec (call on the serving loop)."""
-        self._pools.start(specs)
+        self._live.pools.start(specs)
 
     async def start(self, spec: SandboxSpec, labels: Mapping[str, str] | None = None) -> Sandbox:
         labels = dict(labels or {})
-        sandbox = self._pools.take(spec)
-        if sandbox is not None:
-            self._waiting.discard(sandbox)
+        if (sandbox := self._live.take(spec)) is not None:
             # Unlike docker's labels, tags can change: the episode's go on in the background.
             tags = {**self.tags, "corral.env": spec.env_name, **labels}
-            self._in_background(sandbox.sandbox.set_tags.aio(tags))
+            self._live.in_background(sandbox.sandbox.set_tags.aio(tags))
             return sandbox
         return await self._start(spec, {"corral.env": spec.env_name, **labels})
-
-    async def _start_warm(self, spec: SandboxSpec) -> ModalSandbox:
-        sandbox = await self._start(spec, {"corral.env": spec.env_name, "corral.pool": "warm"})
-        self._waiting.add(sandbox)
-        return sandbox
 
     async def _start(self, spec: SandboxSpec, tags: Mapping[str, str]) -> ModalSandbox:
         if spec not in self._images:  # never prepared (a one-off check, a test): prepare it now
             await self.prepare(spec)
         sandbox = await ModalSandbox.create(await self.app(), self._images[spec], spec, {**self.tags, **tags},
                                             on_close=self._closed)
-        self._running.add(sandbox)
+        self._live.add(sandbox)
         return sandbox
 
     def _closed(self, sandbox: ModalSandbox) -> None:
-        self._running.discard(sandbox)
-        self._waiting.discard(sandbox)
-        self._in_background(sandbox.sandbox.terminate.aio())
-
-    def _in_background(self, work) -> None:
-        """Run a Modal call to its end whatever its caller does; aclose waits for it."""
-        task = asyncio.ensure_future(work)
-        self._terminations.add(task)
-        task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task) -> None:
-        self._terminations.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("a Modal call in the background failed: %s", task.exception())
+        self._live.closed(sandbox, sandbox.sandbox.terminate.aio())
 
     def status(self) -> ProviderStatus:
-        return ProviderStatus(self.kind, self.isolated, live=len(self._running - self._waiting), warm=self._pools.ready(),
-                              warm_dry=self._pools.dry())
+        return self._live.status(self.kind, self.isolated)
 
     async def check(self) -> None:
         """Modal answers for the app, or SandboxError says it does not."""
@@ -232,9 +209,7 @@ class ModalProvider(SandboxProvider):
 
     async def aclose(self) -> None:
         """Terminate every sandbox of this run: the pools', the episodes', any stragglers."""
-        await self._pools.close()
-        await asyncio.gather(*(sandbox.close() for sandbox in list(self._running)))
-        await asyncio.gather(*list(self._terminations), return_exceptions=True)
+        await self._live.close()
         if self._app is not None:
             with contextlib.suppress(modal.exception.Error):
                 await self._terminate_tagged(self.tags)

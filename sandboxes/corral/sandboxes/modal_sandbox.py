@@ -10,7 +10,6 @@ Command verifiers run in a fresh sandbox of the same image (modal_verify).
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -21,11 +20,10 @@ from corral.errors import SandboxError
 from corral.sandboxes.base import CommandResult, Sandbox, SandboxSpec
 from corral.sandboxes.bootstrap import bootstrapped, sdk_payload
 from corral.sandboxes.modal_verify import verify_in_fresh_sandbox
+from corral.sandboxes.stream_buffers import OutputBuffers
 
 log = logging.getLogger("corral.sandboxes.modal")
 
-LINE_LIMIT = 64 * 1024 * 1024  # one protocol line may carry a large tool result
-STDERR_KEEP = 64 * 1024
 STDIN_CHUNK = 1024 * 1024  # Modal buffers at most 2 MB of stdin between drains
 ENVIRONMENT = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
 # A sandbox outlives a killed server by at most this long (its reaper, on restart, ends it sooner).
@@ -50,12 +48,8 @@ class ModalSandbox(Sandbox):
         self.spec = spec
         self.options = options  # Sandbox.create's keyword arguments: a verifier's sandbox is made like it
         self._on_close = on_close
-        self._stdout = bytearray()
-        self._stdout_added = asyncio.Event()
-        self._stdout_room = asyncio.Event()
-        self._stderr: collections.deque[str] = collections.deque()
-        self._stderr_size = 0
-        self.ended = asyncio.Event()  # stdout reached its end: the env exited
+        self._output = OutputBuffers()
+        self.ended = self._output.ended  # stdout reached its end: the env exited
         self._closed = False
         self._agent_stopped = False
         self._readers = [asyncio.create_task(self._read_stdout()), asyncio.create_task(self._read_stderr())]
@@ -103,22 +97,10 @@ class ModalSandbox(Sandbox):
         await self.write(line + b"\n")
 
     async def read_line(self) -> bytes:
-        scanned = 0
-        while (end := self._stdout.find(b"\n", scanned)) < 0:
-            scanned = len(self._stdout)
-            if len(self._stdout) >= LINE_LIMIT:
-                raise EOFError(f"the env wrote more than {LINE_LIMIT >> 20} MB on stdout without a newline")
-            if self.ended.is_set():
-                raise EOFError("the sandbox's stdout closed")
-            self._stdout_added.clear()
-            await self._stdout_added.wait()
-        line = bytes(self._stdout[:end])
-        del self._stdout[: end + 1]
-        self._stdout_room.set()
-        return line
+        return await self._output.read_line("the sandbox's stdout closed")
 
     def stderr_tail(self, max_chars: int = 4000) -> str:
-        return "".join(self._stderr)[-max_chars:]
+        return self._output.stderr_tail(max_chars)
 
     async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
                      timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
@@ -141,24 +123,13 @@ class ModalSandbox(Sandbox):
     async def _read_stdout(self) -> None:
         try:
             async for chunk in self.sandbox.stdout:
-                self._stdout += chunk.encode() if isinstance(chunk, str) else chunk
-                self._stdout_added.set()
-                while len(self._stdout) >= LINE_LIMIT:
-                    self._stdout_room.clear()
-                    await self._stdout_room.wait()
+                await self._output.add_stdout(chunk.encode() if isinstance(chunk, str) else chunk)
         except modal.exception.Error as error:
-            self._keep_stderr(f"\n[corral] reading the sandbox's stdout failed: {error}\n")
+            self._output.note(f"reading the sandbox's stdout failed: {error}")
         finally:
-            self.ended.set()
-            self._stdout_added.set()
+            self._output.end()
 
     async def _read_stderr(self) -> None:
         with contextlib.suppress(modal.exception.Error):
             async for chunk in self.sandbox.stderr:
-                self._keep_stderr(chunk.decode("utf-8", "replace") if isinstance(chunk, bytes) else chunk)
-
-    def _keep_stderr(self, text: str) -> None:
-        self._stderr.append(text)
-        self._stderr_size += len(text)
-        while self._stderr_size - len(self._stderr[0]) >= STDERR_KEEP:
-            self._stderr_size -= len(self._stderr.popleft())
+                self._output.add_stderr(chunk.encode() if isinstance(chunk, str) else chunk)

@@ -5,8 +5,8 @@ from corral.env import Env, tool
 
 
 class CodeWord(Env):
-    def reset(self, task: dict) -> None:
-        self.numbers: dict[str, int] = task["numbers"]
+    def reset(self, args: dict) -> None:
+        self.numbers: dict[str, int] = args["numbers"]
         self.lookups: list[str] = []
         self.submitted: list[int] = []
 

@@ -13,9 +13,9 @@ class GridSim(Env):
     """One day: `reset` loads the task's prices and battery, `submit_schedule` may be called
     any number of times, and the last submission of the right length counts."""
 
-    def reset(self, task: dict) -> None:
-        self.args = task
-        self.hours = len(task["prices_usd_per_mwh"])
+    def reset(self, args: dict) -> None:
+        self.args = args
+        self.hours = len(args["prices_usd_per_mwh"])
         self.last: dict | None = None
 
     @tool

@@ -25,12 +25,12 @@ READ_MAX_CHARS = 20_000
 class ShellFix(Env):
     """One repository. Task args: `files`, the repository as {relative path: text}."""
 
-    def reset(self, task: dict) -> None:
+    def reset(self, args: dict) -> None:
         self.root = Path.cwd()
         # The agent's commands see the repository, not the env's own code on PYTHONPATH.
         self.environ = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
         with agent.files():
-            for relative, text in task["files"].items():
+            for relative, text in args["files"].items():
                 path = self._path(relative)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)

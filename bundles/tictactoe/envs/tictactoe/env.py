@@ -20,9 +20,9 @@ class TicTacToe(Env):
     """One game. Task args: `seed` (O's random choices) and `opponent`: "tactical" (win if
     it can, else block X, else a random square) or "random" (any free square)."""
 
-    def reset(self, task: dict) -> None:
-        self.rng = random.Random(task["seed"])
-        self.tactical = task["opponent"] == "tactical"
+    def reset(self, args: dict) -> None:
+        self.rng = random.Random(args["seed"])
+        self.tactical = args["opponent"] == "tactical"
         self.board = [["."] * 3 for _ in range(3)]
         self.outcome: str | None = None  # "win", "draw", "loss" or "illegal" once decided
         self.reason: str | None = None  # why, when the outcome is "illegal"

@@ -28,8 +28,11 @@ def episode_page(index: RunIndex, episode_id: str, text: TokenText | None = None
                      f"advantage <span id='advantage'>{number(rollout.advantage)}</span></p>")
     if episode is not None:
         parts.append(_server_side(episode, index))
-    if rollout is not None:
+    if rollout is not None and (rollout.prompt_ids or rollout.completion_ids):
         parts.append(token_chips(rollout, text))
+    elif rollout is not None:  # an environment's record (AsyncGRPO): the trainer kept the tokens
+        parts.append("<p id='no-tokens'>No tokens: this rollout was recorded by its environment, "
+                     "and the trainer kept its tokens.</p>")
     task = episode.task_id if episode is not None else rollout.task_id  # type: ignore[union-attr]
     return page(f"Episode {episode_id[:12]} · {task}", "".join(parts))
 

@@ -4,9 +4,9 @@ from corral.env import Env, tool
 
 
 class Counter(Env):
-    def reset(self, task: dict) -> None:
+    def reset(self, args: dict) -> None:
         """Start the episode from the task's "args"."""
-        self.count = task["start"]
+        self.count = args["start"]
         self.calls = 0
 
     # A tool is a method with type hints and a Google-style docstring: the agent sees its
