@@ -104,6 +104,10 @@ MODULES = {
         INTEGRATION + "test_mcp_env.py", UNIT + "test_tool_answers.py",
         INTEGRATION + "test_records.py::test_an_episodes_record_holds_every_call_in_order_with_answers_errors_and_timing")),
     "endings": Target("server/corral/server/endings.py", (ENDINGS_TESTS,)),
+    "canary": Target("server/corral/server/canary.py", (UNIT + "test_episode_endings.py", ENDINGS_TESTS)),
+    "scoring": Target("server/corral/server/scoring.py", (
+        UNIT + "test_episode_endings.py", ENDINGS_TESTS, INTEGRATION + "test_command_verifiers.py")),
+    "env_inprocess": Target("server/corral/server/env_inprocess.py", (UNIT + "test_env_inprocess.py",)),
     "sessions": Target("server/corral/server/sessions.py", (
         INTEGRATION + "test_openenv_compat.py", ENDINGS_TESTS,
         INTEGRATION + "test_records.py::test_a_reset_naming_a_task_alone_records_the_split_the_task_belongs_to")),

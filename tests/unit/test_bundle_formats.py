@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from corral.sandboxes import SandboxProvider
+from corral.sandboxes import Sandbox, SandboxProvider
 from corral.server import formats
 from corral.server.bundle_format import EnvConfig, Manifest, Task
 from corral.server.bundle_model import RESERVED_SPLIT, TRAIN_SPLIT, BundleEnv, LoadedBundle
 from corral.server.cli import app
+from corral.server.env_connection import EnvConnection
 from corral.server.formats import load_bundle
 from corral.server.problems import Problem
 from corral.server.served import ServedBundle, ServeOptions
@@ -34,6 +35,9 @@ class CsvExtension:
     def wrap_provider(self, provider: SandboxProvider) -> SandboxProvider:
         self.wrapped.append(provider)
         return provider
+
+    def connect(self, sandbox: Sandbox) -> EnvConnection | None:
+        return None  # its env is toybox's process, spoken to on the sandbox's stdio
 
     def where(self, root: Path, parts: tuple[str, ...]) -> str | None:
         return "tasks.csv (its env is toybox's)" if parts[:1] == ("envs",) else None

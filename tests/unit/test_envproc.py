@@ -13,7 +13,8 @@ import pytest
 
 from corral.env import jsonrpc
 from corral.errors import CorralError, SandboxError
-from corral.server.envproc import EnvCallError, EnvDied, EnvProcess
+from corral.server.env_connection import EnvCallError, EnvDied
+from corral.server.envproc import EnvProcess
 
 EOF = object()
 Script = Callable[[dict], list[Any]]
@@ -77,13 +78,13 @@ def plain_mcp_server(capabilities: dict | None = None, on_call: Script | None = 
     return script
 
 
-def play(script: Script, steps: Callable, stderr: str = "") -> ScriptedEnv:
+def play(script: Script, steps: Callable, stderr: str = "", corral_runtime: bool = False) -> ScriptedEnv:
     """Run `steps(process)` against a scripted env; return the env to inspect what it got."""
 
     async def main() -> ScriptedEnv:
         env = ScriptedEnv(script, stderr)
         async with asyncio.timeout(5):  # a client that waits for the wrong thing waits forever
-            await steps(EnvProcess(env))
+            await steps(EnvProcess(env, corral_runtime=corral_runtime))
         return env
 
     return asyncio.run(main())
@@ -248,11 +249,11 @@ def test_corral_s_runtime_gets_the_handshake_and_reset_without_waiting_in_betwee
     results = []
 
     async def steps(process: EnvProcess) -> None:
-        await process.initialize(corral_runtime=True)
+        await process.initialize()
         results.append(await process.hook("corral/reset", {"task": {"day": 1}}))
         results.append(sorted(process.hooks))
 
-    env = play(runtime, steps)
+    env = play(runtime, steps, corral_runtime=True)
 
     assert results == [{}, ["corral/end_turn", "corral/report", "corral/reset"]]
     assert env.methods() == ["initialize", "notifications/initialized", "corral/reset"]

@@ -1,7 +1,7 @@
 """How an episode ends, played in-process: no server, no sandbox provider, no verifier workers.
 
-The episode (`ServedEpisode`) gets a fake runtime (`episode_runtime.EpisodeRuntime`) whose
-sandboxes answer the env's JSON-RPC by calling corral's own env runtime (`corral.env.runtime.
+The episode (`ServedEpisode`) gets a fake runtime (`episode_runtime.EpisodeRuntime`) whose env
+connections (`env_connection.EnvConnection`) call corral's own env runtime (`corral.env.runtime.
 Server`) on a parrot env in this process, and whose verifier runs here too. What the tests
 read is what a client and the server's records see: the observations, and the record the
 episode hands its runtime when it ends.
@@ -23,6 +23,7 @@ from corral.protocol.records import EpisodeRecord
 from corral.protocol.rewards import RewardRule
 from corral.sandboxes import CommandResult, ProviderStatus, Sandbox
 from corral.server.bundle_format import Task
+from corral.server.env_connection import EnvCallError, EnvConnection, EnvDied
 from corral.server.episode import ServedEpisode
 from corral.server.metrics import Metrics
 from corral.server.verifiers import CommandScore, Verify, score_episode
@@ -68,6 +69,16 @@ class Parrot(Env):
         """Never answer."""
         raise Hangs
 
+    @tool
+    def refuse(self) -> str:
+        """Make the env answer the call with an error."""
+        raise Refuses
+
+    def end_turn(self, response: str) -> str | None:
+        if response == "boom":
+            raise ValueError("the parrot chokes on boom")
+        return None
+
     def report(self) -> dict:
         return {"heard": self.heard, "word": self.word}
 
@@ -79,35 +90,21 @@ def said(task: dict, report: dict) -> float:
     return 1.0 if report["word"] in report["heard"] else 0.5
 
 
-class InProcessSandbox(Sandbox):
-    """A sandbox whose env is a `corral.env.runtime.Server` in this process: each line sent is
-    answered at once, as the env's process would answer it on its stdout."""
+class Refuses(BaseException):
+    """Raised by a tool or hook to make its in-process env answer the call with an error."""
 
-    def __init__(self, env: Env):
-        self.env = env
+
+class NoCommands(Sandbox):
+    """The parrot's sandbox: the episode closes it; it runs no command verifiers."""
+
+    def __init__(self) -> None:
         self.closed = False
-        self._server = Server(env)
-        self._replies: asyncio.Queue[bytes | None] = asyncio.Queue()  # None: the env has died
 
     async def send_line(self, line: bytes) -> None:
-        if self.closed:
-            raise EOFError("the env process exited")
-        try:
-            reply = self._server.answer(line)
-        except Died:
-            self._replies.put_nowait(None)
-            return
-        except Hangs:
-            return
-        if reply is not None:
-            self._replies.put_nowait(jsonrpc.encode(reply))
+        raise AssertionError("the episode speaks to its env through its connection, never the sandbox's stream")
 
     async def read_line(self) -> bytes:
-        line = await self._replies.get()
-        if line is None:
-            self.closed = True
-            raise EOFError("the env process exited with status 3")
-        return line
+        raise AssertionError("the episode speaks to its env through its connection, never the sandbox's stream")
 
     def stderr_tail(self, max_chars: int = 4000) -> str:
         return "parrot: crashing on purpose"[-max_chars:]
@@ -120,6 +117,62 @@ class InProcessSandbox(Sandbox):
         self.closed = True
 
 
+class ParrotConnection:
+    """An `EnvConnection` to a parrot in this process: corral's env runtime (`Server`) answers
+    each call at once, as the env's process would, with no JSON lines in between. `calls`: the
+    methods the episode called, in order."""
+
+    def __init__(self, env: Env, breaks_on_silence: bool = False):
+        self.env = env
+        self.breaks_on_silence = breaks_on_silence  # an empty reply (the untouched replay's) breaks corral's side
+        self.sandbox = NoCommands()
+        self.idle = True
+        self.calls: list[str] = []
+        self._server = Server(env)
+
+    @property
+    def closed(self) -> bool:
+        return self.sandbox.closed
+
+    async def initialize(self) -> None:
+        self.calls.append("initialize")
+
+    async def hook(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        if self.breaks_on_silence and params == {"response": ""}:
+            raise RuntimeError("the parrot's connection broke")
+        return await self._answer(method, params or {})
+
+    async def list_tools(self) -> list[Any]:
+        return list(self._server.tools.values())
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        return await self._answer("tools/call", {"name": name, "arguments": arguments})
+
+    async def close(self) -> None:
+        self.calls.append("close")
+        await self.sandbox.close()
+
+    async def _answer(self, method: str, params: dict[str, Any]) -> Any:
+        if self.closed:
+            raise EnvDied("the env process exited")
+        self.calls.append(method)
+        self.idle = False
+        try:
+            result = self._server.methods[method](params)
+        except Died:
+            self.sandbox.closed = True
+            raise EnvDied(f"the env process exited with status 3; the env's stderr ends with:\n"
+                          f"{self.sandbox.stderr_tail()}") from None
+        except Hangs:
+            await asyncio.Event().wait()
+        except Refuses:
+            raise EnvCallError(method, {"code": -32000, "message": "the parrot refuses"}) from None
+        except jsonrpc.RpcError as error:
+            raise EnvCallError(method, {"code": error.code, "message": error.message}) from None
+        self.idle = True
+        return result
+
+
 @dataclass
 class FakeRuntime:
     """An `EpisodeRuntime` that plays the parrot in-process and scores with `said` in-process."""
@@ -129,24 +182,22 @@ class FakeRuntime:
     verify: Verify = said
     start_fails: str | None = None  # why every sandbox fails to start
     platform_fault: str | None = None  # why the provider says it fails now
+    breaks_on_silence: bool = False  # its envs' connections break on an empty reply (ParrotConnection)
     name: str = "parrots"
     reward: RewardRule = None
     starts: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
     metrics: Metrics = field(default_factory=lambda: Metrics(lambda: ProviderStatus("in-process", False, 0)))
-    sandboxes: list[InProcessSandbox] = field(default_factory=list)
+    connections: list[ParrotConnection] = field(default_factory=list)
     ended: list[EpisodeRecord] = field(default_factory=list)
 
     def offered_tools(self, task: Task) -> list[ToolSpec]:
         return [*(ToolSpec.model_validate(schema) for schema in Parrot.tool_schemas()), END_TURN_TOOL]
 
-    def is_corral_env(self, task: Task) -> bool:
-        return True
-
-    async def start_sandbox(self, task: Task, labels: Mapping[str, str]) -> Sandbox:
+    async def connect(self, task: Task, labels: Mapping[str, str]) -> EnvConnection:
         if self.start_fails is not None:
             raise SandboxError(self.start_fails)
-        self.sandboxes.append(InProcessSandbox(Parrot()))
-        return self.sandboxes[-1]
+        self.connections.append(ParrotConnection(Parrot(), self.breaks_on_silence))
+        return self.connections[-1]
 
     async def check_platform(self) -> None:
         if self.platform_fault is not None:
@@ -194,14 +245,14 @@ def replays(runtime: FakeRuntime, platform: str) -> float | None:
 def test_an_episode_ends_with_its_verifiers_reward_and_hands_its_record_over_once():
     runtime = FakeRuntime()
     opened, answered, ended = play(runtime, ("say", {"text": "polly"}), ("end_turn", {"response": "said it"}))
-    assert not opened.done and [tool.name for tool in opened.offered_tools] == ["say", "crash", "hang", "end_turn"]
+    assert not opened.done and [tool.name for tool in opened.offered_tools] == ["say", "crash", "hang", "refuse", "end_turn"]
     assert answered.result == "polly" and not answered.done
     assert (ended.done, ended.status, ended.reward, ended.scores) == (True, "scored", 1.0, {"said": 1.0})
     [record] = runtime.ended
     assert (record.status, record.cause, record.reward, record.bundle, record.sandbox) == (
         "scored", "scored", 1.0, "parrots", "in-process")
     assert [call.tool for call in record.calls] == ["say", "end_turn"] and record.tool_calls == 1
-    assert runtime.sandboxes[0].closed
+    assert runtime.connections[0].closed
 
 
 def test_a_call_with_arguments_over_the_limit_is_refused_before_the_env_sees_it():
@@ -209,7 +260,7 @@ def test_a_call_with_arguments_over_the_limit_is_refused_before_the_env_sees_it(
     _, refused, ended = play(runtime, ("say", {"text": "polly" * 40}), ("end_turn", {"response": ""}))
     assert refused.error is not None and refused.error.error_type == "invalid_args" and not refused.done
     assert "more than the 100 this server takes" in refused.error.message
-    assert runtime.sandboxes[0].env.heard == []  # type: ignore[attr-defined]
+    assert runtime.connections[0].env.heard == []  # type: ignore[attr-defined]
     assert ended.reward == 0.5 and runtime.ended[0].tool_calls == 0  # the episode went on, unharmed
 
 
@@ -251,7 +302,7 @@ def test_a_tool_past_its_deadline_ends_the_episode_as_the_agents():
     runtime = FakeRuntime()
     _, hung = play(runtime, ("hang", {}))
     assert (hung.status, hung.reward, hung.error.error_type) == ("failed", FAILURE_SCORE, "timeout")
-    assert runtime.ended[0].cause == "tool_timeout" and runtime.sandboxes[0].closed
+    assert runtime.ended[0].cause == "tool_timeout" and runtime.connections[0].closed
 
 
 def test_a_verifier_that_raises_on_what_the_agent_did_fails_the_episode_once_a_replay_scores():
@@ -260,7 +311,7 @@ def test_a_verifier_that_raises_on_what_the_agent_did_fails_the_episode_once_a_r
     assert (ended.status, ended.reward) == ("failed", FAILURE_SCORE)
     assert "verifier said raised ValueError: the report holds a boom" in ended.reason
     assert "the same task played untouched in a fresh sandbox was scored" in ended.reason
-    assert len(runtime.sandboxes) == 2 and all(sandbox.closed for sandbox in runtime.sandboxes)
+    assert len(runtime.connections) == 2 and all(connection.closed for connection in runtime.connections)
     [record] = runtime.ended  # the untouched replay is evidence, not an episode of its own
     assert (record.status, record.cause) == ("failed", "scoring_failed")
     assert replays(runtime, "sound") == 1
@@ -289,3 +340,47 @@ def test_a_verifier_error_raised_by_the_runtime_is_judged_like_one_raised_by_the
     assert (ended.status, ended.reward) == ("unscored", None)
     assert ended.reason.startswith("the episode could not be scored: the verifier's worker process died")
     assert runtime.ended[0].cause == "scoring_failed"
+
+
+def test_the_episode_speaks_to_its_env_only_through_its_connection_and_closes_it_once():
+    runtime = FakeRuntime()
+    play(runtime, ("say", {"text": "polly"}), ("end_turn", {"response": "said it"}))
+    [connection] = runtime.connections  # NoCommands fails any line sent on the sandbox's stream
+    assert connection.calls == ["initialize", "corral/reset", "tools/call", "corral/end_turn", "corral/report", "close"]
+
+
+def test_a_call_the_env_answers_with_an_error_is_the_agents_to_read_and_the_episode_goes_on():
+    runtime = FakeRuntime()
+    _, refused, ended = play(runtime, ("refuse", {}), ("end_turn", {"response": ""}))
+    assert refused.error is not None and not refused.done
+    assert (refused.error.error_type, refused.error.message) == ("execution_error", "tools/call failed in the env: the parrot refuses")
+    assert (ended.status, ended.reward) == ("scored", 0.5)
+
+
+def test_an_env_whose_own_end_turn_raises_on_the_agents_reply_fails_the_episode_once_a_replay_scores():
+    runtime = FakeRuntime()
+    _, ended = play(runtime, ("end_turn", {"response": "boom"}))
+    assert (ended.status, ended.reward) == ("failed", FAILURE_SCORE)
+    assert ended.reason.startswith("the env's own code failed: corral/end_turn failed in the env")
+    assert "the parrot chokes on boom" in ended.reason and "was scored, so the failure came from what the agent did" in ended.reason
+    assert (runtime.ended[0].cause, replays(runtime, "sound")) == ("env_hook_failed", 1)
+
+
+def test_verifiers_past_their_deadline_end_the_episode_with_a_timeout_judged_by_the_replay():
+    class Slow(FakeRuntime):
+        async def score(self, task: Task, report: dict[str, Any], verifiers: Mapping[str, str], *,
+                        timeout_s: float) -> dict[str, float]:
+            raise TimeoutError  # as the verifier pool raises it past timeout_s
+
+    runtime = Slow()
+    _, ended = play(runtime, ("end_turn", {"response": ""}))
+    assert ended.error.error_type == "timeout" and ended.reason.startswith("the verifiers did not finish within 5s")
+    assert (ended.status, runtime.ended[0].cause, replays(runtime, "broken")) == ("unscored", "verify_timeout", 1)
+
+
+def test_a_replay_that_corral_fails_to_play_is_the_platforms_evidence_and_its_sandbox_is_closed():
+    runtime = FakeRuntime(breaks_on_silence=True)
+    _, _, ended = play(runtime, ("say", {"text": "boom"}), ("end_turn", {"response": "done"}))
+    assert (ended.status, ended.reward) == ("unscored", None)
+    assert ended.reason.endswith("failed too: corral failed playing it: RuntimeError: the parrot's connection broke")
+    assert len(runtime.connections) == 2 and all(connection.closed for connection in runtime.connections)

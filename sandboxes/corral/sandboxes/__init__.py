@@ -8,7 +8,9 @@ from pathlib import Path
 
 from corral.errors import ConfigError, ImageError, SandboxError
 from corral.sandboxes.base import (
+    NETWORK_POLICIES,
     CommandResult,
+    NetworkPolicy,
     Prepared,
     Progress,
     ProviderStatus,
@@ -21,9 +23,11 @@ from corral.sandboxes.base import (
 from corral.sandboxes.local import LocalProvider
 
 __all__ = [
+    "NETWORK_POLICIES",
     "CommandResult",
     "ImageError",
     "LocalProvider",
+    "NetworkPolicy",
     "Prepared",
     "ProviderStatus",
     "Resources",

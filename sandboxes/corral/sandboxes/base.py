@@ -18,11 +18,12 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from corral.errors import SandboxError
 
 NetworkPolicy = Literal["none", "egress"]
+NETWORK_POLICIES: tuple[NetworkPolicy, ...] = get_args(NetworkPolicy)  # what env.toml, bundle.toml and --network may say
 Progress = Callable[[str], None]  # one line of a long preparation (an image build's output)
 # Files and folders a scratch tmpfs holds per MB of its size: empty files cost the kernel's
 # memory, which a tmpfs's size does not count; one per KB is about as much memory again, at most.

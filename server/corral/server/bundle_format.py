@@ -4,9 +4,11 @@ folder into them."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from corral.sandboxes import NetworkPolicy
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
@@ -45,7 +47,7 @@ class EnvConfig(_Strict):
     command: list[str] | None = Field(default=None, min_length=1)
     dockerfile: str = "Dockerfile"
     image: str | None = None
-    network: Literal["none", "egress"] = "none"
+    network: NetworkPolicy = "none"
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     # docker sandbox: the root filesystem is read-only; /tmp and each `writable` folder (e.g.
     # where the agent edits a repository) is a writable tmpfs of scratch_mb (docs/sandboxes.md)

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from corral.sandboxes import Resources, SandboxProvider, SandboxSpec
+from corral.sandboxes import Resources, Sandbox, SandboxProvider, SandboxSpec
 from corral.server.bundle_format import CommandVerifier, EnvConfig, Manifest, Task
+from corral.server.env_connection import EnvConnection
+from corral.server.envproc import EnvProcess
 from corral.server.problems import Problem, file_name
 
 RESERVED_SPLIT = "all"
@@ -46,6 +48,11 @@ class FormatExtension(Protocol):
         """The provider the bundle's envs start in, made from the operator's (`--sandbox`)."""
         ...
 
+    def connect(self, sandbox: Sandbox) -> EnvConnection | None:
+        """The connection to the env of a sandbox the provider started, when the format answers
+        it itself; None: the env is a process speaking JSON-RPC on the sandbox's stdio."""
+        ...
+
     def where(self, root: Path, parts: tuple[str, ...]) -> str | None:
         """How a problem names the bundle's file at `parts`; None: as any bundle's (`root/parts`)."""
         ...
@@ -79,3 +86,10 @@ class LoadedBundle:
     def serving_provider(self, provider: SandboxProvider) -> SandboxProvider:
         """The provider this bundle's envs start in, given the operator's."""
         return self.extension.wrap_provider(provider) if self.extension is not None else provider
+
+    def connect(self, env: BundleEnv, sandbox: Sandbox) -> EnvConnection:
+        """The connection to `env`, started in `sandbox`: JSON-RPC over its stdio, unless its format answers it."""
+        connection = self.extension.connect(sandbox) if self.extension is not None else None
+        if connection is None:
+            connection = EnvProcess(sandbox, corral_runtime=env.config.entry is not None)
+        return connection

@@ -18,7 +18,7 @@ from corral.protocol.rewards import RewardRule, missing_rule_message
 from corral.sandboxes import SandboxError, SandboxProvider, SandboxSpec
 from corral.server.bundle_format import Task
 from corral.server.bundle_model import BundleEnv, LoadedBundle
-from corral.server.envproc import EnvCallError, EnvDied, EnvProcess
+from corral.server.env_connection import EnvCallError, EnvDied
 from corral.server.problems import Problem
 from corral.server.verifiers import VerifierError, Verify, load_verifiers, score_episode
 
@@ -55,32 +55,32 @@ class Probe:
     sample_failed: str | None = None  # why the reset to the sample task, or its report, failed
 
 
-async def probe_env(env: BundleEnv, provider: SandboxProvider, sample: Task | None = None) -> Probe:
-    """Start `env` once and list its tools; with a `sample` task, reset it to that task and read
+async def probe_env(bundle: LoadedBundle, env: BundleEnv, provider: SandboxProvider,
+                    sample: Task | None = None) -> Probe:
+    """Start `env` of `bundle` once and list its tools; with a `sample` task, reset it to that task and read
     its report. Raise SandboxError saying why when it cannot start."""
-    sandbox = await provider.start(sandbox_spec(env), {"corral.purpose": "probe"})
+    connection = bundle.connect(env, await provider.start(sandbox_spec(env), {"corral.purpose": "probe"}))
     try:
-        process = EnvProcess(sandbox)
         try:
             async with asyncio.timeout(PROBE_TIMEOUT_S):
-                await process.initialize()
-                listed = await process.call("tools/list")
+                await connection.initialize()
+                listed = await connection.list_tools()
         except TimeoutError:
             raise SandboxError(f"the env did not list its tools within {PROBE_TIMEOUT_S:.0f}s") from None
-        probe = Probe([ToolSpec.model_validate(tool) for tool in listed["tools"]])
+        probe = Probe([ToolSpec.model_validate(tool) for tool in listed])
         if sample is not None:
             trying = f"its reset to task {sample.id}, to try the task's verifiers on its report,"
             try:
                 async with asyncio.timeout(PROBE_TIMEOUT_S):
-                    await process.hook("corral/reset", {"task": sample.args})
-                    probe.report = ((await process.hook("corral/report")) or {}).get("report", {})
+                    await connection.hook("corral/reset", {"task": sample.args})
+                    probe.report = ((await connection.hook("corral/report")) or {}).get("report", {})
             except EnvCallError as error:
                 probe.sample_failed = f"{trying} failed: {error}"
             except TimeoutError:
                 probe.sample_failed = f"{trying} did not finish within {PROBE_TIMEOUT_S:.0f}s"
         return probe
     finally:
-        await sandbox.close()
+        await connection.close()
 
 
 async def check_envs(bundle: LoadedBundle, provider: SandboxProvider, envs: Sequence[BundleEnv]
@@ -89,7 +89,7 @@ async def check_envs(bundle: LoadedBundle, provider: SandboxProvider, envs: Sequ
     task of each that Python verifiers score (by task id); adds a problem to `bundle.problems`
     for each env or task that is off."""
     samples = {env.name: _sample_task(bundle, env) for env in envs}
-    results = await asyncio.gather(*(probe_env(env, provider, samples[env.name]) for env in envs),
+    results = await asyncio.gather(*(probe_env(bundle, env, provider, samples[env.name]) for env in envs),
                                    return_exceptions=True)
     tools_by_env: dict[str, list[ToolSpec]] = {}
     reports: dict[str, dict[str, Any]] = {}

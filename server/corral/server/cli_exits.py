@@ -14,8 +14,7 @@ from typing import NoReturn
 import typer
 
 from corral.errors import BundleInvalid, ConfigError
-from corral.sandboxes import KINDS
-from corral.server.harbor.loader import POLICIES
+from corral.sandboxes import KINDS, NETWORK_POLICIES
 from corral.server.problems import merge_shared, problems_of
 from corral.server.served import ServedBundle, ServeOptions
 
@@ -39,8 +38,8 @@ def refuse_bad_call(bundle: Path, sandbox: str, network: str | None = None) -> N
     """Exit 2, in one line, for an unknown sandbox or network policy, or a bundle folder that is not there."""
     if sandbox not in KINDS:
         fail(f"unknown --sandbox {sandbox!r}; choose one of: {', '.join(KINDS)}")
-    if network not in (None, *POLICIES):
-        fail(f"unknown --network {network!r}; choose one of: {', '.join(POLICIES)}")
+    if network not in (None, *NETWORK_POLICIES):
+        fail(f"unknown --network {network!r}; choose one of: {', '.join(NETWORK_POLICIES)}")
     if not bundle.is_dir():
         fail(f"no bundle folder at {bundle}; give the folder that holds bundle.toml, or write one with: corral init NAME")
 

@@ -1,4 +1,5 @@
-"""Speaking to an env process over its sandbox's stdio: newline-delimited JSON-RPC 2.0.
+"""Speaking to an env process over its sandbox's stdio: newline-delimited JSON-RPC 2.0 (the
+stdio `EnvConnection`).
 
 The env side is `corral.env.runtime` or any MCP stdio server, so the stream may carry more
 than replies: the env's own requests to corral (a tool that pings its client), notifications
@@ -17,32 +18,22 @@ import logging
 from typing import Any
 
 from corral.env import jsonrpc
-from corral.errors import CorralError, SandboxError
 from corral.protocol.surrogates import has_lone_surrogate_escape, replace_lone_surrogates
 from corral.sandboxes import Sandbox
+from corral.server.env_connection import EnvCallError, EnvDied
 
 log = logging.getLogger("corral.server.envproc")
 
 CLIENT_INFO = {"name": "corral", "version": "1"}
 
 
-class EnvDied(SandboxError, RuntimeError):
-    """The env process closed its stream: it crashed, exited, or was killed."""
-
-
-class EnvCallError(CorralError, RuntimeError):
-    """The env answered a call with a JSON-RPC error."""
-
-    def __init__(self, method: str, error: dict[str, Any]):
-        self.code = error.get("code")
-        super().__init__(f"{method} failed in the env: {error.get('message', error)}")
-
-
 class EnvProcess:
-    """A JSON-RPC client over one sandbox's stdio stream."""
+    """A JSON-RPC client over one sandbox's stdio stream. `corral_runtime`: the env is corral's
+    own runtime (`python3 -m corral.env`), whose handshake saves a round trip (`initialize`)."""
 
-    def __init__(self, sandbox: Sandbox):
+    def __init__(self, sandbox: Sandbox, *, corral_runtime: bool = False):
         self.sandbox = sandbox
+        self.corral_runtime = corral_runtime
         self.hooks: frozenset[str] = frozenset()  # the corral/* methods the env declared
         self.skipped_lines = 0  # lines on the env's stdout that were not JSON-RPC
         self._last_skipped = ""
@@ -54,20 +45,20 @@ class EnvProcess:
         """Whether the env has answered every call: one given up on may still hold it busy."""
         return self._unanswered == 0
 
-    async def initialize(self, corral_runtime: bool = False) -> None:
+    async def initialize(self) -> None:
         """MCP's handshake, which also tells which of corral's hooks the env answers.
 
-        `corral_runtime`: the env is corral's own runtime (`python3 -m corral.env`), which has
-        every hook and answers lines in order, so its reply is not awaited: the next call's
-        reply comes after it, and a reset saves a round trip. Any other MCP server gets the
-        handshake by the book, and hooks only if it declares `capabilities.experimental.corral`.
+        corral's own runtime has every hook and answers lines in order, so its reply is not
+        awaited: the next call's reply comes after it, and a reset saves a round trip. Any other
+        MCP server gets the handshake by the book, and hooks only if it declares
+        `capabilities.experimental.corral`.
         """
         params = {
             "protocolVersion": jsonrpc.PROTOCOL_VERSION,
             "capabilities": {},
             "clientInfo": CLIENT_INFO,
         }
-        if corral_runtime:
+        if self.corral_runtime:
             # Its reply is skipped by the next call, as a reply to an id it is not waiting for.
             await self._send(jsonrpc.request(next(self._ids), "initialize", params))
             self.hooks = frozenset(jsonrpc.HOOKS)
@@ -102,6 +93,15 @@ class EnvProcess:
         if method not in self.hooks:
             return None
         return await self.call(method, params)
+
+    async def list_tools(self) -> list[Any]:
+        return (await self.call("tools/list"))["tools"]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        return await self.call("tools/call", {"name": name, "arguments": arguments})
+
+    async def close(self) -> None:
+        await self.sandbox.close()
 
     async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         await self._send(jsonrpc.notification(method, params))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -18,13 +19,10 @@ import time
 import uuid
 from typing import Any
 
-from prometheus_client import Histogram
-
-from corral.errors import SandboxError, VerifierError
+from corral.errors import SandboxError
 from corral.protocol.catalog import END_TURN
 from corral.protocol.frames import (
     EPISODE_ENDED,
-    REPLAY_RESET_DEADLINES,
     STEP_REWARD,
     CallToolObservation,
     EpisodeState,
@@ -37,10 +35,13 @@ from corral.protocol.outcomes import Cause, EpisodeStatus
 from corral.protocol.records import EpisodeRecord, RecordedCall
 from corral.protocol.rewards import pick_reward
 from corral.server.bundle_format import Task
-from corral.server.endings import ENDINGS, Ending
+from corral.server.canary import judge
+from corral.server.endings import ENDINGS
 from corral.server.env_answers import field_of, refused, tool_answer
-from corral.server.envproc import EnvCallError, EnvDied, EnvProcess
+from corral.server.env_connection import EnvCallError, EnvConnection, EnvDied
 from corral.server.episode_runtime import EpisodeRuntime
+from corral.server.metrics import Timed
+from corral.server.scoring import Unscorable, score_what_was_left
 
 log = logging.getLogger("corral.server")
 
@@ -75,7 +76,7 @@ class ServedEpisode:
         self._started_at = time.time()
         self._published = False  # the ended episode was counted, logged and recorded
         self._acting_since: float | None = None  # the agent's clock (task.time_budget_s) runs from the reset
-        self._env: EnvProcess | None = None
+        self._env: EnvConnection | None = None
 
     @property
     def done(self) -> bool:
@@ -100,10 +101,9 @@ class ServedEpisode:
             metrics.episodes_started.inc()
         try:
             async with asyncio.timeout(self.limits.reset_timeout_s), self.runtime.starts:
-                with _Timed(self.seconds, "start", metrics.sandbox_start):
-                    sandbox = await self.runtime.start_sandbox(self.task, labels)
-                self._env = EnvProcess(sandbox)
-                await self._env.initialize(corral_runtime=self.runtime.is_corral_env(self.task))
+                with Timed(self.seconds, "start", metrics.sandbox_start):
+                    self._env = await self.runtime.connect(self.task, labels)
+                await self._env.initialize()
                 await self._env.hook("corral/reset", {"task": self.task.args})
         except TimeoutError:
             reason = (f"the reset didn't finish within {self.limits.reset_timeout_s:g}s (deploying the env and "
@@ -157,8 +157,8 @@ class ServedEpisode:
         deadline = min(self.limits.tool_timeout_s, self._time_left())
         try:
             async with asyncio.timeout(deadline):
-                with _Timed(self.seconds, "tools", self.runtime.metrics.tool_call):
-                    result = await self._env.call("tools/call", {"name": name, "arguments": arguments})
+                with Timed(self.seconds, "tools", self.runtime.metrics.tool_call):
+                    result = await self._env.call_tool(name, arguments)
         except TimeoutError:
             if self._time_left() <= 0:
                 return await self._out_of_time(name)
@@ -198,34 +198,19 @@ class ServedEpisode:
         return await self._score(ended, report)
 
     async def _score(self, ended: CallToolObservation, report: dict[str, Any] | None) -> CallToolObservation:
-        """Score the episode: the command verifiers (each in a fresh sandbox of what the agent
-        left, within its own timeout), then the Python verifiers on the env's report, outside any
-        sandbox. Without a report (the env could not give one) the Python verifiers cannot run,
-        and an episode that needs them ends with its failure score."""
-        python_verifiers = self.runtime.python_verifiers(self.task)
+        """Score what the agent left (`scoring.py`), then pick the reward from the scores."""
+        assert self._env is not None
         verifying = time.monotonic()
         try:
-            async with asyncio.timeout(self.limits.reset_timeout_s):
-                assert self._env is not None
-                checked = await self.runtime.run_command_verifiers(self._env.sandbox, self.task)
-            await self._close_sandbox()  # its own deadline: a close that hangs takes no verdict
-            if report is None and python_verifiers:
-                return await self._end_early(ended, "the agent's time ran out while the env was busy, so it could "
-                                             "not report what the verifiers grade", cause="time_budget")
-            # The deadline is the verifiers' own run: a wait for a worker other episodes hold is not this one's doing.
-            scores = await self.runtime.score(self.task, report or {}, python_verifiers,
-                                              timeout_s=self.limits.reset_timeout_s)
-        except TimeoutError:
-            reason = f"the verifiers did not finish within {self.limits.reset_timeout_s:g}s"
-            return await self._end_early(ended, reason, cause="verify_timeout", error_type="timeout")
-        except (SandboxError, VerifierError) as error:
-            return await self._end_early(ended, f"the episode could not be scored: {error}", cause="scoring_failed")
+            scored = await score_what_was_left(self.runtime, self.task, self._env.sandbox, report,
+                                               timeout_s=self.limits.reset_timeout_s, release=self._close_sandbox)
+        except Unscorable as failed:
+            return await self._end_early(ended, failed.reason, cause=failed.cause, error_type=failed.error_type)
         self.seconds["verify"] = time.monotonic() - verifying
         self.runtime.metrics.verify.observe(self.seconds["verify"])
-        for score_id, result in checked.items():  # a reward file (Harbor's) may name several
-            scores.update(result.scores_for(score_id))
-        if checked:  # where a user debugging a 0 looks first: what the tests printed, cut short
-            ended.metadata["verifier_output"] = {score_id: result.output_tail for score_id, result in checked.items()}
+        scores = scored.scores
+        if scored.verifier_output:  # where a user debugging a 0 looks first: what the tests printed, cut short
+            ended.metadata["verifier_output"] = scored.verifier_output
         try:
             reward = pick_reward(scores, self.runtime.reward)
         except Exception as error:  # noqa: BLE001 - RewardError, or anything a user's reward function raises
@@ -267,7 +252,7 @@ class ServedEpisode:
             env, self._env = self._env, None
             try:
                 async with asyncio.timeout(self.limits.reset_timeout_s):
-                    await env.sandbox.close()
+                    await env.close()
             except TimeoutError:
                 log.warning("episode %s: closing its sandbox took more than %gs; given up", self.episode_id,
                             self.limits.reset_timeout_s)
@@ -279,7 +264,10 @@ class ServedEpisode:
         """End the episode before it could be scored, with the reason where the client and the
         logs see it: the task's failure score if the agent caused it, else unscored (endings.py)."""
         await self._close_sandbox()  # first: an untouched replay may need the room
-        ending, by_agent, reason = await self._judge(ENDINGS[cause], reason)
+        canary = None if self.untouched else functools.partial(  # the same task, played untouched: made if needed
+            ServedEpisode, self.runtime, self.task, limits=self.limits, session_id=self.session_id, split=self.split,
+            untouched=True)
+        ending, by_agent, reason = await judge(ENDINGS[cause], reason, self.runtime, canary)
         reward = self.task.failure_score if by_agent else None
         self.status, self.scores, self.reward, self.reason = ("failed" if by_agent else "unscored"), scores or {}, reward, reason
         self._ended(ending.cause)
@@ -288,51 +276,6 @@ class ServedEpisode:
         if isinstance(observed, CallToolObservation):
             update.update(result=None, error=ToolError(error_type=error_type, message=reason))  # type: ignore[arg-type]
         return observed.model_copy(update=update)
-
-    async def _judge(self, ending: Ending, reason: str) -> tuple[Ending, bool, str]:
-        """Who caused `ending`, on the evidence: the ending to record, whether it is the agent's,
-        and the reason with the evidence added."""
-        if ending.blame == "agent":
-            if (fault := await self._platform_fault()) is not None:
-                return ENDINGS["sandbox_failed"], False, f"{reason}; and {fault}"
-            return ending, True, reason
-        if ending.blame == "platform" or self.untouched:
-            return ending, False, reason
-        broken = await self._replay_untouched()
-        self.runtime.metrics.untouched_replays.labels(platform="broken" if broken else "sound").inc()
-        if broken is None:
-            return ending, True, (f"{reason}; the same task played untouched in a fresh sandbox was scored, so "
-                                  "the failure came from what the agent did")
-        return ending, False, f"{reason}; and the same task played untouched in a fresh sandbox failed too: {broken}"
-
-    async def _replay_untouched(self) -> str | None:
-        """Play this task in a fresh sandbox as an agent that does nothing would (every turn
-        answered with an empty reply): None when that episode is scored, so the provider, the
-        env and the verifiers work on this task; else why it was not."""
-        replay = ServedEpisode(self.runtime, self.task, limits=self.limits, session_id=self.session_id,
-                               split=self.split, untouched=True)
-        deadline = REPLAY_RESET_DEADLINES * self.limits.reset_timeout_s
-        try:
-            async with asyncio.timeout(deadline):
-                await replay.start()
-                while not replay.done:
-                    await replay.end_turn("")
-        except TimeoutError:
-            return f"it did not end within {deadline:g}s"
-        except Exception as error:  # noqa: BLE001 - any failure of the replay is the platform's evidence
-            return f"corral failed playing it: {type(error).__name__}: {error}"
-        finally:
-            await replay.close()
-        return None if replay.status == "scored" else replay.reason
-
-    async def _platform_fault(self) -> str | None:
-        """Why the platform failed, when the sandbox's provider says it did (its engine stopped
-        answering, say); None when it answers, and the agent's doing stands."""
-        try:
-            await self.runtime.check_platform()
-        except SandboxError as error:
-            return str(error)
-        return None
 
     def _time_left(self) -> float:
         """Seconds left of the agent's time budget (infinity without one)."""
@@ -359,18 +302,3 @@ class ServedEpisode:
             cause=self.cause, reason=self.reason, scores=dict(self.scores), reward=self.reward,
             sandbox=self.runtime.sandbox_kind(), seconds=dict(self.seconds), started_at=self._started_at,
         ))
-
-
-class _Timed:  # a class, not contextlib: it times every tool call
-    """Add the block's duration to `seconds[phase]` and observe it in `histogram`."""
-
-    def __init__(self, seconds: dict[str, float], phase: str, histogram: Histogram):
-        self._seconds, self._phase, self._histogram = seconds, phase, histogram
-
-    def __enter__(self) -> None:
-        self._began = time.monotonic()
-
-    def __exit__(self, *_: object) -> None:
-        took = time.monotonic() - self._began
-        self._seconds[self._phase] += took
-        self._histogram.observe(took)

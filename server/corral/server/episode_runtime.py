@@ -2,7 +2,8 @@
 
 An episode (`episode.py`) plays one task in one sandbox; it does not know where it is served.
 `ServedBundle` (`served.py`) is the runtime a server gives its episodes; a test gives a fake
-one (tests/unit/test_episode_endings.py), with an in-process sandbox and its own verifiers.
+one (tests/unit/test_episode_endings.py), whose env connections reach an env in the test's
+process, and whose verifiers run there too.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from corral.protocol.records import EpisodeRecord
 from corral.protocol.rewards import RewardRule
 from corral.sandboxes import Sandbox
 from corral.server.bundle_format import Task
+from corral.server.env_connection import EnvConnection
 from corral.server.metrics import Metrics
 from corral.server.verifiers import CommandScore
 
@@ -50,11 +52,8 @@ class EpisodeRuntime(Protocol):
     def offered_tools(self, task: Task) -> list[ToolSpec]:
         """The tools the agent is offered in `task` (end_turn last)."""
 
-    def is_corral_env(self, task: Task) -> bool:
-        """Whether `task`'s env is corral's own runtime, whose handshake saves a round trip."""
-
-    async def start_sandbox(self, task: Task, labels: Mapping[str, str]) -> Sandbox:
-        """A fresh sandbox running `task`'s env; SandboxError when it cannot start."""
+    async def connect(self, task: Task, labels: Mapping[str, str]) -> EnvConnection:
+        """`task`'s env in a fresh sandbox, not yet initialized; SandboxError when it cannot start."""
 
     async def check_platform(self) -> None:
         """SandboxError when the sandboxes' provider itself fails now: the evidence that an

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -92,3 +93,18 @@ class WarmPoolDry:
     def _family() -> CounterMetricFamily:
         return CounterMetricFamily("corral_warm_pool_dry", "Resets that found no warm sandbox ready, by env.",
                                    labels=["env"])
+
+
+class Timed:  # a class, not contextlib: it times every tool call
+    """Add the block's duration to `seconds[phase]` (an episode's time by phase) and observe it in `histogram`."""
+
+    def __init__(self, seconds: dict[str, float], phase: str, histogram: Histogram):
+        self._seconds, self._phase, self._histogram = seconds, phase, histogram
+
+    def __enter__(self) -> None:
+        self._began = time.monotonic()
+
+    def __exit__(self, *_: object) -> None:
+        took = time.monotonic() - self._began
+        self._seconds[self._phase] += took
+        self._histogram.observe(took)

@@ -32,6 +32,7 @@ from corral.sandboxes import Sandbox, SandboxProvider, make_provider
 from corral.server.bundle_format import Task
 from corral.server.bundle_model import RESERVED_SPLIT, BundleEnv, LoadedBundle
 from corral.server.checks import check_envs, check_reward_rule, check_verifiers, sandbox_spec
+from corral.server.env_connection import EnvConnection
 from corral.server.formats import load_bundle
 from corral.server.metrics import Metrics
 from corral.server.problems import Problem
@@ -208,11 +209,9 @@ class ServedBundle:
     def max_output_chars(self) -> int:
         return self.options.max_output_chars
 
-    def is_corral_env(self, task: Task) -> bool:
-        return self.bundle.envs[task.env].config.entry is not None
-
-    async def start_sandbox(self, task: Task, labels: Mapping[str, str]) -> Sandbox:
-        return await self.provider.start(sandbox_spec(self.bundle.envs[task.env]), labels)
+    async def connect(self, task: Task, labels: Mapping[str, str]) -> EnvConnection:
+        env = self.bundle.envs[task.env]
+        return self.bundle.connect(env, await self.provider.start(sandbox_spec(env), labels))
 
     async def check_platform(self) -> None:
         await self.provider.check()

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral.sandboxes import NetworkPolicy
 from corral.server.bundle_format import NAME_PATTERN, ServeDefaults
 
 DEFAULT_SYSTEM_PROMPT = """\
@@ -58,7 +59,7 @@ class HarborManifest(_Strict):
     version: str = "0.0.0"
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     tools: list[Literal["bash", "read_file", "write_file", "replace_in_file"]] | None = Field(default=None, min_length=1)
-    network: Literal["none", "egress"] = "none"
+    network: NetworkPolicy = "none"
     exclude: list[str] = Field(default_factory=list)
     split_by: str | None = None
     splits: dict[str, list[str]] = Field(default_factory=dict)

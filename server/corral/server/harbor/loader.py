@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from corral.sandboxes import Resources, SandboxSpec
+from corral.sandboxes import NETWORK_POLICIES, Resources, SandboxSpec
 from corral.server.bundle_format import (
     CommandVerifier,
     EnvConfig,
@@ -46,7 +46,6 @@ from corral.server.problems import Problem
 SCORE = "reward"  # the score id of every Harbor task's tests (reward.txt's score; reward.json names its own)
 RUN_TESTS = "if command -v bash >/dev/null 2>&1; then exec bash /tests/test.sh; else exec sh /tests/test.sh; fi"
 VERIFY_SETUP_S = 180.0  # committing, starting and reading back, beside test.sh's own timeout
-POLICIES = ("none", "egress")
 
 
 class HarborFormat:
@@ -77,8 +76,8 @@ def load_harbor(root: Path, *, network: str | None = None) -> LoadedBundle:
     problems: list[Problem] = []
     manifest = _read_manifest(root, problems)
     policy = network or manifest.network
-    if policy not in POLICIES:
-        problems.append(Problem(root.name, f"network policy {policy!r}: choose one of {', '.join(POLICIES)}"))
+    if policy not in NETWORK_POLICIES:
+        problems.append(Problem(root.name, f"network policy {policy!r}: choose one of {', '.join(NETWORK_POLICIES)}"))
         policy = "none"
     base_images, wrong = read_base_images(manifest.base_images, root)
     problems.extend(Problem(f"{root.name}/bundle.toml", message) for message in wrong)

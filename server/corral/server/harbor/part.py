@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from corral.sandboxes import SandboxProvider
-from corral.server.harbor.hosted import HarborProvider
+from corral.sandboxes import Sandbox, SandboxProvider
+from corral.server.env_connection import EnvConnection
+from corral.server.harbor.hosted import HarborProvider, connect
 from corral.server.harbor.images import ImagePlan
 from corral.server.harbor.task_files import HarborTask
 from corral.server.problems import Problem
@@ -31,6 +32,10 @@ class HarborPart:
     def wrap_provider(self, provider: SandboxProvider) -> SandboxProvider:
         """Its tasks' images and tools are the Harbor provider's to make."""
         return HarborProvider(provider, self.images)
+
+    def connect(self, sandbox: Sandbox) -> EnvConnection:
+        """A task's tools are answered in the server (hosted.py), for its container."""
+        return connect(sandbox)
 
     def where(self, root: Path, parts: tuple[str, ...]) -> str | None:
         """A task's env is its task's folder: `tasks/fix-the-build`, not `tasks/envs/fix-the-build`."""
