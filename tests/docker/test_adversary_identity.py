@@ -27,8 +27,9 @@ Held, as found (a fresh adversary's, beyond tests/attacks.py and test_adversary_
   setgid folder holding a setuid shell, file names with a newline or that read as tar
   options, 60,000 empty files (near the folder's inode bound).
 
-Open, as found: a Harbor task's tests may write without bound into their HOME and results
-volumes, which docker_disk does not see.
+- A Harbor task's tests made to fill their HOME, results and tests folders (engine volumes on
+  this machine's disk, which docker_disk does not see): each is now a tmpfs of bounded size
+  (docker_snapshot_mounts). Fixed.
 """
 
 from __future__ import annotations
@@ -221,3 +222,18 @@ def test_tests_made_to_fill_their_own_container_are_stopped_and_score_0(small_di
 
     assert (ended.status, ended.reward) == ("scored", 0.0), ended
     assert "the tests' copy of the agent's container" in ended.metadata["verifier_output"]["reward"], ended.metadata
+
+
+def test_tests_made_to_fill_the_verifier_s_own_folders_are_bounded_and_score_0(small_disk):  # noqa: F811
+    # python3, as the tests run it: four times the task's disk limit into each folder corral brings in.
+    filler = (f"#!/bin/sh\nfor d in $HOME /logs/verifier /tests; do head -c {4 * LIMIT_MB}M /dev/zero > $d/fill; "
+              "echo wrote $(wc -c < $d/fill) to $d; done; exit 1\n")
+    with ws(small_disk) as socket:
+        opened(socket, task_id=HARBOR_TASK)
+        called(socket, "bash", command=f"rm /usr/bin/python3 && printf '{filler}' > /usr/bin/python3 && chmod 755 /usr/bin/python3")
+        ended = called(socket, "end_turn", response="done")
+
+    output = ended.metadata["verifier_output"]["reward"]
+    written = [int(line.split()[1]) for line in output.splitlines() if line.startswith("wrote ")]
+    assert len(written) == 3 and max(written) <= LIMIT_MB << 20, output
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended
