@@ -22,7 +22,8 @@ A Harbor task's agent may write anywhere in its container, so a copy of a few fo
    so nothing the agent left at those paths is seen, and the engine writes the files (its
    archive API, through the keeper): no program of the image, which the agent may have
    changed, takes part.
-5. Before the command starts (it waits at a gate: a line on its stdin), every link the agent
+5. Its PATH and PYTHONPATH lose every folder the agent could write in (docker_search_path).
+   Before the command starts (it waits at a gate: a line on its stdin), every link the agent
    made is resolved, and one that leads into those folders or through /proc fails the tests
    (docker_links): an answer linked to /tests/data/expected.json would read as the answer.
 6. The command runs to its end or its deadline (then the container is killed), or until it
@@ -62,6 +63,7 @@ from corral.sandboxes.docker_disk import watch_disk
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_keeper import remove_keeper, sizes_mb, start_keeper
 from corral.sandboxes.docker_links import forged_links
+from corral.sandboxes.docker_search_path import for_the_tests
 from corral.sandboxes.docker_stream import MuxStream
 from corral.sandboxes.pristine import pristine_environment
 
@@ -109,8 +111,9 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
             keeper = await start_keeper(engine, config, name, sizes_mb(spec, files, files_dir, folders_of(results)),
                                         by_root_only=as_root, lifetime_s=SETUP_TIMEOUT_S + timeout_s + IDLE_GRACE_S,
                                         made=kept)
+            searched, left_off = await for_the_tests(engine, snapshot, keeper.container, config, environment or {})
             fresh = fresh_config(config, snapshot, name, mounts=keeper.mounts(), user=user, as_root=as_root,
-                                 environment=environment, command=list(command(files_dir)))
+                                 environment={**(environment or {}), **searched}, command=list(command(files_dir)))
             made.append((await engine.call(engine.api.create_container, **fresh))["Id"])
             # Into the keeper's volume: its paths are the task's image's, not the agent's.
             await engine.call(engine.api.put_archive, keeper.container, files_dir, tar_of(files, file_mode=FILES_MODE))
@@ -125,6 +128,9 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
         # The gate opens. Its stdin stays open: closing it would end the attach, output and all.
         await stream.write(b"go\n")
         code, output = await _watched_run(engine, spec, made[0], stream, timeout_s=timeout_s, keep=keep)
+        if left_off:  # last: the output's head may be cut
+            output += (f"\n[corral] left off the tests' PATH and PYTHONPATH, as the agent's user could write there: "
+                       f"{', '.join(left_off)}")
         found = {path: content for path in results
                  if (content := await _read_back(engine, keeper.container, path)) is not None}
         return CommandResult(code, output, found)
