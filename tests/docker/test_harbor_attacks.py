@@ -126,8 +126,10 @@ def test_tests_run_as_root_still_write_the_verdict_of_a_solution(root_tests):
 
 
 # The same task, its image listing folders its agent can write in where its tests look for
-# programs and modules, as an image that installed tools as that user does.
-SEARCHED_BY_THE_TESTS = "ENV PATH=/home/worker/.local/bin:$PATH PYTHONPATH=/app/lib\n"
+# programs and modules, as an image that installed tools as that user does (its python3 is
+# Debian's 3.11: tests/fixtures/harbor/_images/shared).
+SITE = "/usr/local/lib/python3.11/dist-packages"
+SEARCHED_BY_THE_TESTS = f"ENV PATH=/home/worker/.local/bin:$PATH PYTHONPATH=/app/lib\nRUN chown worker {SITE}\n"
 SEARCH_PLANTS = {
     "a python3 on the image's PATH": (
         "mkdir -p ~/.local/bin && printf '#!/bin/sh\\nexit 0\\n' > ~/.local/bin/python3 && chmod 755 ~/.local/bin/python3"),
@@ -154,3 +156,10 @@ def test_a_program_the_agent_leaves_where_the_image_s_path_looks_does_not_run_in
 def test_the_solution_beside_plants_on_the_image_s_path_still_scores_1(searched_tasks):
     ended = play(searched_tasks, SOLVE, *SEARCH_PLANTS.values())
     assert (ended.status, ended.reward) == ("scored", 1.0), ended.metadata["verifier_output"]
+
+
+def test_a_pth_the_agent_leaves_in_a_site_folder_of_the_tests_python_stops_the_tests(searched_tasks):
+    ended = play(searched_tasks, SOLVE, f"printf '{EXIT_0}\\n' > {SITE}/corral.pth")
+    output = ended.metadata["verifier_output"]["reward"]
+    assert (ended.status, ended.reward) == ("scored", 0.0), output
+    assert f"changed folders their Python imports from: {SITE}" in output, output

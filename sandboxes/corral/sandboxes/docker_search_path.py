@@ -7,24 +7,32 @@ that user): the agent's own `python3` there, exiting 0, would then be the tests'
 before the tests start, each folder of those two lists is checked in the keeper (the task's
 image as built, docker_keeper) by the agent's user: a folder it could write in, or make, or
 replace (it or a folder above it is writable by that user), is left off the tests' list, and
-the tests' output says so. A task whose agent runs as root could change every folder, and its
+the tests' output says so. Python also imports from its own site folders, which no setting
+takes off its path: where the agent added or changed anything in one (a `.pth` file there runs
+at every start), the tests do not run and fail, saying so. A task whose agent runs as root could change every folder, and its
 tests' own programs: that is the limit `corral check` notes for such tasks, not handled here.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from corral.errors import SandboxError
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_exec import Exec
+from corral.sandboxes.docker_keeper import KEEPER_USER
 
 SEARCHED = ("PATH", "PYTHONPATH")
 # Each argument the agent's user may write in, NUL-terminated. The keeper's /bin/sh is the
 # image's as built: the agent never ran in that container.
 WRITABLE = 'for p do if [ -w "$p" ]; then printf "%s\\0" "$p"; fi; done'
 CHECK_TIMEOUT_S = 30.0
+# The folders the tests' python3 imports from by itself (its standard library, its site
+# folders), as the image's own python3 says with -I, run by nobody in the keeper.
+SYS_PATH = ('command -v python3 >/dev/null || exit 0; '
+            'exec python3 -I -c "import sys; print(*filter(None, sys.path), sep=chr(0), end=chr(0))"')
 
 
 def search_lists(image_env: Sequence[str], overrides: Mapping[str, str]) -> dict[str, str]:
@@ -61,17 +69,40 @@ def _self_and_ancestors(folder: str) -> list[str]:
     return found
 
 
-async def for_the_tests(engine: Engine, image: str, keeper: str, config: Mapping,
-                        overrides: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-    """The PATH and PYTHONPATH to give the tests of `image` (the commit of the agent's
-    container, made with `config`; `overrides`: the task's verifier settings), where they must
-    change, and the folders left off; nothing where the agent ran as root (see the module docstring)."""
+@dataclass(frozen=True)
+class SearchPath:
+    """What the tests of one commit get: `environment` (PATH and PYTHONPATH, where they must
+    change), the folders `left_off` them, and what the agent `planted` where their Python
+    imports from (then the tests do not run)."""
+
+    environment: dict[str, str] = field(default_factory=dict)
+    left_off: list[str] = field(default_factory=list)
+    planted: list[str] = field(default_factory=list)
+
+
+async def for_the_tests(engine: Engine, image: str, keeper: str, config: Mapping, overrides: Mapping[str, str],
+                        changed: Iterable[dict]) -> SearchPath:
+    """The SearchPath of the tests of `image` (the commit of the agent's container, made with
+    `config`; `overrides`: the task's verifier settings; `changed`: the engine's diff of that
+    container); nothing where the agent ran as root (see the module docstring)."""
     info = (await engine.call(engine.api.inspect_image, image))["Config"]
     agent = config["user"] or info.get("User") or ""
     if agent.split(":")[0] in ("", "root", "0"):
-        return {}, []
+        return SearchPath()
     lists = search_lists(info.get("Env") or [], {**config["environment"], **overrides})
-    if not lists:
-        return {}, []
     kept, reached = await out_of_reach(engine, keeper, agent, lists, config.get("working_dir") or info.get("WorkingDir") or "/")
-    return (kept if reached else {}), reached
+    folders = await _python_path(engine, keeper, kept.get("PATH", ""))
+    planted = sorted(entry["Path"] for entry in changed if entry.get("Kind") in (0, 1) and "__pycache__" not in entry["Path"]
+                     and any(entry["Path"] == folder or entry["Path"].startswith(folder + "/") for folder in folders))
+    return SearchPath(kept if reached else {}, reached, planted)
+
+
+async def _python_path(engine: Engine, keeper: str, path: str) -> list[str]:
+    """The import path of the image's python3 on `path` (none: no folder), as it is before any
+    setting: its standard library and site folders, the agent's own site folder left out."""
+    run = await Exec.start(engine, keeper, ["/bin/sh", "-c", SYS_PATH], user=KEEPER_USER, workdir="/",
+                           environment={"PATH": path})
+    code, output = await run.output(timeout_s=CHECK_TIMEOUT_S, keep=1 << 16)
+    if code != 0:
+        raise SandboxError(f"could not list the tests' Python folders in the task's image: {run.stderr_tail() or code}")
+    return [folder.rstrip("/") for folder in output.split("\0") if folder.startswith("/")]

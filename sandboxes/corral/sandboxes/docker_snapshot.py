@@ -22,7 +22,8 @@ A Harbor task's agent may write anywhere in its container, so a copy of a few fo
    so nothing the agent left at those paths is seen, and the engine writes the files (its
    archive API, through the keeper): no program of the image, which the agent may have
    changed, takes part.
-5. Its PATH and PYTHONPATH lose every folder the agent could write in (docker_search_path).
+5. Its PATH and PYTHONPATH lose every folder the agent could write in, and where the agent
+   changed a folder its Python imports from by itself, it does not run (docker_search_path).
    Before the command starts (it waits at a gate: a line on its stdin), every link the agent
    made is resolved, and one that leads into those folders or through /proc fails the tests
    (docker_links): an answer linked to /tests/data/expected.json would read as the answer.
@@ -111,9 +112,13 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
             keeper = await start_keeper(engine, config, name, sizes_mb(spec, files, files_dir, folders_of(results)),
                                         by_root_only=as_root, lifetime_s=SETUP_TIMEOUT_S + timeout_s + IDLE_GRACE_S,
                                         made=kept)
-            searched, left_off = await for_the_tests(engine, snapshot, keeper.container, config, environment or {})
+            searched = await for_the_tests(engine, snapshot, keeper.container, config, environment or {}, changed or [])
+            if searched.planted:
+                return CommandResult(exit_code=1, output=(
+                    "[corral] the tests did not run: the agent's user changed folders their Python imports from: "
+                    + ", ".join(searched.planted[:5]) + (f" and {len(searched.planted) - 5} more" if len(searched.planted) > 5 else "")))
             fresh = fresh_config(config, snapshot, name, mounts=keeper.mounts(), user=user, as_root=as_root,
-                                 environment={**(environment or {}), **searched}, command=list(command(files_dir)))
+                                 environment={**(environment or {}), **searched.environment}, command=list(command(files_dir)))
             made.append((await engine.call(engine.api.create_container, **fresh))["Id"])
             # Into the keeper's volume: its paths are the task's image's, not the agent's.
             await engine.call(engine.api.put_archive, keeper.container, files_dir, tar_of(files, file_mode=FILES_MODE))
@@ -128,9 +133,9 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
         # The gate opens. Its stdin stays open: closing it would end the attach, output and all.
         await stream.write(b"go\n")
         code, output = await _watched_run(engine, spec, made[0], stream, timeout_s=timeout_s, keep=keep)
-        if left_off:  # last: the output's head may be cut
+        if searched.left_off:  # last: the output's head may be cut
             output += (f"\n[corral] left off the tests' PATH and PYTHONPATH, as the agent's user could write there: "
-                       f"{', '.join(left_off)}")
+                       f"{', '.join(searched.left_off)}")
         found = {path: content for path in results
                  if (content := await _read_back(engine, keeper.container, path)) is not None}
         return CommandResult(code, output, found)
