@@ -7,10 +7,13 @@ that user): the agent's own `python3` there, exiting 0, would then be the tests'
 before the tests start, each folder of those two lists is checked in the keeper (the task's
 image as built, docker_keeper) by the agent's user: a folder it could write in, or make, or
 replace (it or a folder above it is writable by that user), is left off the tests' list, and
-the tests' output says so. Python also imports from its own site folders, which no setting
-takes off its path: where the agent added or changed anything in one (a `.pth` file there runs
-at every start), the tests do not run and fail, saying so. A task whose agent runs as root could change every folder, and its
-tests' own programs: that is the limit `corral check` notes for such tasks, not handled here.
+the tests' output says so. A task's `[verifier] env` that sets either list chooses on purpose
+(`PYTHONPATH=/app` for tests that import the agent's code): that list is kept as it is.
+
+Python also imports from its own site folders, which no setting takes off its path: where the
+agent added or changed anything in one (a `.pth` file there runs at every start), the tests do
+not run and fail, saying so. A task whose agent runs as root could change every folder, and
+its tests' own programs: that is the limit `corral check` notes for such tasks, not handled here.
 """
 
 from __future__ import annotations
@@ -89,9 +92,13 @@ async def for_the_tests(engine: Engine, image: str, keeper: str, config: Mapping
     agent = config["user"] or info.get("User") or ""
     if agent.split(":")[0] in ("", "root", "0"):
         return SearchPath()
-    lists = search_lists(info.get("Env") or [], {**config["environment"], **overrides})
+    # The task's [verifier] env names what its tests search on purpose (PYTHONPATH=/app: they
+    # import the agent's code): that is kept as it is; the image's own lists are judged.
+    chosen = {key: value for key, value in overrides.items() if key in SEARCHED}
+    lists = {key: value for key, value in search_lists(info.get("Env") or [], config["environment"]).items()
+             if key not in chosen}
     kept, reached = await out_of_reach(engine, keeper, agent, lists, config.get("working_dir") or info.get("WorkingDir") or "/")
-    folders = await _python_path(engine, keeper, kept.get("PATH", ""))
+    folders = await _python_path(engine, keeper, chosen.get("PATH", kept.get("PATH", "")))
     planted = sorted(entry["Path"] for entry in changed if entry.get("Kind") in (0, 1) and "__pycache__" not in entry["Path"]
                      and any(entry["Path"] == folder or entry["Path"].startswith(folder + "/") for folder in folders))
     return SearchPath(kept if reached else {}, reached, planted)
