@@ -52,21 +52,45 @@ async def forged_links(engine: Engine, container: str, user: str, changed: Itera
         return [str(error)]
 
 
+async def forged_links_under(engine: Engine, container: str, user: str, folders: Sequence[str],
+                             forbidden: Sequence[str]) -> list[str]:
+    """`forged_links` for every link under `folders` (a corral env's writable folders, as copied
+    for its command verifier, which brings its files in at `forbidden`)."""
+    try:
+        links: dict[bytes, bytes] = {}
+        for folder in folders:
+            links.update(await _links_under(engine, container, user, folder))
+        if not links:
+            return []
+        roots = [path.encode() for path in forbidden]
+        return await _judge_links(engine, container, user, links, roots + await _resolve(engine, container, user, roots))
+    except ValueError as error:
+        return [str(error)]
+
+
 async def _judge(engine: Engine, container: str, user: str, paths: list[str], roots: list[bytes]) -> list[str]:
     named = [path.encode() for path in paths if "\ufffd" not in path]
     # Where the folders are mounted: their paths as links there resolve (docker's own rule),
     # found while the agent's paths are looked at.
-    targets, resolved = await asyncio.gather(
-        _lstat(engine, container, user, named),
-        _run_walks(engine, container, user, {root: _walk(b"/", root, []) for root in roots}))
+    targets, resolved = await asyncio.gather(_lstat(engine, container, user, named), _resolve(engine, container, user, roots))
     links = {path: target for path, target in zip(named, targets, strict=True) if target is not None}
     # The engine's diff (JSON) mangles a name that is not UTF-8: every link under the nearest
     # folder it names right is looked at instead.
     for folder in dict.fromkeys(_named_ancestor(path) for path in paths if "\ufffd" in path):
         links.update(await _links_under(engine, container, user, folder))
+    return await _judge_links(engine, container, user, links, roots + resolved)
+
+
+async def _resolve(engine: Engine, container: str, user: str, roots: list[bytes]) -> list[bytes]:
+    """Where `roots` resolve in the container (a mount at a linked path is where the link leads)."""
+    resolved = await _run_walks(engine, container, user, {root: _walk(b"/", root, []) for root in roots})
+    return [path for path in resolved.values() if isinstance(path, bytes)]
+
+
+async def _judge_links(engine: Engine, container: str, user: str, links: dict[bytes, bytes],
+                       roots: list[bytes]) -> list[str]:
     if not links:
         return []
-    roots = roots + [path for path in resolved.values() if isinstance(path, bytes)]
     walks = {path: _walk(posixpath.dirname(path), target, roots) for path, target in links.items()}
     found = await _run_walks(engine, container, user, walks)
     return [f"{path.decode(errors='replace')} -> {links[path].decode(errors='replace')}: {why}"
