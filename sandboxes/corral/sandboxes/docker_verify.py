@@ -43,6 +43,7 @@ from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_exec import Exec
 from corral.sandboxes.docker_links import forged_links_under
 from corral.sandboxes.docker_users import env_user, scratch_mounts, without_identities
+from corral.sandboxes.links import stopped_by
 from corral.sandboxes.pristine import BYTECODE, pristine_environment
 
 VERIFIER_DIR = "/verifier"  # and a random suffix, new for each verification
@@ -197,7 +198,4 @@ async def _links_judged(engine: Engine, spec: SandboxSpec, container: str, user:
     HOME or /proc (docker_links), else why the verifier does not run: an answer linked to an
     expected one (or to /proc/self/fd/3, the file the verifier opened first) would read as it."""
     found = await forged_links_under(engine, container, user, list(spec.writable), [files_dir, VERIFIER_HOME])
-    if not found:
-        return None
-    shown = "; ".join(found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")
-    return f"[corral] the verifier did not run: links the agent left lead where the verifier's own files are: {shown}"
+    return stopped_by(found) if found else None
