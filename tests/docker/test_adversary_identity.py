@@ -27,8 +27,15 @@ Held, as found (a fresh adversary's, beyond tests/attacks.py and test_adversary_
   setgid folder holding a setuid shell, file names with a newline or that read as tar
   options, 60,000 empty files (near the folder's inode bound).
 
-Open, as found: a Harbor task's tests may write without bound into their HOME and results
-volumes, which docker_disk does not see.
+- An answer linked to the expected one in a command verifier's files (/verifier/expected.txt,
+  the same path every episode), or to /proc/self/fd/3 (the expected file, which the verifier
+  opened first), directly or through another link: each read as the expected answer, 1.0.
+  The files' folder is now named anew for each verification, and a link among the agent's
+  files that leads into it, the verifier's HOME or /proc stops the verifier (docker_links).
+  Fixed.
+- A Harbor task's tests made to fill their HOME, results and tests folders (engine volumes on
+  this machine's disk, which docker_disk does not see): each is now a tmpfs of bounded size
+  (docker_snapshot_mounts). Fixed.
 """
 
 from __future__ import annotations
@@ -221,3 +228,66 @@ def test_tests_made_to_fill_their_own_container_are_stopped_and_score_0(small_di
 
     assert (ended.status, ended.reward) == ("scored", 0.0), ended
     assert "the tests' copy of the agent's container" in ended.metadata["verifier_output"]["reward"], ended.metadata
+
+
+def test_tests_made_to_fill_the_verifier_s_own_folders_are_bounded_and_score_0(small_disk):  # noqa: F811
+    # python3, as the tests run it: four times the task's disk limit into each folder corral brings in.
+    filler = (f"#!/bin/sh\nfor d in $HOME /logs/verifier /tests; do head -c {4 * LIMIT_MB}M /dev/zero > $d/fill; "
+              "echo wrote $(wc -c < $d/fill) to $d; done; exit 1\n")
+    with ws(small_disk) as socket:
+        opened(socket, task_id=HARBOR_TASK)
+        called(socket, "bash", command=f"rm /usr/bin/python3 && printf '{filler}' > /usr/bin/python3 && chmod 755 /usr/bin/python3")
+        ended = called(socket, "end_turn", response="done")
+
+    output = ended.metadata["verifier_output"]["reward"]
+    written = [int(line.split()[1]) for line in output.splitlines() if line.startswith("wrote ")]
+    assert len(written) == 3 and max(written) <= LIMIT_MB << 20, output
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended
+
+
+# A command verifier that reads the agent's answer as data, the expected one still open (fd 3).
+COMPARES = ('command = ["python3", "-I", "-c", "import sys; kept = open(sys.argv[1]); expected = kept.read(); '
+            'sys.exit(open(\'answer.txt\').read() != expected)", "{files}/expected.txt"]\nfiles = ["secret"]\n')
+LINKED_ANSWERS = {
+    "to the expected answer where the verifier's files went last time": "ln -s /verifier/expected.txt answer.txt",
+    "to the verifier's first open file": "ln -s /proc/self/fd/3 answer.txt",
+    "to that, through another link": "ln -s /proc/self/fd/3 fd && ln -s fd answer.txt",
+}
+
+
+@pytest.fixture(scope="module")
+def compare_server(docker_engine, tmp_path_factory) -> Iterator[EmbeddedServer]:
+    root = tmp_path_factory.mktemp("compare") / "compare"
+    (root / "verifiers").mkdir(parents=True)
+    (root / "verifiers" / "answer.toml").write_text(COMPARES)
+    (root / "secret").mkdir()
+    (root / "secret" / "expected.txt").write_text("the secret answer\n")
+    (root / "bundle.toml").write_text('name = "compare"\n[defaults]\nverifiers = { answer = "answer" }\n')
+    env = root / "envs" / "reach"
+    env.mkdir(parents=True)
+    (env / "env.py").write_text(REACH_ENV)
+    (env / "Dockerfile").write_text(REACH_DOCKERFILE)
+    (env / "env.toml").write_text('entry = "env:Reach"\nwritable = ["/work"]\n')
+    (root / "tasks").mkdir()
+    (root / "tasks" / "answer.json").write_text('{"env": "reach", "args": {}, "prompt": "Answer in answer.txt."}')
+    yield from serving(Path(root), sandbox="docker")
+
+
+def answered(server: EmbeddedServer, command: str):
+    with ws(server) as socket:
+        opened(socket, task_id="answer")
+        assert called(socket, "shell", command=f"cd /work && {command}").result.endswith("[exit status 0]")
+        return called(socket, "end_turn", response="done")
+
+
+@pytest.mark.parametrize("link", LINKED_ANSWERS)
+def test_an_answer_linked_to_what_the_verifier_reads_scores_0(compare_server, link):
+    ended = answered(compare_server, LINKED_ANSWERS[link])
+
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.metadata
+
+
+def test_the_answer_beside_links_elsewhere_still_scores_1(compare_server):
+    ended = answered(compare_server, "echo the secret answer > answer.txt && ln -s /verifier v && ln -s / root && ln -s . up")
+
+    assert (ended.status, ended.reward) == ("scored", 1.0), ended.metadata

@@ -123,3 +123,43 @@ def test_tests_run_as_root_keep_the_agent_s_program_from_the_verdict(root_tests)
 def test_tests_run_as_root_still_write_the_verdict_of_a_solution(root_tests):
     ended = play(root_tests, SOLVE, FORGES_THE_VERDICT)
     assert (ended.status, ended.reward) == ("scored", 1.0), ended.metadata["verifier_output"]
+
+
+# The same task, its image listing folders its agent can write in where its tests look for
+# programs and modules, as an image that installed tools as that user does (its python3 is
+# Debian's 3.11: tests/fixtures/harbor/_images/shared).
+SITE = "/usr/local/lib/python3.11/dist-packages"
+SEARCHED_BY_THE_TESTS = f"ENV PATH=/home/worker/.local/bin:$PATH PYTHONPATH=/app/lib\nRUN chown worker {SITE}\n"
+SEARCH_PLANTS = {
+    "a python3 on the image's PATH": (
+        "mkdir -p ~/.local/bin && printf '#!/bin/sh\\nexit 0\\n' > ~/.local/bin/python3 && chmod 755 ~/.local/bin/python3"),
+    "a sitecustomize on the image's PYTHONPATH": f"mkdir -p /app/lib && printf '{EXIT_0}\\n' > /app/lib/sitecustomize.py",
+}
+
+
+@pytest.fixture(scope="module")
+def searched_tasks(docker_engine, worker_tasks, tmp_path_factory) -> Iterator[EmbeddedServer]:
+    root = Path(shutil.copytree(worker_tasks, tmp_path_factory.mktemp("harbor-searched") / "tasks"))
+    dockerfile = root / TASK / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text().replace("USER worker\n", SEARCHED_BY_THE_TESTS + "USER worker\n"))
+    yield from serving(root, sandbox="docker", max_concurrent_envs=2)
+
+
+@pytest.mark.parametrize("plant", SEARCH_PLANTS)
+def test_a_program_the_agent_leaves_where_the_image_s_path_looks_does_not_run_in_its_tests(searched_tasks, plant):
+    ended = play(searched_tasks, SEARCH_PLANTS[plant])
+    output = ended.metadata["verifier_output"]["reward"]
+    assert (ended.status, ended.reward) == ("scored", 0.0), output
+    assert "left off the tests' PATH and PYTHONPATH" in output and "/home/worker/.local/bin" in output, output
+
+
+def test_the_solution_beside_plants_on_the_image_s_path_still_scores_1(searched_tasks):
+    ended = play(searched_tasks, SOLVE, *SEARCH_PLANTS.values())
+    assert (ended.status, ended.reward) == ("scored", 1.0), ended.metadata["verifier_output"]
+
+
+def test_a_pth_the_agent_leaves_in_a_site_folder_of_the_tests_python_stops_the_tests(searched_tasks):
+    ended = play(searched_tasks, SOLVE, f"printf '{EXIT_0}\\n' > {SITE}/corral.pth")
+    output = ended.metadata["verifier_output"]["reward"]
+    assert (ended.status, ended.reward) == ("scored", 0.0), output
+    assert f"changed folders their Python imports from: {SITE}" in output, output

@@ -5,13 +5,16 @@ this user itself."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
+import py_compile
 import sys
 from pathlib import Path
 
 import pytest
 
-from corral.env import agent, runtime
+from corral.env import agent, imports, runtime
 
 OTHER_UID = 64001  # no account of this machine's
 
@@ -71,3 +74,37 @@ def test_the_runtime_leaves_the_agent_s_folders_off_the_import_path(monkeypatch,
     runtime._imports_out_of_the_agents_reach()
 
     assert str(writable) not in sys.path and str(kept) in sys.path
+
+
+@pytest.fixture
+def guarded(agent_in_my_group, monkeypatch, tmp_path):
+    """The runtime's import guard on a copy of the import machinery, with `tmp_path/lib` on the path."""
+    lib = folder(tmp_path / "lib", 0o755)
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    monkeypatch.setattr(sys, "path", [str(lib), *sys.path])
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))
+    imports.guard()
+    return lib
+
+
+def test_a_module_in_a_package_folder_the_agent_may_write_in_is_not_imported(guarded):
+    (folder(guarded / "pkg", 0o775) / "planted.py").write_text("WHO = 'agent'\n")
+    (folder(guarded / "kept", 0o755) / "own.py").write_text("WHO = 'env'\n")
+
+    with pytest.raises(ImportError, match="the agent's commands may write there"):
+        importlib.import_module("pkg.planted")
+    assert importlib.import_module("kept.own").WHO == "env"
+
+
+def test_stale_bytecode_the_agent_could_write_beside_a_module_is_never_run(guarded):
+    source = guarded / "victim.py"
+    source.write_text("WHO = 'forged'\n")
+    py_compile.compile(str(source), doraise=True)  # bytecode of the agent's code...
+    written = source.stat().st_mtime_ns
+    source.write_text("WHO = 'source'\n")  # ...beside the env's source of the same size and time
+    os.utime(source, ns=(written, written))
+    Path(importlib.util.cache_from_source(str(source))).parent.chmod(0o775)
+
+    with pytest.raises(ImportError, match="__pycache__"):
+        importlib.import_module("victim")

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from corral.sandboxes.docker_links import _fields, _named_ancestor, _walk
+from corral.sandboxes.docker_links import _fields, _named_ancestor
+from corral.sandboxes.links import walk as _walk
 
 BROUGHT_IN = [b"/tests", b"/logs/verifier"]
 IMAGE = {b"/bin": b"usr/bin", b"/dev/fd": b"/proc/self/fd", b"/tmp/up": b".."}  # as an image has them

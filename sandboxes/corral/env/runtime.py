@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from corral.env import agent, jsonrpc, orphans
+from corral.env import agent, imports, jsonrpc, orphans
 from corral.env.arguments import check_arguments
 from corral.env.env import Env
 from corral.env.jsonrpc import RpcError
@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         requests, replies = _connect(channel, requests, replies)
     sys.path[:0] = [os.path.abspath(p) for p in args.path] + [os.getcwd()]
     _imports_out_of_the_agents_reach()
+    imports.guard()  # and what is inside them
     try:
         env = load_env(args.entry)
     except (LoadError, ToolSchemaError) as exc:

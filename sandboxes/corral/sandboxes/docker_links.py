@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import posixpath
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_exec import Exec
+from corral.sandboxes.links import Walk
+from corral.sandboxes.links import walk as resolution
 
-MAX_HOPS = 40  # the kernel's own limit on links followed in one resolution
 BATCH_BYTES = 64 * 1024  # paths per query, in bytes of arguments: far below ARG_MAX
-DYNAMIC = "/proc"
 ADDED_OR_CHANGED = (0, 1)  # the engine's diff kinds; 2 is deleted
 # For each path: N (not a link, or missing, or out of reach) or L<length>:<its target's bytes>.
 # `echo .` keeps trailing newlines of a target, which command substitution would strip.
@@ -36,9 +36,6 @@ QUERY = f'export LC_ALL=C; for p do if [ -L "$p" ]; then {TARGET}; else printf N
 PAIRS = f'export LC_ALL=C; for p do printf "P%s:%s" "${{#p}}" "$p"; {TARGET}; done'
 UNDER = 'find "$1" -xdev -type l -exec /bin/sh -c "$2" corral-links {} +'
 
-# Yields each path to lstat, is sent its link target (None: no link); returns the path it
-# resolves to (bytes) or why it must not be followed (str).
-Walk = Generator[bytes, bytes | None, bytes | str]
 
 
 async def forged_links(engine: Engine, container: str, user: str, changed: Iterable[dict],
@@ -52,22 +49,46 @@ async def forged_links(engine: Engine, container: str, user: str, changed: Itera
         return [str(error)]
 
 
+async def forged_links_under(engine: Engine, container: str, user: str, folders: Sequence[str],
+                             forbidden: Sequence[str]) -> list[str]:
+    """`forged_links` for every link under `folders` (a corral env's writable folders, as copied
+    for its command verifier, which brings its files in at `forbidden`)."""
+    try:
+        links: dict[bytes, bytes] = {}
+        for folder in folders:
+            links.update(await _links_under(engine, container, user, folder))
+        if not links:
+            return []
+        roots = [path.encode() for path in forbidden]
+        return await _judge_links(engine, container, user, links, roots + await _resolve(engine, container, user, roots))
+    except ValueError as error:
+        return [str(error)]
+
+
 async def _judge(engine: Engine, container: str, user: str, paths: list[str], roots: list[bytes]) -> list[str]:
     named = [path.encode() for path in paths if "\ufffd" not in path]
     # Where the folders are mounted: their paths as links there resolve (docker's own rule),
     # found while the agent's paths are looked at.
-    targets, resolved = await asyncio.gather(
-        _lstat(engine, container, user, named),
-        _run_walks(engine, container, user, {root: _walk(b"/", root, []) for root in roots}))
+    targets, resolved = await asyncio.gather(_lstat(engine, container, user, named), _resolve(engine, container, user, roots))
     links = {path: target for path, target in zip(named, targets, strict=True) if target is not None}
     # The engine's diff (JSON) mangles a name that is not UTF-8: every link under the nearest
     # folder it names right is looked at instead.
     for folder in dict.fromkeys(_named_ancestor(path) for path in paths if "\ufffd" in path):
         links.update(await _links_under(engine, container, user, folder))
+    return await _judge_links(engine, container, user, links, roots + resolved)
+
+
+async def _resolve(engine: Engine, container: str, user: str, roots: list[bytes]) -> list[bytes]:
+    """Where `roots` resolve in the container (a mount at a linked path is where the link leads)."""
+    resolved = await _run_walks(engine, container, user, {root: resolution(b"/", root, []) for root in roots})
+    return [path for path in resolved.values() if isinstance(path, bytes)]
+
+
+async def _judge_links(engine: Engine, container: str, user: str, links: dict[bytes, bytes],
+                       roots: list[bytes]) -> list[str]:
     if not links:
         return []
-    roots = roots + [path for path in resolved.values() if isinstance(path, bytes)]
-    walks = {path: _walk(posixpath.dirname(path), target, roots) for path, target in links.items()}
+    walks = {path: resolution(posixpath.dirname(path), target, roots) for path, target in links.items()}
     found = await _run_walks(engine, container, user, walks)
     return [f"{path.decode(errors='replace')} -> {links[path].decode(errors='replace')}: {why}"
             for path, why in found.items() if isinstance(why, str)]
@@ -76,49 +97,6 @@ async def _judge(engine: Engine, container: str, user: str, paths: list[str], ro
 def _named_ancestor(path: str) -> str:
     parts = path.split("/")
     return "/".join(parts[:next(at for at, part in enumerate(parts) if "\ufffd" in part)]) or "/"
-
-
-def _walk(folder: bytes, path: bytes, forbidden: Sequence[bytes]) -> Walk:
-    """Resolve `path` from `folder` as the kernel would: where it leads, or why it must not be
-    followed (it enters `forbidden` or /proc, loops, or cannot be read)."""
-    if not path:  # no link has an empty target: readlink failed
-        return "its target could not be read"
-    pending = path.split(b"/")
-    here = b"/" if path.startswith(b"/") else folder
-    hops = 0
-    while pending:
-        part = pending.pop(0)
-        if part in (b"", b"."):
-            continue
-        if part == b"..":
-            here = posixpath.dirname(here)
-            continue
-        step = posixpath.join(here, part)
-        for root in (*forbidden, DYNAMIC.encode()):
-            if step == root or step.startswith(root.rstrip(b"/") + b"/"):
-                return f"it leads into {root.decode(errors='replace')}, which the verifier brings in or which differs by reader"
-        if not _is_utf8(step):  # the engine's API takes UTF-8 only: such a path cannot be asked about
-            return "it leads through a name that is not UTF-8, which corral cannot check"
-        target = yield step
-        if target == b"":  # no link has an empty target: readlink failed
-            return "its target could not be read"
-        if target is None:
-            here = step
-            continue
-        hops += 1
-        if hops > MAX_HOPS:
-            return "it does not resolve (a loop of links)"
-        pending = target.split(b"/") + pending
-        here = b"/" if target.startswith(b"/") else here
-    return here
-
-
-def _is_utf8(path: bytes) -> bool:
-    try:
-        path.decode()
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 async def _run_walks(engine: Engine, container: str, user: str, walks: dict[bytes, Walk]) -> dict[bytes, bytes | str]:

@@ -15,20 +15,25 @@ A Harbor task's agent may write anywhere in its container, so a copy of a few fo
 4. The files (the task's tests) go into an empty volume at `files_dir` (Harbor's /tests), and
    the folder of each result file (/logs/verifier) is another empty volume, as is the command's
    HOME (VERIFIER_HOME): writable by root only when the command runs as root (which may then
-   run the agent's programs as another user: it alone keeps SETUID and SETGID), else by all. The volumes are made without the image's
-   content there (`nocopy`), so nothing the agent left at those paths is seen, and the engine
-   writes the files (its archive API): no program of the image, which the agent may have
+   run the agent's programs as another user: it alone keeps SETUID and SETGID), else by all.
+   Each is a tmpfs of bounded size, held by a keeper container of the task's image as built
+   (docker_keeper: the tests run the agent's programs, which would otherwise fill this
+   machine's disk there). The volumes are made without the image's content there (`nocopy`),
+   so nothing the agent left at those paths is seen, and the engine writes the files (its
+   archive API, through the keeper): no program of the image, which the agent may have
    changed, takes part.
-5. Before the command starts (it waits at a gate: a line on its stdin), every link the agent
+5. Its PATH and PYTHONPATH lose every folder the agent could write in, and where the agent
+   changed a folder its Python imports from by itself, it does not run (docker_search_path).
+   Before the command starts (it waits at a gate: a line on its stdin), every link the agent
    made is resolved, and one that leads into those folders or through /proc fails the tests
    (docker_links): an answer linked to /tests/data/expected.json would read as the answer.
 6. The command runs to its end or its deadline (then the container is killed), or until it
    has written more than the agent could to the container's root (docker_disk: it runs the
    agent's programs), with a pristine environment (pristine.py: no user site, no cwd on
    Python's path, no bytecode cache); its output comes over the attach stream (the container keeps no log), its exit code
-   from the engine, and the result files are read by the engine out of their volume once it
-   has ended.
-7. The container, its volumes and the committed image are removed, whatever happened: on the
+   from the engine, and the result files are read by the engine out of their volume (through
+   the keeper) once it has ended.
+7. The containers, their volumes and the committed image are removed, whatever happened: on the
    engine's threads, after the commit has finished, even one still under way past its
    deadline (a container of 200,000 files the agent made slow to commit).
 
@@ -57,7 +62,9 @@ from corral.sandboxes.archives import tar_of
 from corral.sandboxes.base import CommandResult, SandboxSpec
 from corral.sandboxes.docker_disk import watch_disk
 from corral.sandboxes.docker_engine import Engine
+from corral.sandboxes.docker_keeper import remove_keeper, sizes_mb, start_keeper
 from corral.sandboxes.docker_links import forged_links
+from corral.sandboxes.docker_search_path import for_the_tests
 from corral.sandboxes.docker_stream import MuxStream
 from corral.sandboxes.pristine import pristine_environment
 
@@ -67,6 +74,7 @@ RESULT_MAX_BYTES = 1024 * 1024  # a result file larger than this is not read bac
 FILES_MODE = 0o555  # the files are read-only; executable, so a test.sh may run its helpers
 KILLED = 137
 VERIFIER_HOME = "/corral-verifier-home"  # the command's HOME: an empty volume the agent never saw
+IDLE_GRACE_S = 30.0  # how long the keeper outlives the tests' deadline, at most
 COMMIT_WAIT_S = 600.0  # how long the removal waits for a commit still under way, at most
 SH = "/bin/sh"
 # The command waits for corral's word that the agent's links were checked, then reads no stdin.
@@ -81,6 +89,7 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
     snapshot = f"corral-verify/{_safe(spec.env_name)}:{uuid.uuid4().hex[:12]}"
     name = f"{config['name']}-verify-{uuid.uuid4().hex[:6]}"
     made: list[str] = []  # the fresh container's id, once the engine has made it
+    kept: list[str] = []  # the keeper's
     committed = threading.Event()  # set once the commit has ended, in time or not
     commit_started = False
 
@@ -100,12 +109,19 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
             _, changed = await asyncio.gather(engine.call(commit), engine.call(engine.api.diff, source))
             user = config["user"] if user is None else user
             as_root = await _runs_as_root(engine, snapshot, user)
-            fresh = fresh_config(config, snapshot, name, files_dir=files_dir, results=results, user=user, as_root=as_root,
-                                 environment=environment, command=list(command(files_dir)))
+            keeper = await start_keeper(engine, config, name, sizes_mb(spec, files, files_dir, folders_of(results)),
+                                        by_root_only=as_root, lifetime_s=SETUP_TIMEOUT_S + timeout_s + IDLE_GRACE_S,
+                                        made=kept)
+            searched = await for_the_tests(engine, snapshot, keeper.container, config, environment or {}, changed or [])
+            if searched.planted:
+                return CommandResult(exit_code=1, output=(
+                    "[corral] the tests did not run: the agent's user changed folders their Python imports from: "
+                    + ", ".join(searched.planted[:5]) + (f" and {len(searched.planted) - 5} more" if len(searched.planted) > 5 else "")))
+            fresh = fresh_config(config, snapshot, name, mounts=keeper.mounts(), user=user, as_root=as_root,
+                                 environment={**(environment or {}), **searched.environment}, command=list(command(files_dir)))
             made.append((await engine.call(engine.api.create_container, **fresh))["Id"])
-            refused = await _copy_in(engine, made[0], files, files_dir, results, by_root_only=as_root)
-            if refused is not None:
-                return CommandResult(exit_code=1, output=refused)
+            # Into the keeper's volume: its paths are the task's image's, not the agent's.
+            await engine.call(engine.api.put_archive, keeper.container, files_dir, tar_of(files, file_mode=FILES_MODE))
             stream = await MuxStream.open(await engine.call(
                 engine.api.attach_socket, made[0], {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}), merged=True)
             refused = await _start(engine, made[0], files_dir)
@@ -117,7 +133,11 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
         # The gate opens. Its stdin stays open: closing it would end the attach, output and all.
         await stream.write(b"go\n")
         code, output = await _watched_run(engine, spec, made[0], stream, timeout_s=timeout_s, keep=keep)
-        found = {path: content for path in results if (content := await _read_back(engine, made[0], path)) is not None}
+        if searched.left_off:  # last: the output's head may be cut
+            output += (f"\n[corral] left off the tests' PATH and PYTHONPATH, as the agent's user could write there: "
+                       f"{', '.join(searched.left_off)}")
+        found = {path: content for path in results
+                 if (content := await _read_back(engine, keeper.container, path)) is not None}
         return CommandResult(code, output, found)
     except TimeoutError:
         raise SandboxError(f"setting up the verification of env {spec.env_name} took more than {SETUP_TIMEOUT_S:g}s; "
@@ -128,20 +148,19 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
         if not commit_started:
             committed.set()
         engine.in_background(f"the verification of env {spec.env_name}", _remove, engine,
-                             made[0] if made else name, snapshot, committed)
+                             made[0] if made else name, snapshot, committed, kept)
 
 
-def fresh_config(config: Mapping, image: str, name: str, *, files_dir: str, results: Sequence[str], user: str,
+def fresh_config(config: Mapping, image: str, name: str, *, mounts: list[docker.types.Mount], user: str,
                  as_root: bool, environment: Mapping[str, str] | None, command: list[str]) -> dict:
     """create_container's arguments for the verifier: the agent container's, with the commit
-    as its image, docker's init as its first process, the command as its one child, empty
-    volumes at `files_dir` and at each result file's folder, and no log kept. Tests that run
+    as its image, docker's init as its first process, the command as its one child, the
+    keeper's volumes (`mounts`: the files, HOME, the result folders), and no log kept. Tests that run
     as root (`as_root`) may also change user, so that they can run the agent's programs as
     a user that cannot write their verdict (`runuser -u worker -- ...`)."""
-    folders = [files_dir, *folders_of(results)]
     host_config = {
         **config["host_config"], "AutoRemove": False, "Init": True, "LogConfig": {"Type": "none", "Config": {}},
-        "Mounts": [docker.types.Mount(folder, None, type="volume", no_copy=True) for folder in folders],
+        "Mounts": mounts,
         **({"CapAdd": ["SETUID", "SETGID"]} if as_root else {}),
     }
     labels = {key: value for key, value in config["labels"].items() if key != "corral.pool"}
@@ -215,26 +234,6 @@ async def _stopped(engine: Engine, container: str, settle_s: float = STOPPING_S)
         await asyncio.sleep(0.1)
 
 
-async def _copy_in(engine: Engine, container: str, files: Mapping[str, bytes], files_dir: str,
-                   results: Sequence[str], *, by_root_only: bool) -> str | None:
-    """The files into their volume, and HOME and each result folder made writable by root only
-    (`by_root_only`: the tests run as root) or else by all; None when done, else why not.
-    Tests that run as root and start the agent's programs as another user thereby keep those
-    from the reward files and from HOME's configuration (a ~/.gitconfig the tests' git reads).
-    Before the start the volumes are the paths as the agent left them resolve (a link it made
-    is followed within the container): an error there is its doing."""
-    try:
-        await engine.call(engine.api.put_archive, container, files_dir, tar_of(files, file_mode=FILES_MODE))
-        for folder in folders_of(results):
-            parent, base = posixpath.split(folder.rstrip("/"))
-            made = tar_of({base: None}, file_mode=FILES_MODE, dir_mode=0o755 if by_root_only else 0o777)
-            await engine.call(engine.api.put_archive, container, parent or "/", made)
-    except docker.errors.APIError as error:
-        return (f"[corral] the tests could not be put at {files_dir} in a copy of what the agent left "
-                f"(did it replace a folder there with a file?): {error.explanation or error}")
-    return None
-
-
 async def _start(engine: Engine, container: str, files_dir: str) -> str | None:
     """Start the verifier's container; None when started, else why not. Its settings are
     corral's and start every other episode's, so what fails here is the copy of what the agent
@@ -304,11 +303,14 @@ async def _read_back(engine: Engine, container: str, path: str) -> bytes | None:
     return await asyncio.to_thread(read)
 
 
-def _remove(engine: Engine, container: str, image: str, committed: threading.Event) -> None:
-    """Remove the verifier's container with its volumes, then, once the commit has ended, the
-    committed image (blocking)."""
+def _remove(engine: Engine, container: str, image: str, committed: threading.Event, kept: list[str]) -> None:
+    """Remove the verifier's container, then the keeper with the volumes (the container names
+    them, so they outlive its removal), then, once the commit has ended, the committed image
+    (blocking)."""
     with contextlib.suppress(docker.errors.NotFound):
         engine.api.remove_container(container, force=True, v=True)
+    if kept:
+        remove_keeper(engine, kept[0])
     committed.wait(COMMIT_WAIT_S)
     with contextlib.suppress(docker.errors.NotFound):
         engine.api.remove_image(image, force=True, noprune=False)

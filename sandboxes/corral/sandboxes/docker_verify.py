@@ -41,10 +41,12 @@ from corral.sandboxes.archives import tar_of
 from corral.sandboxes.base import INODES_PER_MB, CommandResult, SandboxSpec
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_exec import Exec
+from corral.sandboxes.docker_links import forged_links_under
 from corral.sandboxes.docker_users import env_user, scratch_mounts, without_identities
+from corral.sandboxes.links import stopped_by
 from corral.sandboxes.pristine import BYTECODE, pristine_environment
 
-VERIFIER_DIR = "/verifier"
+VERIFIER_DIR = "/verifier"  # and a random suffix, new for each verification
 VERIFIER_HOME = "/verifier-home"  # the command's HOME: a tmpfs the agent never saw
 TAR, SH, SLEEP = "/bin/tar", "/bin/sh", "/bin/sleep"
 SETUP_TIMEOUT_S = 120.0  # killing, starting, copying in: the platform's part, apart from the command's own deadline
@@ -73,7 +75,9 @@ async def verify_in_fresh_container(
     """Steps 2-5 of the module docstring. `config` is create_container's arguments for the
     agent's container (its image, user, labels, hardening); `source` is that container, whose
     copy waits for `agent_stopped` (step 1, under way while the fresh container starts)."""
-    fresh = fresh_container_config(config, spec, files, lifetime_s=SETUP_TIMEOUT_S + timeout_s + IDLE_GRACE_S)
+    files_dir = f"{VERIFIER_DIR}-{uuid.uuid4().hex}"  # a name no link the agent made can know
+    fresh = fresh_container_config(config, spec, files, lifetime_s=SETUP_TIMEOUT_S + timeout_s + IDLE_GRACE_S,
+                                   files_dir=files_dir)
     container: list[str] = []  # its id, once the engine has made it
     try:
         async with asyncio.timeout(SETUP_TIMEOUT_S):
@@ -81,10 +85,13 @@ async def verify_in_fresh_container(
             # The root tar reads only its own archive and writes only in root's tmpfs, from the
             # image's /bin: the agent's files arriving beside it meanwhile cannot reach it.
             _, (failed, skipped) = await asyncio.gather(
-                put_files(engine, container[0], files), copy_writable(engine, spec, source, container[0], user=fresh["user"]))
+                put_files(engine, container[0], files, files_dir),
+                copy_writable(engine, spec, source, container[0], user=fresh["user"]))
+            if failed is None:
+                failed = await _links_judged(engine, spec, container[0], fresh["user"], files_dir)
         if failed is not None:
             return CommandResult(exit_code=1, output=failed)
-        run = await Exec.start(engine, container[0], list(command(VERIFIER_DIR)), user=fresh["user"],
+        run = await Exec.start(engine, container[0], list(command(files_dir)), user=fresh["user"],
                                environment=fresh["environment"], merged=True)
         code, output = await run.output(timeout_s=timeout_s, keep=keep)
         if skipped:
@@ -112,10 +119,10 @@ async def start_fresh(engine: Engine, spec: SandboxSpec, config: dict, made: lis
 
 
 def fresh_container_config(config: dict, spec: SandboxSpec, files: Mapping[str, bytes], *,
-                           lifetime_s: float) -> dict:
+                           lifetime_s: float, files_dir: str = VERIFIER_DIR) -> dict:
     """The agent container's create arguments, changed for verifying: the env's user from the
     start with no capability, an idle PID 1 that ends the container after `lifetime_s`, no
-    stdin, the writable folders its user's, and a root-owned tmpfs at VERIFIER_DIR."""
+    stdin, the writable folders its user's, and a root-owned tmpfs at `files_dir`."""
     user = env_user(spec)
     host_config = {**config["host_config"], "CapAdd": None}
     size_mb = max(FILES_MB_MIN, 2 * math.ceil(sum(len(content) for content in files.values()) / 2**20))
@@ -124,7 +131,7 @@ def fresh_container_config(config: dict, spec: SandboxSpec, files: Mapping[str, 
     uid, _, gid = user.partition(":")
     owner = f"mode=0700,uid={uid},gid={gid or uid}" if uid.isdigit() else "mode=1777"
     host_config["Tmpfs"] = {**scratch_mounts(spec, owner=user),
-                            VERIFIER_DIR: f"rw,nosuid,nodev,size={size_mb}m,mode=0755",
+                            files_dir: f"rw,nosuid,nodev,size={size_mb}m,mode=0755",
                             VERIFIER_HOME: f"rw,nosuid,nodev,size={FILES_MB_MIN}m,nr_inodes={FILES_MB_MIN * INODES_PER_MB},{owner}"}
     host_config["AutoRemove"] = True
     labels = {**config["labels"], "corral.purpose": "verify"}
@@ -137,10 +144,10 @@ def fresh_container_config(config: dict, spec: SandboxSpec, files: Mapping[str, 
     }
 
 
-async def put_files(engine: Engine, container: str, files: Mapping[str, bytes]) -> None:
-    """Unpack `files` into VERIFIER_DIR as root: files 0444, folders made by tar (root's, 0755)."""
+async def put_files(engine: Engine, container: str, files: Mapping[str, bytes], files_dir: str) -> None:
+    """Unpack `files` into `files_dir` as root: files 0444, folders made by tar (root's, 0755)."""
     archive = tar_of(files, file_mode=0o444)
-    unpack = await Exec.start(engine, container, [TAR, "-x", "-f", "-", "-C", VERIFIER_DIR, "--no-same-owner"],
+    unpack = await Exec.start(engine, container, [TAR, "-x", "-f", "-", "-C", files_dir, "--no-same-owner"],
                               user="0:0", stdin=True, workdir="/")
     await unpack.stream.write(archive)
     await unpack.stream.close_stdin()
@@ -184,3 +191,11 @@ async def copy_writable(engine: Engine, spec: SandboxSpec, source: str, target: 
         return None, pack.stderr_tail()
     return ("[corral] the agent's files could not be copied for verifying (tar exited with "
             f"{packed} and {unpacked}): {pack.stderr_tail()} {unpack.stderr_tail()}".rstrip()), ""
+
+
+async def _links_judged(engine: Engine, spec: SandboxSpec, container: str, user: str, files_dir: str) -> str | None:
+    """None when no link among the agent's copied files leads into the verifier's files, its
+    HOME or /proc (docker_links), else why the verifier does not run: an answer linked to an
+    expected one (or to /proc/self/fd/3, the file the verifier opened first) would read as it."""
+    found = await forged_links_under(engine, container, user, list(spec.writable), [files_dir, VERIFIER_HOME])
+    return stopped_by(found) if found else None

@@ -15,7 +15,8 @@
 Where the server can (root: local_quota), `verify-N/` is a tmpfs sized for the files, the copy
 and as much again, so what the tests (and the agent's code they run) write is bounded too.
 
-Bytecode is removed from the copy (pristine.BYTECODE). The copy and the command each run as
+Bytecode is removed from the copy (pristine.BYTECODE), and a link in it that leads into
+`files/`, `home/` or /proc stops the verifier (links.py): it would read as the verifier's own. The copy and the command each run as
 the env's user, with the minimal environment envs get, made pristine (pristine.py).
 Where bwrap runs (local_namespace), each in fresh namespaces that see the system read-only
 and nothing of this machine's files but what it needs: the copy, the agent's `work/`
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Protocol
 
 from corral.sandboxes.base import CommandResult, SandboxSpec
+from corral.sandboxes.links import forged_links_here, stopped_by
 from corral.sandboxes.local_namespace import Contained
 from corral.sandboxes.local_procs import minimal_environment
 from corral.sandboxes.local_quota import Quotas, unbind_all_under
@@ -95,6 +97,9 @@ async def verify_on_a_copy(sandbox: VerifiedSandbox, files: Mapping[str, bytes],
         if copied.exit_code is None:
             return CommandResult(1, f"[corral] the agent's files could not be copied for verifying: {copied.output}")
         await asyncio.to_thread(remove_bytecode, work)  # no process of the agent's is left to race it
+        # An answer linked to the verifier's files or to /proc/self/fd/3 would read as theirs.
+        if forged := await asyncio.to_thread(forged_links_here, str(work), [str(files_dir), str(home)]):
+            return CommandResult(1, stopped_by(forged))
         verdict = await _run(sandbox, list(command(str(files_dir))), cwd=work, environ=environ, read_only=[files_dir],
                              writable=[work, tmp, home], marker=marker, timeout_s=timeout_s, keep=keep)
         if copied.exit_code == 0:
