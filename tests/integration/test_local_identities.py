@@ -34,7 +34,7 @@ ATTACKS_ON_THE_ENV = {
     "a trace": f"python3 -c '{PTRACE_ATTACH}'",
     "its file": f"echo forged > {KEPT}",
     "its file, replaced": f"rm -f {KEPT}",
-    "its user, taken back": f"python3 -c 'import os; os.setresuid({ENV_UID}, {ENV_UID}, {ENV_UID})'",
+    "its user, taken back": f"u={ENV_UID}; python3 -c \"import os; os.setresuid($u, $u, $u)\"",
     "root's group": "python3 -c 'import os; os.setresgid(0, 0, 0)'",
 }
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
