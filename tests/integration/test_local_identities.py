@@ -113,3 +113,14 @@ def test_the_verifier_reads_what_the_agent_made_private_and_nothing_is_left(shel
 
     assert ended.reward == 1.0, ended.metadata["verifier_output"]["tests"]
     assert folder.name.startswith("shellfix-") and not folder.exists()
+
+
+def test_the_env_reaps_the_orphans_the_agent_s_commands_leave(probe):
+    # Orphans go to the namespace's first process, the env: unreaped, their zombies would add up.
+    with Bundle(probe.url, split="probe") as env:
+        environment = env.factory()
+        environment.reset(**env.dataset[0])
+        environment.shell(command="for i in 1 2 3 4 5; do sh -c 'sleep 0.2 & exit'; done")
+        zombies = environment.shell(command="sleep 2; grep -l '^State:.Z' /proc/[0-9]*/status | wc -l")
+
+    assert zombies == "0\n[exit status 0]"
