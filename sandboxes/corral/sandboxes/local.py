@@ -65,10 +65,10 @@ from corral.sandboxes.base import (
 from corral.sandboxes.bootstrap import bootstrapped
 from corral.sandboxes.live_sandboxes import LiveSandboxes
 from corral.sandboxes.local_files import EnvFiles
-from corral.sandboxes.local_namespace import Bubblewrap, find_bubblewrap
+from corral.sandboxes.local_namespace import Bubblewrap, find_bubblewrap, refusal
 from corral.sandboxes.local_procs import UidPool, Users, kill_marked
 from corral.sandboxes.local_quota import Quotas, unbind_all_under
-from corral.sandboxes.local_sandbox import LocalSandbox
+from corral.sandboxes.local_sandbox import ENV_CAPABILITIES, LocalSandbox
 from corral.sandboxes.runtime_dirs import private_folder, safe_name
 from corral.sandboxes.trees import remove_tree
 
@@ -92,12 +92,23 @@ class LocalProvider(SandboxProvider):
         self.bubblewrap = found if isinstance(found, Bubblewrap) else None
         self.why_not_isolated = found if isinstance(found, str) else ""
         self.isolated = self.bubblewrap is not None
+        self.apart = self.uids is not None and self.bubblewrap is not None and self._can_start_as_root(self.bubblewrap)
         self.unsafe_local_shell = unsafe_local_shell
         self._live: LiveSandboxes[LocalSandbox] = LiveSandboxes(warm_pool, self._start)
         self.files = EnvFiles()  # as root: copies of the env's folder and the SDK, readable by all
         self.quotas = Quotas(enabled=self.uids is not None)
         self._root_made = False
         self._lock = -1
+
+    @staticmethod
+    def _can_start_as_root(bubblewrap: Bubblewrap) -> bool:
+        """Whether bwrap can start an env as root holding only the capabilities to change users
+        (a root without CAP_SYS_ADMIN, in a container, cannot); if not, one uid per episode."""
+        if why := refusal(bubblewrap, None, ENV_CAPABILITIES):
+            log.warning("bubblewrap cannot start a local env as root here (%s): each episode's env, agent and "
+                        "verifier share one uid", why)
+            return False
+        return True
 
     async def reap_leftovers(self) -> None:
         """Lock the instance's root (ConfigError when a live server holds it), then end every
@@ -196,7 +207,7 @@ class LocalProvider(SandboxProvider):
             return None
         taken: list[int] = []
         try:
-            for _ in range(1 if self.bubblewrap is None or bootstrapped(spec.command) is None else 3):
+            for _ in range(3 if self.apart and bootstrapped(spec.command) is not None else 1):
                 taken.append(await self.uids.take())
         except BaseException:
             for uid in taken:

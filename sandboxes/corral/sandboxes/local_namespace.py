@@ -127,15 +127,24 @@ def find_bubblewrap(uid: int | None) -> Bubblewrap | str:
     if path is None:
         return "bubblewrap (bwrap) is not installed"
     bubblewrap = Bubblewrap(path)
-    try:
-        ran = subprocess.run(as_uid(uid, bubblewrap.command(["true"], cwd=Path("/"))), capture_output=True,
-                             text=True, timeout=PROBE_TIMEOUT_S, check=False, cwd="/", env={"PATH": "/usr/bin:/bin"})
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"{path} could not run ({error})"
-    if ran.returncode != 0:
-        said = (ran.stderr.strip().splitlines() or [f"exit status {ran.returncode}"])[-1]
-        return f"{path} cannot make namespaces here ({said}); user namespaces may be disallowed"
+    if why := refusal(bubblewrap, uid):
+        return f"{path} cannot make namespaces here ({why}); user namespaces may be disallowed"
     return bubblewrap
+
+
+def refusal(bubblewrap: Bubblewrap, uid: int | None, capabilities: Sequence[str] | None = None) -> str:
+    """Why `bubblewrap` cannot run a command as `uid` (with `capabilities`: as root holding
+    those, Bubblewrap.command), "" when it can: a root in a container without CAP_SYS_ADMIN
+    may make namespaces only within a user namespace of its own, for one."""
+    try:
+        ran = subprocess.run(as_uid(uid, bubblewrap.command(["true"], cwd=Path("/"), capabilities=capabilities)),
+                             capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False, cwd="/",
+                             env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"it could not run: {error}"
+    if ran.returncode != 0:
+        return (ran.stderr.strip().splitlines() or [f"exit status {ran.returncode}"])[-1]
+    return ""
 
 
 class Contained:

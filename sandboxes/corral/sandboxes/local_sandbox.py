@@ -36,6 +36,7 @@ from corral.sandboxes.local_verify import verify_on_a_copy
 from corral.sandboxes.trees import remove_tree
 
 LINE_LIMIT = 64 * 1024 * 1024  # one protocol line may carry a large tool result
+ENV_CAPABILITIES = [f"CAP_{name}" for name in ID_CAPABILITIES]  # all an env started as root holds, as in docker
 
 
 class Host(Protocol):
@@ -95,7 +96,7 @@ class LocalSandbox(Sandbox):
         users, capabilities = self.users, None
         if users is not None and users.apart:  # corral's runtime takes them on (corral.env.agent), and the names go
             environ.update({ENV_USER_VARIABLE: f"{users.env}:{users.env}", AGENT_USER_VARIABLE: f"{users.agent}:{users.agent}"})
-            capabilities = [f"CAP_{name}" for name in ID_CAPABILITIES]
+            capabilities = ENV_CAPABILITIES
         try:
             self._env = await self.spawn(spec.command, uid=None if capabilities else self.uid, cwd=self.workdir,
                                          environ=environ, capabilities=capabilities,
