@@ -36,6 +36,7 @@ ATTACKS_ON_THE_ENV = {
     "its file, replaced": f"rm -f {KEPT}",
     "its user, taken back": f"u={ENV_UID}; python3 -c \"import os; os.setresuid($u, $u, $u)\"",
     "root's group": "python3 -c 'import os; os.setresgid(0, 0, 0)'",
+    "its program": 'echo "raise SystemExit" > "${PYTHONPATH%%:*}/env.py"',  # the env's folder, first on its path
 }
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
 
