@@ -115,7 +115,7 @@ def test_a_local_env_that_cannot_start_is_refused_saying_why_and_leaves_nothing(
     missing = SandboxSpec("missing", TOY, ("/no-such-command-of-corral",))
     stdin = os.fstat(0)  # the server's own descriptors stay its own whatever fails
 
-    def disk_full(sandbox: LocalSandbox, path, mode: int = 0o700) -> None:
+    def disk_full(sandbox: LocalSandbox, path, mode: int = 0o700, **owner) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     async def check() -> None:

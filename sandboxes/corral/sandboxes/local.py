@@ -18,8 +18,13 @@ shell (`SandboxSpec.agent_shell`) is refused unless the operator opts out
   PYTHONPATH the SDK needs, and a marker (`CORRAL_SANDBOX`, see local_procs); never the
   server's own variables (CORRAL_TOKEN...).
 - A server running as root runs each episode's env as a uid of its own (local_procs), whose
-  folder (mode 0700) no other episode can read; bwrap runs as that uid. A server running as
-  another user runs every env as itself.
+  folder (mode 0700) no other episode can read; bwrap runs as that uid. Where bwrap runs and
+  the env is corral's runtime (`python3 -m corral.env`), three uids of its own instead, as in
+  a docker container: bwrap, run as root, starts the env as root with only the capabilities
+  to change users and to signal, corral's runtime takes the env's uid, the agent's processes
+  run as the agent's (corral.env.agent) with none and cannot signal, trace, read or write the
+  env, and the verifier runs as the third (local_verify). The work folder is the agent's.
+  A server running as another user runs every env, its agent and its verifier as itself.
 - A server running as root mounts a tmpfs of the env's share (`scratch_mb` per writable
   folder) over its work folder, as docker mounts its writable folders: the kernel refuses a
   write past it, and this machine's disk is out of the agent's reach. Another user cannot
@@ -57,12 +62,13 @@ from corral.sandboxes.base import (
     SandboxProvider,
     SandboxSpec,
 )
+from corral.sandboxes.bootstrap import bootstrapped
 from corral.sandboxes.live_sandboxes import LiveSandboxes
 from corral.sandboxes.local_files import EnvFiles
-from corral.sandboxes.local_namespace import Bubblewrap, find_bubblewrap
-from corral.sandboxes.local_procs import UidPool, kill_marked
+from corral.sandboxes.local_namespace import Bubblewrap, find_bubblewrap, refusal
+from corral.sandboxes.local_procs import UidPool, Users, kill_marked
 from corral.sandboxes.local_quota import Quotas, unbind_all_under
-from corral.sandboxes.local_sandbox import LocalSandbox
+from corral.sandboxes.local_sandbox import ENV_CAPABILITIES, LocalSandbox
 from corral.sandboxes.runtime_dirs import private_folder, safe_name
 from corral.sandboxes.trees import remove_tree
 
@@ -86,12 +92,23 @@ class LocalProvider(SandboxProvider):
         self.bubblewrap = found if isinstance(found, Bubblewrap) else None
         self.why_not_isolated = found if isinstance(found, str) else ""
         self.isolated = self.bubblewrap is not None
+        self.apart = self.uids is not None and self.bubblewrap is not None and self._can_start_as_root(self.bubblewrap)
         self.unsafe_local_shell = unsafe_local_shell
         self._live: LiveSandboxes[LocalSandbox] = LiveSandboxes(warm_pool, self._start)
         self.files = EnvFiles()  # as root: copies of the env's folder and the SDK, readable by all
         self.quotas = Quotas(enabled=self.uids is not None)
         self._root_made = False
         self._lock = -1
+
+    @staticmethod
+    def _can_start_as_root(bubblewrap: Bubblewrap) -> bool:
+        """Whether bwrap can start an env as root holding only the capabilities to change users
+        (a root without CAP_SYS_ADMIN, in a container, cannot); if not, one uid per episode."""
+        if why := refusal(bubblewrap, None, ENV_CAPABILITIES):
+            log.warning("bubblewrap cannot start a local env as root here (%s): each episode's env, agent and "
+                        "verifier share one uid", why)
+            return False
+        return True
 
     async def reap_leftovers(self) -> None:
         """Lock the instance's root (ConfigError when a live server holds it), then end every
@@ -172,16 +189,31 @@ class LocalProvider(SandboxProvider):
         if not self._root_made:  # a provider used on its own, without reap_leftovers (a library, a test)
             await asyncio.to_thread(self._make_root)
         await self.prepare(spec)
-        uid = await self.uids.take() if self.uids is not None else None
-        sandbox = LocalSandbox(self, spec, self.root / f"{spec.env_name}-{uuid.uuid4().hex[:12]}", uid,
+        sandbox = LocalSandbox(self, spec, self.root / f"{spec.env_name}-{uuid.uuid4().hex[:12]}",
                                on_close=self._live.closed)
         self._live.add(sandbox)
         try:
+            sandbox.users = await self._users(spec)
             await sandbox.launch()
         except BaseException:
             await sandbox.close()
             raise
         return sandbox
+
+    async def _users(self, spec: SandboxSpec) -> Users | None:
+        """As root, an episode's uids (module docstring): three where its env is corral's
+        runtime (which takes on its users) in namespaces, else one for all; None otherwise."""
+        if self.uids is None:
+            return None
+        taken: list[int] = []
+        try:
+            for _ in range(3 if self.apart and bootstrapped(spec.command) is not None else 1):
+                taken.append(await self.uids.take())
+        except BaseException:
+            for uid in taken:
+                self.uids.release(uid)
+            raise
+        return Users(*taken) if len(taken) == 3 else Users(taken[0], taken[0], taken[0])
 
     def status(self) -> ProviderStatus:
         return self._live.status(self.kind, self.isolated)

@@ -11,8 +11,12 @@ What a process started here sees (`Bubblewrap.command`):
   only the folders it is given: read-only ones (the env's folder, corral's SDK, a verifier's
   files) and writable ones (its work folder), each at its own path. Nothing else of this
   machine's files: not the bundle, not another episode's folder, not the server's home;
-- no new user namespace inside (`--disable-userns`), no privileges (`--new-session`, no
-  capabilities); `--die-with-parent`: it dies with the server.
+- no privileges (`--new-session`, no capabilities, `no_new_privs`); `--die-with-parent`: it
+  dies with the server. Run by any user, bwrap maps that user alone into a user namespace of
+  its own, which may make no other (`--disable-userns`). Run by root for an env whose agent
+  gets a uid of its own (`capabilities`), bwrap makes no user namespace: the env starts as
+  root holding only the capabilities it names, and takes on its users itself
+  (corral.env.agent), as in a docker container.
 
 An env runs `as_pid_1`, without bubblewrap's init: that init holds the protocol's stdio and,
 unlike the env (corral.env.runtime makes itself non-dumpable), can be opened under /proc by
@@ -55,16 +59,23 @@ class Bubblewrap:
 
     def command(self, command: Sequence[str], *, cwd: Path, read_only: Sequence[Path] = (),
                 writable: Sequence[Path] = (), tmp_mb: int = 64, network: bool = False,
-                info_fd: int | None = None, as_pid_1: bool = False) -> list[str]:
+                info_fd: int | None = None, as_pid_1: bool = False,
+                capabilities: Sequence[str] | None = None) -> list[str]:
         """`command` run in fresh namespaces (the module docstring), in `cwd`, seeing the system
         and `read_only` read-only, `writable` writable, and nothing else; `network` shares this
         machine's network (an env that asks for egress); `as_pid_1`: `command` is the
-        namespace's first process (no init); bwrap writes that first process's pid to `info_fd`."""
-        argv = [self.path, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
+        namespace's first process (no init); bwrap writes that first process's pid to `info_fd`.
+        `capabilities` (bwrap run by root): no user namespace, `command` starts as root with
+        only these (such as CAP_SETUID) in all its sets; None: a user namespace, none."""
+        argv = [self.path, "--die-with-parent", "--new-session"]
+        if capabilities is None:
+            argv += ["--unshare-all", "--unshare-user", "--disable-userns", *(["--share-net"] if network else [])]
+        else:  # every namespace but the user's (--unshare-all would try one, where no other uid maps)
+            argv += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
+                     *([] if network else ["--unshare-net"]),
+                     "--cap-drop", "ALL", *(part for name in capabilities for part in ("--cap-add", name))]
         if as_pid_1:
             argv.append("--as-pid-1")
-        if network:
-            argv.append("--share-net")
         if info_fd is not None:
             argv += ["--info-fd", str(info_fd)]
         for folder in SYSTEM_FOLDERS:
@@ -74,7 +85,9 @@ class Bubblewrap:
                 argv += ["--ro-bind", folder, folder]
         argv += ["--proc", "/proc", "--dev", "/dev"]
         for folder in PRIVATE_TMP:
-            argv += ["--size", str(tmp_mb << 20), "--tmpfs", folder]
+            argv += ["--perms", "1777", "--size", str(tmp_mb << 20), "--tmpfs", folder]  # shared, sticky, as usual
+        for folder in _made_above(read_only, writable):
+            argv += ["--perms", "0711", "--dir", folder]
         for path in read_only:
             argv += ["--ro-bind", str(path), str(path)]
         for path in writable:
@@ -95,6 +108,18 @@ class Bubblewrap:
         return False
 
 
+def _made_above(*groups: Sequence[Path]) -> list[str]:
+    """The folders above `groups`' paths that bwrap makes to mount them at (outside the
+    system's), outermost first: left to it, they are 0700 and root's, which the users an env
+    started as root takes on (corral.env.agent) could not pass; 0711 lets them pass, as the
+    server's own folders (0711) do, and list nothing."""
+    above = {str(parent) for paths in groups for path in paths for parent in Path(path).parents}
+    mounted = {"/", *SYSTEM_FOLDERS, *PRIVATE_TMP}
+    return sorted((folder for folder in above
+                   if folder not in mounted and not any(Path(folder).is_relative_to(top) for top in SYSTEM_FOLDERS)),
+                  key=lambda folder: folder.count("/"))
+
+
 def find_bubblewrap(uid: int | None) -> Bubblewrap | str:
     """A bwrap that works for `uid` (None: this process's user), or why there is none: it is
     looked up on PATH and run once, as the envs will run it."""
@@ -102,15 +127,24 @@ def find_bubblewrap(uid: int | None) -> Bubblewrap | str:
     if path is None:
         return "bubblewrap (bwrap) is not installed"
     bubblewrap = Bubblewrap(path)
-    try:
-        ran = subprocess.run(as_uid(uid, bubblewrap.command(["true"], cwd=Path("/"))), capture_output=True,
-                             text=True, timeout=PROBE_TIMEOUT_S, check=False, cwd="/", env={"PATH": "/usr/bin:/bin"})
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"{path} could not run ({error})"
-    if ran.returncode != 0:
-        said = (ran.stderr.strip().splitlines() or [f"exit status {ran.returncode}"])[-1]
-        return f"{path} cannot make namespaces here ({said}); user namespaces may be disallowed"
+    if why := refusal(bubblewrap, uid):
+        return f"{path} cannot make namespaces here ({why}); user namespaces may be disallowed"
     return bubblewrap
+
+
+def refusal(bubblewrap: Bubblewrap, uid: int | None, capabilities: Sequence[str] | None = None) -> str:
+    """Why `bubblewrap` cannot run a command as `uid` (with `capabilities`: as root holding
+    those, Bubblewrap.command), "" when it can: a root in a container without CAP_SYS_ADMIN
+    may make namespaces only within a user namespace of its own, for one."""
+    try:
+        ran = subprocess.run(as_uid(uid, bubblewrap.command(["true"], cwd=Path("/"), capabilities=capabilities)),
+                             capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False, cwd="/",
+                             env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"it could not run: {error}"
+    if ran.returncode != 0:
+        return (ran.stderr.strip().splitlines() or [f"exit status {ran.returncode}"])[-1]
+    return ""
 
 
 class Contained:
@@ -125,16 +159,18 @@ class Contained:
     async def start(cls, bubblewrap: Bubblewrap, uid: int | None, command: Sequence[str], *, cwd: Path,
                     read_only: Sequence[Path] = (), writable: Sequence[Path] = (), tmp_mb: int = 64,
                     network: bool = False, as_pid_1: bool = False, limits: Sequence[str] = (),
-                    **popen) -> Contained:
-        """Start `command` as `uid` in namespaces (Bubblewrap.command), through `limits` (a
-        command prefix, such as local_quota.file_size_limit's); `popen` goes to
-        create_subprocess_exec. OSError when bwrap, or `command` within it, cannot be started."""
+                    capabilities: Sequence[str] | None = None, **popen) -> Contained:
+        """Start `command` as `uid` in namespaces (Bubblewrap.command; with `capabilities`,
+        `uid` is None: as root holding only those), through `limits` (a command prefix, such
+        as local_quota.file_size_limit's); `popen` goes to create_subprocess_exec. OSError when
+        bwrap, or `command` within it, cannot be started."""
         if not bubblewrap.finds(command[0], popen["env"].get("PATH", ""), read_only):
             raise FileNotFoundError(errno.ENOENT, "No such file or directory in the sandbox's view", command[0])
         read, write = os.pipe()
         try:
             argv = bubblewrap.command(command, cwd=cwd, read_only=read_only, writable=writable, tmp_mb=tmp_mb,
-                                      network=network, info_fd=write, as_pid_1=as_pid_1)
+                                      network=network, info_fd=write, as_pid_1=as_pid_1,
+                                      capabilities=capabilities)
             process = await asyncio.create_subprocess_exec(*limits, *as_uid(uid, argv), pass_fds=(write,), cwd="/",
                                                            start_new_session=True, **popen)
             os.close(write)

@@ -8,7 +8,11 @@ process group (`setsid`) or was reparented to init; one that cleared its own env
 
 A server running as root does better: each episode's env runs as a uid of its own, taken
 from a machine-wide range by locking a file per uid (so two servers never share one), and
-`kill -9 -1` run as that uid ends every process it has, whatever its environment says.
+`kill -9 -1` run as that uid ends every process it has, whatever its environment says. Where
+the episode's env is corral's runtime in bubblewrap's namespaces, it takes three (`Users`): the
+env's, the agent's and the verifier's, as the docker sandbox's three users (docker_users),
+each from the same range rather than docker's fixed 1000 and 1001, which may be accounts of
+this machine: a uid no account has, and no other episode holds, is no one's but the episode's.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import signal
 import stat
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from corral.errors import SandboxError
@@ -43,6 +48,24 @@ def minimal_environment(home: Path, tmp: Path, marker: str) -> dict[str, str]:
     LANG; `marker` is their CORRAL_SANDBOX."""
     return {"PATH": os.environ.get("PATH", DEFAULT_PATH), "LANG": os.environ.get("LANG", "C.UTF-8"),
             "HOME": str(home), "TMPDIR": str(tmp), MARKER: marker}
+
+
+@dataclass(frozen=True)
+class Users:
+    """The uids of one episode of a root server (each its own group too): its env's, the
+    agent's processes' (corral.env.agent) and its verifier's; one uid for all three where the
+    episode cannot keep them apart."""
+
+    env: int
+    agent: int
+    verifier: int
+
+    @property
+    def apart(self) -> bool:
+        return self.agent != self.env
+
+    def all(self) -> list[int]:
+        return list(dict.fromkeys((self.env, self.agent, self.verifier)))
 
 
 def running_as_root() -> bool:

@@ -46,12 +46,14 @@ class Quotas:
                                            "over an episode's work folder: what the agent writes there during its "
                                            "turn is bounded only by this machine's disk")
 
-    def bound(self, folder: Path, size_mb: int, *, uid: int | None = None, mode: int = 0o700) -> bool:
-        """Mount a tmpfs of `size_mb` MB over the (empty) `folder`, owned by `uid` (None: root)
-        with `mode`; False (and a warning, once) where this server cannot mount."""
+    def bound(self, folder: Path, size_mb: int, *, uid: int | None = None, gid: int | None = None,
+              mode: int = 0o700) -> bool:
+        """Mount a tmpfs of `size_mb` MB over the (empty) `folder`, owned by `uid` and `gid`
+        (None: root; the gid by default the uid's number) with `mode`; False (and a warning,
+        once) where this server cannot mount."""
         if self.why_not:
             return False
-        owner = f",uid={uid},gid={uid}" if uid is not None else ""
+        owner = f",uid={uid},gid={uid if gid is None else gid}" if uid is not None else ""
         # Inodes too: empty files cost the kernel's memory, which `size` does not count.
         options = f"size={size_mb}m,nr_inodes={size_mb * INODES_PER_MB},mode={mode:o}{owner}".encode()
         if _libc.mount(b"tmpfs", os.fsencode(folder), b"tmpfs", MS_NOSUID | MS_NODEV, options) == 0:

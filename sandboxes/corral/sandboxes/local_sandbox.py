@@ -1,7 +1,7 @@
 """One episode of the local provider: its env process, its folder, and how both end.
 
-A LocalSandbox makes the episode's folders (as root: owned by the episode's uid, with a tmpfs
-of the env's share), starts the env in namespaces of its own where bubblewrap runs (else in a
+A LocalSandbox makes the episode's folders (as root: owned by the episode's uid, or the agent's
+where the episode has three, with a tmpfs of the env's share), starts the env in namespaces of its own where bubblewrap runs (else in a
 process group of its own), speaks the protocol over the env's stdin and stdout, and on close
 ends every process of the episode and removes its folder. What every episode of a provider
 shares on this machine (the instance's root, bubblewrap, the env files, the quotas, the uid
@@ -16,12 +16,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from corral.env.agent import AGENT_USER_VARIABLE, ENV_USER_VARIABLE
 from corral.errors import SandboxError
 from corral.sandboxes.base import CommandResult, Sandbox, SandboxSpec
+from corral.sandboxes.docker_users import ID_CAPABILITIES
 from corral.sandboxes.local_files import EnvFiles
 from corral.sandboxes.local_namespace import Bubblewrap, Contained
 from corral.sandboxes.local_procs import (
     UidPool,
+    Users,
     as_uid,
     kill_group,
     kill_marked,
@@ -33,6 +36,7 @@ from corral.sandboxes.local_verify import verify_on_a_copy
 from corral.sandboxes.trees import remove_tree
 
 LINE_LIMIT = 64 * 1024 * 1024  # one protocol line may carry a large tool result
+ENV_CAPABILITIES = [f"CAP_{name}" for name in ID_CAPABILITIES]  # all an env started as root holds, as in docker
 
 
 class Host(Protocol):
@@ -47,16 +51,16 @@ class Host(Protocol):
 
 
 class LocalSandbox(Sandbox):
-    """One episode's env process, in `folder/work`, as `uid` (None: the server's own user);
-    `on_close` is told when it closes (the provider's count of live sandboxes)."""
+    """One episode's env process, in `folder/work`, as `users` (None: the server's own user;
+    set before `launch`, by the host, whose pool they return to on close); `on_close` is told
+    when it closes (the provider's count of live sandboxes)."""
 
-    def __init__(self, host: Host, spec: SandboxSpec, folder: Path, uid: int | None,
-                 on_close: Callable[[LocalSandbox], None]):
+    def __init__(self, host: Host, spec: SandboxSpec, folder: Path, on_close: Callable[[LocalSandbox], None]):
         self.host = host
         self.spec = spec
         self.folder = folder  # the server's: the env's stderr, the verifiers' copies
         self.workdir = folder / "work"  # the env's working directory and HOME
-        self.uid = uid
+        self.users: Users | None = None
         self.marker = f"{host.instance}/{folder.name}/"  # every process of the episode starts with it
         self.verifications = 0
         self._env: Contained | None = None  # the env's process, in namespaces where bwrap runs
@@ -70,11 +74,13 @@ class LocalSandbox(Sandbox):
         spec, contained = self.spec, self.host.bubblewrap is not None
         tmp, stderr_path = self.folder / "tmp", self.folder / "stderr"
         try:
-            # As root, 0711: the episode's uid may pass through to its own folders, and list none.
-            self.folder.mkdir(mode=0o711 if self.uid is not None else 0o700)
-            self.own(self.workdir)
+            # As root, 0711: the episode's uids may pass through to their own folders, and list none.
+            self.folder.mkdir(mode=0o711 if self.users is not None else 0o700)
+            # Apart, the agent's, which the env's group may read: the env writes there as the agent.
+            owner, group, mode = self.workdir_owner()
+            self.own(self.workdir, mode, uid=owner, gid=group)
             quotas = self.host.quotas
-            quotas.bound(self.workdir, self.share_mb, uid=self.uid)
+            quotas.bound(self.workdir, self.share_mb, uid=owner, gid=group, mode=mode)
             if not contained:  # in namespaces, /tmp is a tmpfs of the episode's own
                 self.own(tmp)
                 quotas.bound(tmp, spec.scratch_mb, uid=self.uid)
@@ -87,31 +93,37 @@ class LocalSandbox(Sandbox):
         environ = minimal_environment(self.workdir, Path("/tmp") if contained else tmp, self.marker + "env")
         environ.update(PYTHONPATH=os.pathsep.join(str(path) for path in self.host.files.import_path(spec)),
                        PYTHONUNBUFFERED="1")
+        users, capabilities = self.users, None
+        if users is not None and users.apart:  # corral's runtime takes them on (corral.env.agent), and the names go
+            environ.update({ENV_USER_VARIABLE: f"{users.env}:{users.env}", AGENT_USER_VARIABLE: f"{users.agent}:{users.agent}"})
+            capabilities = ENV_CAPABILITIES
         try:
-            self._env = await self.spawn(spec.command, cwd=self.workdir, environ=environ,
+            self._env = await self.spawn(spec.command, uid=None if capabilities else self.uid, cwd=self.workdir,
+                                         environ=environ, capabilities=capabilities,
                                          read_only=self.host.files.visible(spec), writable=[self.workdir],
                                          stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                                          stderr=self._stderr, limit=LINE_LIMIT, as_pid_1=True,
                                          limits=file_size_limit(self.share_mb))
         except OSError as error:
             as_whom = (f" as uid {self.uid} (a server running as root runs each env as its own user: the bundle, "
-                       "corral and the command must be readable by every user)") if self.uid is not None else ""
+                       "corral and the command must be readable by every user)") if self.users is not None else ""
             raise SandboxError(f"could not start {spec.command[0]!r} for env {spec.env_name}{as_whom}: {error}") from None
 
-    async def spawn(self, command: Sequence[str], *, cwd: Path, environ: dict[str, str], read_only: Sequence[Path] = (),
-                    writable: Sequence[Path] = (), as_pid_1: bool = False, limits: Sequence[str] = (),
-                    **popen) -> Contained:
-        """`command` as the episode's user: where bwrap runs, in namespaces of its own that see
-        the system, `read_only` and `writable` alone (local_namespace; `as_pid_1`: as their
-        first process); else in a process group of its own. `limits` prefixes it (file_size_limit);
-        `popen` goes to create_subprocess_exec. OSError when it cannot start."""
+    async def spawn(self, command: Sequence[str], *, uid: int | None, cwd: Path, environ: dict[str, str],
+                    read_only: Sequence[Path] = (), writable: Sequence[Path] = (), as_pid_1: bool = False,
+                    limits: Sequence[str] = (), capabilities: Sequence[str] | None = None, **popen) -> Contained:
+        """`command` as `uid` (one of the episode's `users`; None: the server's user): where bwrap
+        runs, in namespaces of its own that see the system, `read_only` and `writable` alone
+        (local_namespace; `as_pid_1`: as their first process; `capabilities`: as root holding
+        only those); else in a process group of its own. `limits` prefixes it
+        (file_size_limit); `popen` goes to create_subprocess_exec. OSError when it cannot start."""
         bubblewrap = self.host.bubblewrap
         if bubblewrap is not None:
-            return await Contained.start(bubblewrap, self.uid, command, cwd=cwd, read_only=read_only,
+            return await Contained.start(bubblewrap, uid, command, cwd=cwd, read_only=read_only,
                                          writable=writable, tmp_mb=self.spec.scratch_mb,
                                          network=self.spec.network == "egress", as_pid_1=as_pid_1, limits=limits,
-                                         env=environ, **popen)
-        process = await asyncio.create_subprocess_exec(*limits, *as_uid(self.uid, command), cwd=cwd, env=environ,
+                                         capabilities=capabilities, env=environ, **popen)
+        process = await asyncio.create_subprocess_exec(*limits, *as_uid(uid, command), cwd=cwd, env=environ,
                                                        start_new_session=True, **popen)
         return Contained(process, None)
 
@@ -138,11 +150,25 @@ class LocalSandbox(Sandbox):
     def alive(self) -> bool:
         return not self._closed and self._env is not None and self._env.process.returncode is None
 
-    def own(self, path: Path, mode: int = 0o700) -> None:
-        """Make `path` a folder of the episode's user."""
+    @property
+    def uid(self) -> int | None:
+        """The env's uid (None: the server's user's)."""
+        return self.users.env if self.users is not None else None
+
+    def workdir_owner(self) -> tuple[int | None, int | None, int]:
+        """The work folder's owner, group and mode: the agent's, readable by the env's group
+        where the agent has a uid of its own (the env writes there as the agent), and passable
+        by others (bwrap, as root without CAP_DAC_OVERRIDE, enters it); else the env's."""
+        if self.users is not None and self.users.apart:
+            return self.users.agent, self.users.env, 0o751
+        return self.uid, self.uid, 0o700
+
+    def own(self, path: Path, mode: int = 0o700, *, uid: int | None = None, gid: int | None = None) -> None:
+        """Make `path` a folder of `uid` and `gid` (by default the env's user)."""
         path.mkdir(mode=mode)
-        if self.uid is not None:
-            os.chown(path, self.uid, self.uid)
+        uid = self.uid if uid is None else uid
+        if uid is not None:
+            os.chown(path, uid, uid if gid is None else gid)
 
     async def send_line(self, line: bytes) -> None:
         process = self._running()
@@ -193,8 +219,9 @@ class LocalSandbox(Sandbox):
         episode's uid), and the process group `pgid`."""
         if pgid is not None:
             kill_group(pgid)
-        if self.uid is not None:
-            await kill_uid(self.uid)
+        if self.users is not None:
+            for uid in self.users.all():
+                await kill_uid(uid)
         else:
             await asyncio.to_thread(kill_marked, marker)
 
@@ -212,9 +239,10 @@ class LocalSandbox(Sandbox):
                 self._stderr = -1
             await asyncio.to_thread(unbind_all_under, self.folder)
             await asyncio.to_thread(remove_tree, self.folder)
-            if self.uid is not None:
-                assert self.host.uids is not None  # the uid came from the host's pool
-                self.host.uids.release(self.uid)
+            if self.users is not None:
+                assert self.host.uids is not None  # the uids came from the host's pool
+                for uid in self.users.all():
+                    self.host.uids.release(uid)
 
     def _running(self) -> asyncio.subprocess.Process:
         assert self._env is not None

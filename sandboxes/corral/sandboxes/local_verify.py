@@ -16,8 +16,12 @@ Where the server can (root: local_quota), `verify-N/` is a tmpfs sized for the f
 and as much again, so what the tests (and the agent's code they run) write is bounded too.
 
 Bytecode is removed from the copy (pristine.BYTECODE), and a link in it that leads into
-`files/`, `home/` or /proc stops the verifier (links.py): it would read as the verifier's own. The copy and the command each run as
-the env's user, with the minimal environment envs get, made pristine (pristine.py).
+`files/`, `home/` or /proc stops the verifier (links.py): it would read as the verifier's own.
+The copy runs as the agent's user (it reads what the agent could, and nothing more), the
+command as the verifier's, with the minimal environment envs get, made pristine (pristine.py);
+where the episode has three users (local_procs.Users) the server gives the copy to the
+verifier's user before the command runs, so the verifier runs as no user any process of the
+agent's or the env's ever ran as. Elsewhere all three are the env's user.
 Where bwrap runs (local_namespace), each in fresh namespaces that see the system read-only
 and nothing of this machine's files but what it needs: the copy, the agent's `work/`
 (read-only) and the new `work/`; the command, `files/` (read-only), the new `work/` and
@@ -30,6 +34,7 @@ verdict is the command's exit status, which the server reads as its parent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -38,7 +43,7 @@ from typing import Protocol
 from corral.sandboxes.base import CommandResult, SandboxSpec
 from corral.sandboxes.links import forged_links_here, stopped_by
 from corral.sandboxes.local_namespace import Contained
-from corral.sandboxes.local_procs import minimal_environment
+from corral.sandboxes.local_procs import Users, minimal_environment
 from corral.sandboxes.local_quota import Quotas, unbind_all_under
 from corral.sandboxes.pristine import pristine_environment, remove_bytecode
 from corral.sandboxes.trees import remove_tree, walk
@@ -54,7 +59,7 @@ class VerifiedSandbox(Protocol):
     spec: SandboxSpec
     folder: Path  # the server's folder of the episode
     workdir: Path  # the env's working folder
-    uid: int | None  # the env's uid, None: the server's user's
+    users: Users | None  # the episode's uids, None: the server's user's
     marker: str  # the start of every CORRAL_SANDBOX of the episode
     verifications: int
 
@@ -64,9 +69,9 @@ class VerifiedSandbox(Protocol):
     @property
     def quotas(self) -> Quotas: ...
 
-    def own(self, path: Path, mode: int = 0o700) -> None: ...
+    def own(self, path: Path, mode: int = 0o700, *, uid: int | None = None, gid: int | None = None) -> None: ...
 
-    async def spawn(self, command: Sequence[str], *, cwd: Path, environ: dict[str, str],
+    async def spawn(self, command: Sequence[str], *, uid: int | None, cwd: Path, environ: dict[str, str],
                     read_only: Sequence[Path] = (), writable: Sequence[Path] = (), **popen) -> Contained: ...
 
     async def end(self, started: Contained, marker: str) -> None: ...
@@ -83,15 +88,18 @@ async def verify_on_a_copy(sandbox: VerifiedSandbox, files: Mapping[str, bytes],
         # Room for the verifier's files, the copy and as much again for what the tests write.
         sandbox.quotas.bound(where, 2 * sandbox.share_mb + 1 + sum(map(len, files.values())) // 2**20, mode=0o755)
         await asyncio.to_thread(write_files, files_dir, files)
-        for folder in (work, tmp, home):
-            sandbox.own(folder)
+        users = sandbox.users
+        agent, verifier = (users.agent, users.verifier) if users is not None else (None, None)
+        sandbox.own(work, uid=agent)
+        for folder in (tmp, home):
+            sandbox.own(folder, uid=verifier)
         most = sandbox.share_mb
         if await asyncio.to_thread(larger_than, sandbox.workdir, most * 2**20):
             return CommandResult(1, f"[corral] the env's folder holds more than {most} MB (scratch_mb in env.toml "
                                     "bounds each writable folder); nothing was verified")
         marker = f"{sandbox.marker}verify-{sandbox.verifications}"
         environ = pristine_environment(minimal_environment(work, tmp, marker), home=str(home))
-        copied = await _run(sandbox, ["cp", "-a", f"{sandbox.workdir}/.", str(work)], cwd=work, environ=environ,
+        copied = await _run(sandbox, ["cp", "-a", f"{sandbox.workdir}/.", str(work)], agent, cwd=work, environ=environ,
                             read_only=[sandbox.workdir], writable=[work], marker=marker, timeout_s=SETUP_TIMEOUT_S,
                             keep=2000)
         if copied.exit_code is None:
@@ -100,7 +108,9 @@ async def verify_on_a_copy(sandbox: VerifiedSandbox, files: Mapping[str, bytes],
         # An answer linked to the verifier's files or to /proc/self/fd/3 would read as theirs.
         if forged := await asyncio.to_thread(forged_links_here, str(work), [str(files_dir), str(home)]):
             return CommandResult(1, stopped_by(forged))
-        verdict = await _run(sandbox, list(command(str(files_dir))), cwd=work, environ=environ, read_only=[files_dir],
+        if verifier != agent:
+            await asyncio.to_thread(give, work, verifier)
+        verdict = await _run(sandbox, list(command(str(files_dir))), verifier, cwd=work, environ=environ, read_only=[files_dir],
                              writable=[work, tmp, home], marker=marker, timeout_s=timeout_s, keep=keep)
         if copied.exit_code == 0:
             return verdict
@@ -112,14 +122,14 @@ async def verify_on_a_copy(sandbox: VerifiedSandbox, files: Mapping[str, bytes],
         await asyncio.to_thread(remove_tree, where)
 
 
-async def _run(sandbox: VerifiedSandbox, command: Sequence[str], *, cwd: Path, environ: dict[str, str],
-               read_only: Sequence[Path], writable: Sequence[Path], marker: str, timeout_s: float,
-               keep: int) -> CommandResult:
-    """`command` as the episode's user, seeing `read_only` and `writable` where it runs in
+async def _run(sandbox: VerifiedSandbox, command: Sequence[str], uid: int | None, *, cwd: Path,
+               environ: dict[str, str], read_only: Sequence[Path], writable: Sequence[Path], marker: str,
+               timeout_s: float, keep: int) -> CommandResult:
+    """`command` as `uid` (None: the server's user), seeing `read_only` and `writable` where it runs in
     namespaces (else everything its user may); its exit code (None at the deadline) and its
     output's tail. Everything it started is killed when it ends."""
     try:
-        started = await sandbox.spawn(command, cwd=cwd, environ=environ, read_only=read_only, writable=writable,
+        started = await sandbox.spawn(command, uid=uid, cwd=cwd, environ=environ, read_only=read_only, writable=writable,
                                       stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                                       stderr=asyncio.subprocess.STDOUT)
     except OSError as error:
@@ -159,6 +169,18 @@ def write_files(folder: Path, files: Mapping[str, bytes]) -> None:
         target.chmod(0o444)
     for root, _, _ in walk(folder):
         os.chmod(root, 0o555)
+
+
+def give(folder: Path, uid: int | None) -> None:
+    """Make `folder` and all in it `uid`'s, group and owner, links themselves rather than what
+    they point at (blocking; root only). What a path cannot name (deeper than the system
+    takes) stays the agent's: the verifier may read it as the copy left it, not change it."""
+    assert uid is not None
+    os.chown(folder, uid, uid)
+    for root, dirs, names in walk(folder):
+        for name in dirs + names:
+            with contextlib.suppress(OSError):
+                os.lchown(os.path.join(root, name), uid, uid)
 
 
 def larger_than(folder: Path, limit: int) -> bool:

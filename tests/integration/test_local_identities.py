@@ -1,0 +1,127 @@
+"""Three identities in a local episode of a root server with bubblewrap, as in a docker sandbox:
+the env's uid, a uid of the agent's own for what the env runs and writes on its behalf
+(corral.env.agent) and a third for the verifier, each from the local uid range. The agent's
+commands can neither signal, trace nor open the env, nor write or replace the env's files,
+nor take the env's uid back; the verifier runs as no uid any of them ran as, yet reads every
+file the agent made; and nothing of any of them outlives its episode (docs/sandboxes.md).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from corral.client import Bundle
+from corral.sandboxes.local_procs import UID_BASE, UID_COUNT
+from tests.attacks import FIX, TASK, bash, play
+from tests.conftest import BUNDLES, serving, skip_or_fail_under_ci
+from tests.episode_processes import bash as episode_bash
+from tests.wire import called, opened, ws
+
+DOCKERBOX = Path(__file__).resolve().parents[1] / "fixtures" / "dockerbox"
+KEPT = "/tmp/kept-by-the-env"  # the probe env's own file (tests/fixtures/dockerbox/envs/probe)
+ENV_UID = "$(awk '/^Uid:/ {print $2}' /proc/1/status)"  # the env is its namespace's first process
+PTRACE_ATTACH = "import ctypes, sys; sys.exit(ctypes.CDLL(None).ptrace(16, 1, 0, 0))"  # PTRACE_ATTACH: 0 when it took
+ATTACKS_ON_THE_ENV = {
+    "an interrupt": "kill -INT 1",
+    "a stop": "kill -STOP 1",
+    "its environment": "cat /proc/1/environ",
+    "its descriptors": "ls /proc/1/fd",
+    "its memory": "python3 -c \"open('/proc/1/mem', 'rb')\"",
+    "a trace": f"python3 -c '{PTRACE_ATTACH}'",
+    "its file": f"echo forged > {KEPT}",
+    "its file, replaced": f"rm -f {KEPT}",
+    "its user, taken back": f"u={ENV_UID}; python3 -c \"import os; os.setresuid($u, $u, $u)\"",
+    "root's group": "python3 -c 'import os; os.setresgid(0, 0, 0)'",
+    "its program": 'echo "raise SystemExit" > "${PYTHONPATH%%:*}/env.py"',  # the env's folder, first on its path
+}
+pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def root_with_bubblewrap() -> None:
+    if shutil.which("bwrap") is None:
+        skip_or_fail_under_ci("bubblewrap is not installed (apt-get install bubblewrap; .ci/run installs it)")
+    if os.geteuid() != 0:
+        skip_or_fail_under_ci("a local server gives the agent a uid of its own only as root (CI runs the tests as root)")
+
+
+@pytest.fixture(scope="module")
+def probe():
+    yield from serving(DOCKERBOX, sandbox="local", max_concurrent_envs=4)
+
+
+@pytest.fixture(scope="module")
+def shellfix():
+    yield from serving(BUNDLES / "shellfix", sandbox="local", max_concurrent_envs=4)
+
+
+def test_the_agent_s_commands_run_as_a_uid_of_their_own_with_no_capability(probe):
+    with Bundle(probe.url, split="probe") as env:
+        environment = env.factory()
+        environment.reset(**env.dataset[0])
+        seen = environment.shell(command=f"id -u; id -G; echo {ENV_UID}; grep -E '^Cap(Inh|Prm|Eff|Amb)' /proc/self/status")
+
+    agent_uid, groups, env_uid, *capabilities, status = seen.split("\n")
+    assert status == "[exit status 0]", seen
+    assert agent_uid != env_uid and groups == agent_uid, seen  # no group of the env's either
+    assert all(UID_BASE <= int(uid) < UID_BASE + UID_COUNT for uid in (agent_uid, env_uid))  # no account's
+    assert capabilities == [f"Cap{kind}:\t0000000000000000" for kind in ("Inh", "Prm", "Eff", "Amb")]
+
+
+@pytest.mark.parametrize("attack", ATTACKS_ON_THE_ENV)
+def test_the_agent_s_commands_cannot_reach_the_env(probe, attack):
+    with Bundle(probe.url, split="probe") as env:
+        environment = env.factory()
+        environment.reset(**env.dataset[0])
+        environment.keep(text="the env's own")
+        answer = environment.shell(command=ATTACKS_ON_THE_ENV[attack])
+        kept = environment.kept()
+        environment.say(text="ok")
+        reward = environment.get_reward()
+
+    assert not answer.endswith("[exit status 0]"), answer
+    assert (kept, reward) == ("the env's own", 1.0)  # the env, untouched, still answers and scores
+
+
+def test_the_verifier_runs_as_a_uid_of_its_own(shellfix):
+    # The agent notes its uid and the env's; its module, imported by the hidden tests, says whose
+    # the verifier runs as. Its fix still scores 1.
+    says = "import os, sys; print('uids', open('uids').read().strip(), os.getuid(), file=sys.stderr)"
+    ended = play(shellfix, [bash(f"echo $(id -u) {ENV_UID} > uids && echo \"{says}\" | cat - batching.py > b && "
+                                 "cat b > batching.py && rm b")], fixed=True)
+    output = ended.metadata["verifier_output"]["tests"]
+
+    assert ended.reward == 1.0, output
+    agent_uid, env_uid, verifier_uid = output.split("uids ", 1)[1].split()[:3]
+    assert len({agent_uid, env_uid, verifier_uid}) == 3, output
+    assert UID_BASE <= int(verifier_uid) < UID_BASE + UID_COUNT, output
+
+
+def test_the_verifier_reads_what_the_agent_made_private_and_nothing_is_left(shellfix):
+    # Files of the agent's uid, some only it may read, one folder not even it: the copy (made as
+    # the agent's uid) takes what it can, the tests pass on it, and the episode's folder goes whole.
+    with ws(shellfix) as agent:
+        opened(agent, task_id=TASK)
+        called(agent, "write_file", path="notes/private.txt", content="mine")
+        called(agent, "replace_in_file", **FIX)
+        folder = Path(episode_bash(agent, "chmod 600 batching.py notes/private.txt && chmod 700 notes && "
+                                          "mkdir locked && chmod 000 locked && pwd")).parent
+        ended = called(agent, "end_turn", response="done")
+
+    assert ended.reward == 1.0, ended.metadata["verifier_output"]["tests"]
+    assert folder.name.startswith("shellfix-") and not folder.exists()
+
+
+def test_the_env_reaps_the_orphans_the_agent_s_commands_leave(probe):
+    # Orphans go to the namespace's first process, the env: unreaped, their zombies would add up.
+    with Bundle(probe.url, split="probe") as env:
+        environment = env.factory()
+        environment.reset(**env.dataset[0])
+        environment.shell(command="for i in 1 2 3 4 5; do sh -c 'sleep 0.2 & exit'; done")
+        zombies = environment.shell(command="sleep 2; grep -l '^State:.Z' /proc/[0-9]*/status | wc -l")
+
+    assert zombies == "0\n[exit status 0]"
