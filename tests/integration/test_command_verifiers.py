@@ -137,7 +137,7 @@ def test_long_output_is_cut_with_a_note(environment):
 
 # A bundle of one env (the agent says a word) with two verifiers: a Python one and a command.
 SAY_ENV = '''\
-from corral.env import Env, tool
+from corral.env import Env, agent, tool
 
 
 class Say(Env):
@@ -152,7 +152,7 @@ class Say(Env):
             word: the word.
         """
         self.word = word
-        with open("said.txt", "w") as said:
+        with agent.files(), open("said.txt", "w") as said:  # the agent's file, in the agent's folder
             said.write(word)
         return "ok"
 

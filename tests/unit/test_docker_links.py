@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from corral.sandboxes.docker_links import _fields, _named_ancestor
+from corral.sandboxes.docker_links import _named_ancestor
 from corral.sandboxes.links import walk as _walk
+from corral.sandboxes.shell_links import answer_fields as _fields
 
 BROUGHT_IN = [b"/tests", b"/logs/verifier"]
 IMAGE = {b"/bin": b"usr/bin", b"/dev/fd": b"/proc/self/fd", b"/tmp/up": b".."}  # as an image has them

@@ -5,10 +5,14 @@ its processes. The same steps as docker's (docker_verify), through Modal's exec:
    sandbox's PID 1 and the caller), once.
 2. A fresh sandbox of the same image starts, with the same limits and no network; its command
    is an idle `sleep` that ends it once the verifier's time is up.
-3. The verifier's files are unpacked by `tar` into VERIFIER_DIR (0444 files).
+3. The verifier's files are unpacked by `tar` into VERIFIER_DIR and a random suffix, new for
+   each verification (0444 files): a name no link the agent made can know.
 4. The env's writable folders are streamed from the agent's sandbox into the fresh one by
    `tar`, at most twice their size in bytes; more fails the verifier.
-5. The command runs in the image's working directory; Modal reports its exit code. The fresh
+5. A link among them that leads into the verifier's files or /proc (an answer linked to
+   /proc/self/fd/3 reads as the file the verifier opened first) fails the verifier, resolved
+   step by step in the fresh sandbox (shell_links).
+6. The command runs in the image's working directory; Modal reports its exit code. The fresh
    sandbox is terminated, whatever happened.
 
 Not verified against Modal's cloud (no credentials here): which user Modal's exec runs as,
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 
 import modal
@@ -26,8 +31,10 @@ import modal
 from corral.errors import SandboxError
 from corral.sandboxes.archives import tar_of
 from corral.sandboxes.base import CommandResult, SandboxSpec
+from corral.sandboxes.links import stopped_by
+from corral.sandboxes.shell_links import Shell, forged_links_under
 
-VERIFIER_DIR = "/verifier"
+VERIFIER_DIR = "/verifier"  # and a random suffix, new for each verification
 TAR, SH, SLEEP = "/bin/tar", "/bin/sh", "/bin/sleep"
 SETUP_TIMEOUT_S = 300.0  # creating a sandbox in the cloud, copying in: the platform's part
 IDLE_GRACE_S = 30.0
@@ -40,6 +47,7 @@ async def verify_in_fresh_sandbox(agent: modal.Sandbox, spec: SandboxSpec, creat
     """The module docstring's steps for the episode played in `agent`, a sandbox of `spec`
     made with Sandbox.create's keyword arguments `create` (its app, image and limits)."""
     lifetime = math.ceil(SETUP_TIMEOUT_S + timeout_s + IDLE_GRACE_S)
+    files_dir = f"{VERIFIER_DIR}-{uuid.uuid4().hex}"
     fresh: modal.Sandbox | None = None
     try:
         async with asyncio.timeout(SETUP_TIMEOUT_S):
@@ -48,11 +56,13 @@ async def verify_in_fresh_sandbox(agent: modal.Sandbox, spec: SandboxSpec, creat
             options = {**create, "block_network": True, "timeout": lifetime}
             fresh = await modal.Sandbox.create.aio(SLEEP, str(lifetime), **options)
             await fresh.set_tags.aio({**await agent.get_tags.aio(), "corral.purpose": "verify"})
-            await _put_files(fresh, files)
+            await _put_files(fresh, files, files_dir)
             failed = await _copy_writable(agent, fresh, spec.writable, spec.scratch_mb)
+            if failed is None and (forged := await forged_links_under(_shell(fresh), spec.writable, [files_dir])):
+                failed = stopped_by(forged)
         if failed is not None:
             return CommandResult(exit_code=1, output=failed)
-        return await _command(fresh, list(command(VERIFIER_DIR)), timeout_s=timeout_s, keep=keep)
+        return await _command(fresh, list(command(files_dir)), timeout_s=timeout_s, keep=keep)
     except TimeoutError:
         raise SandboxError(f"setting up the verification of env {spec.env_name} on Modal took more than "
                            f"{SETUP_TIMEOUT_S:g}s") from None
@@ -74,10 +84,22 @@ async def _run(sandbox: modal.Sandbox, argv: list[str], *, what: str, stdin: byt
         raise SandboxError(f"{what} failed (exit code {code}): {(await process.stderr.read.aio())[-1000:]!r}")
 
 
-async def _put_files(sandbox: modal.Sandbox, files: Mapping[str, bytes]) -> None:
+async def _put_files(sandbox: modal.Sandbox, files: Mapping[str, bytes], folder: str) -> None:
     archive = tar_of(files, file_mode=0o444)
-    unpack = f"mkdir -p {VERIFIER_DIR} && {TAR} -x -f - -C {VERIFIER_DIR} --no-same-owner"
+    unpack = f"mkdir -p {folder} && {TAR} -x -f - -C {folder} --no-same-owner"
     await _run(sandbox, [SH, "-c", unpack], what="unpacking the verifier's files", stdin=archive)
+
+
+def _shell(sandbox: modal.Sandbox) -> Shell:
+    """`/bin/sh -c` with the arguments given, in `sandbox`: its stdout, and its stderr's tail."""
+
+    async def run(arguments: list[str]) -> tuple[bytes, str]:
+        process = await sandbox.exec.aio(SH, "-c", *arguments, text=False)
+        output, errors = await asyncio.gather(process.stdout.read.aio(), process.stderr.read.aio())
+        await process.wait.aio()
+        return bytes(output), bytes(errors)[-1000:].decode(errors="replace")
+
+    return run
 
 
 async def _copy_writable(source: modal.Sandbox, target: modal.Sandbox, writable: Sequence[str],

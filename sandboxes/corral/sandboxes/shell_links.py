@@ -1,0 +1,139 @@
+"""Links the agent left that lead where the verifier brings its own files in, resolved in the
+sandbox the verifier runs in, through a shell there (`Shell`: a provider runs `/bin/sh -c` with
+the arguments it is given, as the verifier's user, and returns its stdout and stderr's tail).
+
+Resolution is done here, in Python, one step at a time, like the kernel's (links.walk): each
+path it reaches is lstat'ed in the sandbox by `/bin/sh` and `readlink` of the image, in
+batches, before the verifier starts. docker_links and modal_verify give it their shell.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Awaitable, Callable, Sequence
+
+from corral.sandboxes.links import Walk
+from corral.sandboxes.links import walk as resolution
+
+Shell = Callable[[list[str]], Awaitable[tuple[bytes, str]]]
+"""Runs `/bin/sh -c ARGUMENTS...` in the verifier's sandbox: its stdout, and its stderr's tail."""
+
+BATCH_BYTES = 64 * 1024  # paths per query, in bytes of arguments: far below ARG_MAX
+# For each path: N (not a link, or missing, or out of reach) or L<length>:<its target's bytes>.
+# `echo .` keeps trailing newlines of a target, which command substitution would strip.
+TARGET = 't=$(readlink "$p"; echo .); t=${t%?.}; printf "L%s:%s" "${#t}" "$t"'
+QUERY = f'export LC_ALL=C; for p do if [ -L "$p" ]; then {TARGET}; else printf N; fi; done'
+# Every link under a folder ($1): P<length>:<its path's bytes>, then its target as above.
+PAIRS = f'export LC_ALL=C; for p do printf "P%s:%s" "${{#p}}" "$p"; {TARGET}; done'
+UNDER = 'find "$1" -xdev -type l -exec /bin/sh -c "$2" corral-links {} +'
+
+
+
+async def forged_links_under(shell: Shell, folders: Sequence[str],
+                             forbidden: Sequence[str]) -> list[str]:
+    """What is wrong with the links under `folders` (a corral env's writable folders, as copied
+    for its command verifier, which brings its files in at `forbidden`), resolved by `shell`:
+    one line for each that leads into `forbidden` or /proc."""
+    try:
+        links: dict[bytes, bytes] = {}
+        for folder in folders:
+            links.update(await links_under(shell, folder))
+        if not links:
+            return []
+        roots = [path.encode() for path in forbidden]
+        return await judge_links(shell, links, roots + await resolve(shell, roots))
+    except ValueError as error:
+        return [str(error)]
+
+
+async def resolve(shell: Shell, roots: list[bytes]) -> list[bytes]:
+    """Where `roots` resolve in the container (a mount at a linked path is where the link leads)."""
+    resolved = await _run_walks(shell, {root: resolution(b"/", root, []) for root in roots})
+    return [path for path in resolved.values() if isinstance(path, bytes)]
+
+
+async def judge_links(shell: Shell, links: dict[bytes, bytes],
+                       roots: list[bytes]) -> list[str]:
+    if not links:
+        return []
+    walks = {path: resolution(posixpath.dirname(path), target, roots) for path, target in links.items()}
+    found = await _run_walks(shell, walks)
+    return [f"{path.decode(errors='replace')} -> {links[path].decode(errors='replace')}: {why}"
+            for path, why in found.items() if isinstance(why, str)]
+
+
+async def _run_walks(shell: Shell, walks: dict[bytes, Walk]) -> dict[bytes, bytes | str]:
+    """Step every walk together, one query per round, until each has ended: what each returned."""
+    ended: dict[bytes, bytes | str] = {}
+    asked: dict[bytes, bytes] = {}
+    for name, walk in walks.items():
+        _step(name, walk, None, asked, ended, first=True)
+    while asked:
+        names = list(asked)
+        answers = await lstat(shell, [asked[name] for name in names])
+        asked = {}
+        for name, answer in zip(names, answers, strict=True):
+            _step(name, walks[name], answer, asked, ended, first=False)
+    return ended
+
+
+def _step(name: bytes, walk: Walk, answer: bytes | None, asked: dict[bytes, bytes], ended: dict, *,
+          first: bool) -> None:
+    try:
+        asked[name] = next(walk) if first else walk.send(answer)
+    except StopIteration as done:
+        ended[name] = done.value
+
+
+async def lstat(shell: Shell, paths: Sequence[bytes]) -> list[bytes | None]:
+    """Each path's link target, or None where it is no link, in batches of BATCH_BYTES."""
+    found: list[bytes | None] = []
+    start = 0
+    while start < len(paths):
+        end, size = start, 0
+        while end < len(paths) and (end == start or size + len(paths[end]) < BATCH_BYTES):
+            size += len(paths[end]) + 1
+            end += 1
+        found += await _query(shell, paths[start:end])
+        start = end
+    return found
+
+
+async def _query(shell: Shell, paths: Sequence[bytes]) -> list[bytes | None]:
+    output, stderr = await shell([QUERY, "corral-links", *(path.decode() for path in paths)])
+    found = [value for _, value in answer_fields(output, b"NL", stderr)]
+    if len(found) != len(paths):
+        raise ValueError(f"the link check answered {len(found)} of {len(paths)} paths: {stderr}")
+    return found
+
+
+async def links_under(shell: Shell, folder: str) -> dict[bytes, bytes]:
+    """Every link under `folder`, with its target."""
+    output, stderr = await shell([UNDER, "corral-find", folder, PAIRS])
+    found = answer_fields(output, b"PL", stderr)
+    pairs = list(zip(found[::2], found[1::2], strict=False))
+    if len(found) % 2 or any((path[0], target[0]) != (b"P", b"L") for path, target in pairs):
+        raise ValueError(f"the link check could not list the links under {folder}: {stderr}")
+    return {path: target for (_, path), (_, target) in pairs if path is not None and target is not None}
+
+
+def answer_fields(output: bytes, tags: bytes, stderr: str) -> list[tuple[bytes, bytes | None]]:
+    """The answer read as fields: N alone, or a tag of `tags` with <length>:<bytes>; a
+    ValueError when it is anything else (the check then fails)."""
+    found: list[tuple[bytes, bytes | None]] = []
+    at = 0
+    while at < len(output):
+        tag = output[at:at + 1]
+        if tag == b"N" and b"N" in tags:
+            found.append((tag, None))
+            at += 1
+            continue
+        colon = output.find(b":", at)
+        if tag not in tags or colon < 0 or not output[at + 1:colon].isdigit():
+            raise ValueError(f"the link check's answer cannot be read: {stderr}")
+        end = colon + 1 + int(output[at + 1:colon])
+        if end > len(output):
+            raise ValueError(f"the link check's answer was cut short: {stderr}")
+        found.append((tag, output[colon + 1:end]))
+        at = end
+    return found
