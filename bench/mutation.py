@@ -108,6 +108,8 @@ MODULES = {
     "scoring": Target("server/corral/server/scoring.py", (
         UNIT + "test_episode_endings.py", ENDINGS_TESTS, INTEGRATION + "test_command_verifiers.py")),
     "env_inprocess": Target("server/corral/server/env_inprocess.py", (UNIT + "test_env_inprocess.py",)),
+    "env_connection": Target("server/corral/server/env_connection.py", (
+        UNIT + "test_env_inprocess.py", UNIT + "test_envproc.py", UNIT + "test_episode_endings.py")),
     "sessions": Target("server/corral/server/sessions.py", (
         INTEGRATION + "test_openenv_compat.py", ENDINGS_TESTS,
         INTEGRATION + "test_records.py::test_a_reset_naming_a_task_alone_records_the_split_the_task_belongs_to")),
@@ -122,10 +124,16 @@ MODULES = {
     "modal": Target("sandboxes/corral/sandboxes/modal_sandbox.py", (CONTRACT_TESTS,),
                     child_tests=("tests/contract/test_modal_provider.py",)),
     "warm_pool": Target("sandboxes/corral/sandboxes/warm_pool.py"),
+    "stream_buffers": Target("sandboxes/corral/sandboxes/stream_buffers.py", (UNIT + "test_stream_buffers.py",)),
+    "live_sandboxes": Target("sandboxes/corral/sandboxes/live_sandboxes.py", (UNIT + "test_sandbox_providers.py",)),
     "factory": Target("client/corral/client/factory.py", (UNIT + "test_client_factory.py",)),
     "session": Target("client/corral/client/session.py",
                       (INTEGRATION + "test_client_session.py", INTEGRATION + "test_many_hosts.py")),
     "client_episode": Target("client/corral/client/episode.py"),
+    "environment_records": Target("client/corral/client/environment_records.py", (
+        INTEGRATION + "test_environment_records.py", UNIT + "test_rollout_accounting.py")),
+    "rollout_place": Target("client/corral/client/rollout_place.py", (
+        UNIT + "test_rollout_accounting.py", INTEGRATION + "test_environment_records.py")),
     "runtime": Target("sandboxes/corral/env/runtime.py", (UNIT + "test_env_runtime.py",),
                       child_tests=(UNIT + "test_env_runtime.py",)),
 }
