@@ -106,6 +106,8 @@ def run_mutant(spec: MutationSpec, tests: list[str], reach: Reach) -> dict:
     result = {"outcome": outcome, "why": why, "seconds": seconds, "diff": diff, **tests_ran(tests)}
     if outcome in INCONCLUSIVE:
         result["output"] = output[-2000:]
+    if outcome == "killed":  # which test failed: a kill by a flaky test, or by a test of something else, shows
+        result["failed"] = [line[:300] for line in output.splitlines() if line.startswith(("FAILED ", "ERROR "))][:3]
     return result
 
 
@@ -127,4 +129,7 @@ def run_tests(command: list[str], timeout: float) -> tuple[int | None, str]:
         os.killpg(process.pid, signal.SIGKILL)
         output, _ = process.communicate()
         return None, output.decode("utf-8", errors="replace")
+    except BaseException:  # the run stopped (Ctrl-C, SIGTERM): its tests must not run on, in a session of their own
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
     return process.returncode, output.decode("utf-8", errors="replace")
