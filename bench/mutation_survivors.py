@@ -3,7 +3,11 @@ tuning constant, a float clock's bound), and those read and explained one by one
 
 from __future__ import annotations
 
+import ast
+import functools
 import re
+
+from mutation_targets import REPO
 
 # Reasons several survivors share.
 QUOTE_DEFAULT = "how much of an env's stderr an error quotes by default: a character more or less is as good"
@@ -51,13 +55,16 @@ EXPLAINED = {
     ("sandboxes/corral/sandboxes/modal_sandbox.py", "def stderr_tail(self, max_chars: int = 4000) -> str:"):
         QUOTE_DEFAULT,
     ("sandboxes/corral/sandboxes/modal_sandbox.py", "self._agent_stopped = True"): AGENT_STOPPED,
-    ("sandboxes/corral/sandboxes/modal_sandbox.py", "self._stderr_size = 0"):
-        "the count of stderr characters kept, one off: the trim keeps a character more or less of STDERR_KEEP",
-    ("sandboxes/corral/sandboxes/modal_sandbox.py", 'while (end := self._stdout.find(b"\\n", scanned)) < 0:'):
-        FIRST_BYTE_NEWLINE,
     ("sandboxes/corral/sandboxes/modal_sandbox.py", "for reader in self._readers:"):
         "the readers end on their own a moment later: the termination that on_close starts ends both streams",
-    ("sandboxes/corral/sandboxes/modal_sandbox.py", "scanned = 0"): FIRST_BYTE_NEWLINE,
+    # The buffers every provider but the local one reads its env's output into (moved from modal_sandbox.py).
+    ("sandboxes/corral/sandboxes/stream_buffers.py", "self._stderr_size = 0"):
+        "the count of stderr bytes kept, one off: the trim keeps a byte more or less of STDERR_KEEP",
+    ("sandboxes/corral/sandboxes/stream_buffers.py", 'while (end := self._stdout.find(b"\\n", scanned)) < 0:'):
+        FIRST_BYTE_NEWLINE,
+    ("sandboxes/corral/sandboxes/stream_buffers.py", "scanned = 0"): FIRST_BYTE_NEWLINE,
+    ("sandboxes/corral/sandboxes/stream_buffers.py", "def stderr_tail(self, max_chars: int = 4000) -> str:"):
+        QUOTE_DEFAULT,
     ("sandboxes/corral/sandboxes/modal_sandbox.py",
      "timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:"):
         "how much of a verifier's output is kept by default: a character more or less is as good",
@@ -96,7 +103,18 @@ def equivalence(result: dict, line: str, path: str) -> str | None:
     if result["operator"] == "NumberReplacer" and "_time_left() <= 0" in code and "_time_left() <= 1" in result.get("diff", ""):
         return ("the agent's time budget ends a second early: a tuning constant of sorts, as budgets are minutes "
                 "(a test timing a call within a budget's last second would fail on a busy machine)")
+    if result["operator"] == "RemoveDecorator" and result["line"] in protocol_lines(path):
+        return "a member of a typing.Protocol: the type checker reads it, no code runs it"
     return None
+
+
+@functools.cache
+def protocol_lines(path: str) -> frozenset[int]:
+    """The lines of the module's typing.Protocol classes (interfaces: their bodies never run)."""
+    return frozenset(line for node in ast.walk(ast.parse((REPO / path).read_text()))
+                     if isinstance(node, ast.ClassDef)
+                     and any(ast.unparse(base).split(".")[-1].startswith("Protocol") for base in node.bases)
+                     for line in range(node.lineno, (node.end_lineno or node.lineno) + 1))
 
 
 BOUNDARY_FLIPS = {f"ReplaceComparisonOperator_{flip}" for flip in ("Lt_LtE", "LtE_Lt", "Gt_GtE", "GtE_Gt")}

@@ -16,6 +16,7 @@ sys.path.insert(0, str(REPO / "bench"))  # its parts import each other as script
 mutation = importlib.import_module("mutation")
 mutation_cache = importlib.import_module("mutation_cache")
 mutation_runs = importlib.import_module("mutation_runs")
+mutation_survivors = importlib.import_module("mutation_survivors")
 
 TESTS = {
     "killed": "def test_it():\n    assert 1 + 1 == 3\n",
@@ -87,3 +88,14 @@ def test_a_cached_result_holds_while_only_other_tests_change(suite: Path):
     result = {"outcome": "survived", **mutation_cache.tests_ran(["tests/unit/test_it.py::test_it"], suite)}
     (suite / "tests/other.py").write_text("x = 2\n")
     assert mutation_cache.still_holds(result, suite)
+
+
+def test_a_decorator_removed_from_a_protocols_member_cannot_change_behaviour(tmp_path: Path):
+    module = tmp_path / "interfaces.py"
+    module.write_text("from typing import Protocol\n\n\nclass Sized(Protocol):\n    @property\n"
+                      "    def size(self) -> int: ...\n\n\nclass Box:\n    @property\n"
+                      "    def size(self) -> int:\n        return 1\n")
+    removed = [{"operator": "RemoveDecorator", "line": line} for line in (5, 10)]
+    whys = [mutation_survivors.equivalence(result, "    @property", str(module)) for result in removed]
+    assert whys[0] and "Protocol" in whys[0]
+    assert whys[1] is None  # a real class's property: removing it changes what `.size` is
