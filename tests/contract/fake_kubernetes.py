@@ -24,55 +24,30 @@ import contextlib
 import datetime
 import json
 import os
-import re
 import signal
 import threading
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import web
+
+from tests.contract.fake_kubernetes_attach import attach
+from tests.contract.fake_kubernetes_objects import (
+    Pod,
+    has_labels,
+    invalid_pod,
+    invalid_policy,
+    label_selector,
+    status_reply,
+    timestamp,
+)
 
 TOKEN = "fake-token"
 NODE_MEMORY_MI = 64 * 1024
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 PODS = "/api/v1/namespaces/{namespace}/pods"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 POLICIES = "/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
-
-
-def _now(micro: bool = False) -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S" + (".%fZ" if micro else "Z"))
-
-
-def _status(code: int, reason: str, message: str) -> web.Response:
-    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reason, "code": code}
-    return web.json_response(body, status=code)
-
-
-@dataclass
-class Pod:
-    body: dict[str, Any]
-    process: asyncio.subprocess.Process | None = None
-    attached: bool = False
-    runner: asyncio.Task | None = None
-    deleted: bool = False
-
-    @property
-    def container(self) -> dict[str, Any]:
-        return self.body["spec"]["containers"][0]
-
-    def set_state(self, phase: str, state: dict[str, Any], conditions: list[dict] | None = None) -> None:
-        container = self.container
-        self.body["status"] = {
-            "phase": phase, "conditions": conditions or [],
-            "containerStatuses": [{"name": container["name"], "image": container["image"], "imageID": "",
-                                   "ready": "running" in state, "restartCount": 0, "started": "running" in state,
-                                   "state": state}],
-        }
 
 
 class FakeCluster:
@@ -141,12 +116,12 @@ class FakeCluster:
     @web.middleware
     async def _auth(self, request: web.Request, handler):
         if request.headers.get("Authorization") != f"Bearer {TOKEN}":
-            return _status(401, "Unauthorized", "Unauthorized")
+            return status_reply(401, "Unauthorized", "Unauthorized")
         return await handler(request)
 
     async def _unknown(self, request: web.Request) -> web.Response:
         self.unknown.append(f"{request.method} {request.path_qs}")
-        return _status(404, "NotFound", f"the server could not find the requested resource ({request.path})")
+        return status_reply(404, "NotFound", f"the server could not find the requested resource ({request.path})")
 
     def _next_version(self) -> str:
         self._version += 1
@@ -156,8 +131,8 @@ class FakeCluster:
     async def _pods(self, request: web.Request) -> web.Response:
         namespace = request.match_info["namespace"]
         if request.method == "GET":
-            wanted = _selector(request)
-            items = [pod.body for (ns, _), pod in self.pods.items() if ns == namespace and _has(pod.body, wanted)]
+            wanted = label_selector(request)
+            items = [pod.body for (ns, _), pod in self.pods.items() if ns == namespace and has_labels(pod.body, wanted)]
             if "limit" in request.query:
                 items = items[: int(request.query["limit"])]
             return web.json_response({"kind": "PodList", "apiVersion": "v1",
@@ -166,12 +141,12 @@ class FakeCluster:
             return await self._unknown(request)
         body = await request.json()
         name = body.get("metadata", {}).get("name", "")
-        if problem := _invalid(body):
-            return _status(422, "Invalid", f'Pod "{name}" is invalid: {problem}')
+        if problem := invalid_pod(body):
+            return status_reply(422, "Invalid", f'Pod "{name}" is invalid: {problem}')
         if (namespace, name) in self.pods:
-            return _status(409, "AlreadyExists", f'pods "{name}" already exists')
+            return status_reply(409, "AlreadyExists", f'pods "{name}" already exists')
         body["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), resourceVersion=self._next_version(),
-                                creationTimestamp=_now())
+                                creationTimestamp=timestamp())
         pod = Pod(body)
         pod.set_state("Pending", {"waiting": {"reason": "ContainerCreating"}})
         self.pods[(namespace, name)] = pod
@@ -183,7 +158,7 @@ class FakeCluster:
         key = (request.match_info["namespace"], request.match_info["name"])
         pod = self.pods.get(key)
         if pod is None:
-            return _status(404, "NotFound", f'pods "{key[1]}" not found')
+            return status_reply(404, "NotFound", f'pods "{key[1]}" not found')
         if request.method == "GET":
             return web.json_response(pod.body)
         if request.method == "DELETE":
@@ -217,11 +192,11 @@ class FakeCluster:
             start_new_session=True)
         if pod.deleted:  # deleted while its container started
             os.killpg(pod.process.pid, signal.SIGKILL)
-        pod.set_state("Running", {"running": {"startedAt": _now()}})
+        pod.set_state("Running", {"running": {"startedAt": timestamp()}})
         code = await pod.process.wait()
         pod.set_state("Succeeded" if code == 0 else "Failed", {"terminated": {
-            "exitCode": code, "reason": "Completed" if code == 0 else "Error", "startedAt": _now(),
-            "finishedAt": _now()}})
+            "exitCode": code, "reason": "Completed" if code == 0 else "Error", "startedAt": timestamp(),
+            "finishedAt": timestamp()}})
 
     async def _kill(self, pod: Pod) -> None:
         """The container's processes killed (deletion with no grace), its kubelet's work ended."""
@@ -238,43 +213,8 @@ class FakeCluster:
         key = (request.match_info["namespace"], request.match_info["name"])
         pod = self.pods.get(key)
         if pod is None:
-            return _status(404, "NotFound", f'pods "{key[1]}" not found')
-        process = pod.process
-        if process is None or pod.body["status"]["phase"] != "Running" or process.returncode is not None:
-            return _status(400, "BadRequest", f"container {pod.container['name']} is not running")
-        if request.query.get("stdin") == "true" and pod.attached:
-            return _status(400, "BadRequest", "another attach already holds the container's stdin")
-        if "v4.channel.k8s.io" not in request.headers.get("Sec-WebSocket-Protocol", ""):
-            return _status(400, "BadRequest", "the subprotocol v4.channel.k8s.io was not offered")
-        pod.attached = True
-        ws = web.WebSocketResponse(protocols=("v4.channel.k8s.io",), max_msg_size=0)
-        await ws.prepare(request)
-        for channel in (1, 2, 3):  # each channel opens with an empty message, as the API server's do
-            await ws.send_bytes(bytes([channel]))
-        assert process.stdin and process.stdout and process.stderr
-
-        async def pump(stream: asyncio.StreamReader, channel: int) -> None:
-            # To its end, even once the client has gone: a process whose pipe is full never ends.
-            while chunk := await stream.read(32 * 1024):
-                with contextlib.suppress(ConnectionError, RuntimeError):
-                    await ws.send_bytes(bytes([channel]) + chunk)
-
-        async def outputs() -> None:
-            await asyncio.gather(pump(process.stdout, 1), pump(process.stderr, 2))
-            await process.wait()
-            with contextlib.suppress(ConnectionError, RuntimeError):
-                await ws.send_bytes(b"\x03" + json.dumps({"metadata": {}, "status": "Success"}).encode())
-            await ws.close()
-
-        sending = asyncio.create_task(outputs())
-        async for message in ws:
-            if message.type == WSMsgType.BINARY and message.data[:1] == b"\x00":
-                with contextlib.suppress(ConnectionError):
-                    process.stdin.write(message.data[1:])
-                    await process.stdin.drain()
-        process.stdin.close()  # stdinOnce: the attach that held stdin has gone
-        await sending
-        return ws
+            return status_reply(404, "NotFound", f'pods "{key[1]}" not found')
+        return await attach(pod, request)
 
     # -- leases -----------------------------------------------------------------------------
     async def _lease_collection(self, request: web.Request) -> web.Response:
@@ -283,7 +223,7 @@ class FakeCluster:
         body = await request.json()
         key = (request.match_info["namespace"], body["metadata"]["name"])
         if key in self.leases:
-            return _status(409, "AlreadyExists", f'leases.coordination.k8s.io "{key[1]}" already exists')
+            return status_reply(409, "AlreadyExists", f'leases.coordination.k8s.io "{key[1]}" already exists')
         body.update(apiVersion="coordination.k8s.io/v1", kind="Lease")
         body["metadata"].update(namespace=key[0], resourceVersion=self._next_version())
         self.leases[key] = body
@@ -293,7 +233,7 @@ class FakeCluster:
         key = (request.match_info["namespace"], request.match_info["name"])
         held = self.leases.get(key)
         if held is None:
-            return _status(404, "NotFound", f'leases.coordination.k8s.io "{key[1]}" not found')
+            return status_reply(404, "NotFound", f'leases.coordination.k8s.io "{key[1]}" not found')
         if request.method == "GET":
             return web.json_response(held)
         if request.method == "DELETE":
@@ -302,7 +242,7 @@ class FakeCluster:
         body = await request.json()
         if request.method == "PUT":
             if body["metadata"].get("resourceVersion") != held["metadata"]["resourceVersion"]:
-                return _status(409, "Conflict", f'Operation cannot be fulfilled on leases.coordination.k8s.io '
+                return status_reply(409, "Conflict", f'Operation cannot be fulfilled on leases.coordination.k8s.io '
                                                 f'"{key[1]}": the object has been modified')
             held = {**body, "apiVersion": "coordination.k8s.io/v1", "kind": "Lease"}
         elif request.method == "PATCH" and request.content_type == "application/merge-patch+json":
@@ -322,18 +262,18 @@ class FakeCluster:
     async def _policy_collection(self, request: web.Request) -> web.Response:
         namespace = request.match_info["namespace"]
         if request.method == "GET":
-            wanted = _selector(request)
-            items = [body for (ns, _), body in self.policies.items() if ns == namespace and _has(body, wanted)]
+            wanted = label_selector(request)
+            items = [body for (ns, _), body in self.policies.items() if ns == namespace and has_labels(body, wanted)]
             return web.json_response({"kind": "NetworkPolicyList", "apiVersion": "networking.k8s.io/v1",
                                       "metadata": {"resourceVersion": str(self._version)}, "items": items})
         if request.method != "POST":
             return await self._unknown(request)
         body = await request.json()
         key = (namespace, body.get("metadata", {}).get("name", ""))
-        if problem := _invalid_policy(body):
-            return _status(422, "Invalid", f'NetworkPolicy.networking.k8s.io "{key[1]}" is invalid: {problem}')
+        if problem := invalid_policy(body):
+            return status_reply(422, "Invalid", f'NetworkPolicy.networking.k8s.io "{key[1]}" is invalid: {problem}')
         if key in self.policies:
-            return _status(409, "AlreadyExists", f'networkpolicies.networking.k8s.io "{key[1]}" already exists')
+            return status_reply(409, "AlreadyExists", f'networkpolicies.networking.k8s.io "{key[1]}" already exists')
         body["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), resourceVersion=self._next_version())
         self.policies[key] = body
         return web.json_response(body, status=201)
@@ -341,7 +281,7 @@ class FakeCluster:
     async def _policy(self, request: web.Request) -> web.Response:
         key = (request.match_info["namespace"], request.match_info["name"])
         if key not in self.policies:
-            return _status(404, "NotFound", f'networkpolicies.networking.k8s.io "{key[1]}" not found')
+            return status_reply(404, "NotFound", f'networkpolicies.networking.k8s.io "{key[1]}" not found')
         if request.method == "GET":
             return web.json_response(self.policies[key])
         if request.method == "DELETE":
@@ -357,43 +297,4 @@ class FakeCluster:
 
     def labelled(self, namespace: str, **labels: str) -> list[str]:
         """The pods in `namespace` with all of `labels` (label keys with dots passed as a dict)."""
-        return [name for (ns, name), pod in list(self.pods.items()) if ns == namespace and _has(pod.body, labels)]
-
-
-def _selector(request: web.Request) -> dict[str, str]:
-    """A list's `labelSelector` of equalities (what the provider sends) as a dict."""
-    return dict(term.split("=", 1) for term in request.query.get("labelSelector", "").split(",") if term)
-
-
-def _has(body: dict[str, Any], labels: dict[str, str]) -> bool:
-    return all(body["metadata"].get("labels", {}).get(k) == v for k, v in labels.items())
-
-
-def _invalid_labels(metadata: dict[str, Any]) -> str | None:
-    name = metadata.get("name", "")
-    if not (_NAME.fullmatch(name) and len(name) <= 63):
-        return f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 label must consist of ..."
-    for key, value in metadata.get("labels", {}).items():
-        if not (_LABEL_VALUE.fullmatch(value) and len(value) <= 63):
-            return f"metadata.labels: Invalid value: {value!r} (label {key})"
-    return None
-
-
-def _invalid_policy(body: dict[str, Any]) -> str | None:
-    """What the API server's validation would refuse in a NetworkPolicy."""
-    spec = body.get("spec", {})
-    if "podSelector" not in spec:
-        return "spec.podSelector: Required value"
-    if not set(spec.get("policyTypes", [])) <= {"Ingress", "Egress"}:
-        return f"spec.policyTypes: Unsupported value: {spec['policyTypes']}"
-    return _invalid_labels(body.get("metadata", {}))
-
-
-def _invalid(body: dict[str, Any]) -> str | None:
-    """What the API server's validation would refuse in a pod (the parts the provider writes)."""
-    if problem := _invalid_labels(body.get("metadata", {})):
-        return problem
-    containers = body.get("spec", {}).get("containers") or []
-    if len(containers) != 1 or not containers[0].get("image"):
-        return "spec.containers: Required value (this stand-in runs pods of one container with an image)"
-    return None
+        return [name for (ns, name), pod in list(self.pods.items()) if ns == namespace and has_labels(pod.body, labels)]

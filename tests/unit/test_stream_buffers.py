@@ -97,6 +97,21 @@ def test_stderr_keeps_its_tail_and_corrals_notes(monkeypatch):
     asyncio.run(check())
 
 
+def test_a_chunk_longer_than_the_tail_keeps_its_end_when_a_short_one_follows(monkeypatch):
+    """The trim drops a chunk only while the newer ones alone fill the tail: a traceback read in
+    one long chunk, then corral's note, still shows the error it ends with."""
+    monkeypatch.setattr(stream_buffers, "STDERR_KEEP", 100)
+
+    async def check() -> str:
+        output = OutputBuffers()
+        output.add_stderr(b"Traceback (most recent call last):\n" + b"  ...\n" * 20 + b"MemoryError\n")
+        output.note("the env exited with status 1")
+        return output.stderr_tail(10_000)
+
+    tail = asyncio.run(check())
+    assert tail.endswith("MemoryError\n\n[corral] the env exited with status 1\n")
+
+
 def test_a_character_split_between_stderr_chunks_reads_whole():
     async def check() -> str:
         output = OutputBuffers()
