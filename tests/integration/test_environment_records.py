@@ -30,6 +30,7 @@ def test_an_environment_records_its_episode_beside_the_servers_and_outside_a_run
     with Bundle(server.url, record_dir=tmp_path / "records") as bundle:
         environment = bundle.factory()
         environment.reset(**bundle.dataset[0])
+        environment.submit_schedule(actions="all night")  # refused: not a list of integers
         reward = environment.get_reward()
         environment.get_reward()  # asked twice, recorded once
         episode_id = environment._episode.opened.episode_id
@@ -39,6 +40,7 @@ def test_an_environment_records_its_episode_beside_the_servers_and_outside_a_run
         assert len(store.find(kind="rollouts")) == 1
     assert rollout is not None
     assert rollout.reward == reward and rollout.task_id == bundle.dataset[0]["task_id"]
+    assert (rollout.tool_calls, rollout.tool_errors) == (1, 1)
     assert (rollout.step, rollout.group, rollout.group_index, rollout.policy_version) == (None,) * 4
 
 

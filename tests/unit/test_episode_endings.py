@@ -90,6 +90,7 @@ def test_a_verifier_that_raises_on_what_the_agent_did_fails_the_episode_once_a_r
     [record] = runtime.ended  # the untouched replay is evidence, not an episode of its own
     assert (record.status, record.cause) == ("failed", "scoring_failed")
     assert replays(runtime, "sound") == 1
+    assert runtime.metrics.registry.get_sample_value("corral_episodes_started_total") == 1  # nor counted as one
 
 
 def test_a_verifier_that_raises_on_every_report_leaves_the_episode_unscored():
