@@ -32,8 +32,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(command: list[str], port: int, what: str, log: Path | None = None,
-                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+def start_server(
+    command: list[str], port: int, what: str, log: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, str]:
     """Start `command` (with `env`, else this process's), a server listening on `port` (its
     output to `log`, else to a temporary file named if it fails); (its process, its URL) once
     /health answers."""
@@ -43,8 +44,10 @@ def start_server(command: list[str], port: int, what: str, log: Path | None = No
     deadline = time.monotonic() + SERVER_START_S
     while time.monotonic() < deadline:
         if server.poll() is not None:  # it gave up (a broken bundle, a taken port): say so now
-            raise SystemExit(f"{what} exited with status {server.returncode} before it answered; "
-                             f"its output is in {log}:\n{log.read_text()[-2000:]}")
+            raise SystemExit(
+                f"{what} exited with status {server.returncode} before it answered; "
+                f"its output is in {log}:\n{log.read_text()[-2000:]}"
+            )
         try:
             if httpx.get(f"{url}/health", trust_env=False, timeout=2).status_code == 200:
                 return server, url

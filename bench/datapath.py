@@ -55,11 +55,18 @@ BUNDLE = ROOT / "tests" / "fixtures" / "dockerbox"
 CORRAL_RESET = json.dumps({"type": "reset", "data": {"split": "plain", "index": 0}})
 OPENENV_RESET = json.dumps({"type": "reset", "data": {}})
 SAY = json.dumps({"type": "step", "data": {"type": "call_tool", "tool_name": "say", "arguments": {"text": "plain"}}})
-END_TURN = json.dumps({"type": "step", "data": {"type": "call_tool", "tool_name": "end_turn",
-                                                "arguments": {"response": "done"}}})
+END_TURN = json.dumps(
+    {"type": "step", "data": {"type": "call_tool", "tool_name": "end_turn", "arguments": {"response": "done"}}}
+)
 WARM_POOL = 4
 KINDS = ("openenv", "openenv-mcp", "local", "docker")
-PACKAGE_ROOTS = ("protocol", "client", "server", "sandboxes", "training")  # a checkout's folders that hold corral's packages
+PACKAGE_ROOTS = (
+    "protocol",
+    "client",
+    "server",
+    "sandboxes",
+    "training",
+)  # a checkout's folders that hold corral's packages
 
 ECHO = json.dumps({"type": "step", "data": {"message": "plain"}})
 OPENENV_SERVER = textwrap.dedent("""
@@ -133,9 +140,19 @@ def start(kind: str, sessions: int, baseline: Path | None = None, workers: int =
     else:
         corral = Path(sys.executable).parent / "corral"
         sandbox = "local" if kind == "baseline" or kind.startswith("local-w") else kind
-        command = [str(corral), "serve", str(BUNDLE), "--port", str(port), "--max-concurrent-envs", str(sessions),
-                   "--sandbox", sandbox, *(["--warm-pool", str(WARM_POOL)] if kind == "docker" else []),
-                   *(["--workers", str(workers)] if kind.startswith("local-w") else [])]
+        command = [
+            str(corral),
+            "serve",
+            str(BUNDLE),
+            "--port",
+            str(port),
+            "--max-concurrent-envs",
+            str(sessions),
+            "--sandbox",
+            sandbox,
+            *(["--warm-pool", str(WARM_POOL)] if kind == "docker" else []),
+            *(["--workers", str(workers)] if kind.startswith("local-w") else []),
+        ]
         if kind == "baseline":  # the other checkout's packages win over the installed ones
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(baseline / part) for part in PACKAGE_ROOTS)}
     server, url = start_server(command, port, f"the {kind} server", env=env)
@@ -179,7 +196,12 @@ async def rate(sockets, seconds: float, call: str, server_pids: list[int]) -> tu
             await socket_.recv()
             done += 1
 
-    busy, mine, server, started = machine_busy_s(), time.process_time(), processes_cpu_s(server_pids), time.perf_counter()
+    busy, mine, server, started = (
+        machine_busy_s(),
+        time.process_time(),
+        processes_cpu_s(server_pids),
+        time.perf_counter(),
+    )
     await asyncio.gather(*(play(s) for s in sockets))
     elapsed = time.perf_counter() - started
     serving_cpu = (machine_busy_s() - busy) - (time.process_time() - mine)
@@ -248,21 +270,28 @@ async def measure(urls: dict[str, str], pids: dict[str, list[int]], args: argpar
     resets = {kind: OPENENV_RESET if kind.startswith("openenv") else CORRAL_RESET for kind in urls}
     steps = {kind: ECHO if kind == "openenv" else SAY for kind in urls}
     single = {kind: await opened(url, resets[kind]) for kind, url in urls.items()}
-    many = {kind: await asyncio.gather(*(opened(url, resets[kind]) for _ in range(args.sessions)))
-            for kind, url in urls.items()}
+    many = {
+        kind: await asyncio.gather(*(opened(url, resets[kind]) for _ in range(args.sessions)))
+        for kind, url in urls.items()
+    }
     calls = {kind: [] for kind in urls}
     rates = {kind: [] for kind in urls}
     cpu = {kind: [] for kind in urls}
     server_cpu = {kind: [] for kind in urls}
-    spread = {kind: [worker["sessions"] for worker in workers_of(url)] for kind, url in urls.items()
-              if kind.startswith("local-w")}
+    spread = {
+        kind: [worker["sessions"] for worker in workers_of(url)]
+        for kind, url in urls.items()
+        if kind.startswith("local-w")
+    }
     for kind in urls:  # warm-up: imports, caches, the first calls' connections
         await latencies(single[kind], 100, steps[kind])
         await rate(many[kind], 1.0, steps[kind], pids[kind])
     for _ in range(args.rounds):
         for kind in urls:
             calls[kind] += await latencies(single[kind], args.calls, steps[kind])
-            calls_per_s, cpu_per_call, server_cpu_per_call = await rate(many[kind], args.seconds, steps[kind], pids[kind])
+            calls_per_s, cpu_per_call, server_cpu_per_call = await rate(
+                many[kind], args.seconds, steps[kind], pids[kind]
+            )
             rates[kind].append(calls_per_s)
             cpu[kind].append(cpu_per_call)
             server_cpu[kind].append(server_cpu_per_call)
@@ -283,19 +312,25 @@ async def measure(urls: dict[str, str], pids: dict[str, list[int]], args: argpar
 
 def report(figures: dict, sessions: int) -> None:
     base = "openenv"
-    print(f"{'':14s}{'p50 (1 session)':>22s}{'p99 (1 session)':>22s}{f'calls/s ({sessions} sessions)':>28s}"
-          f"{'CPU per call':>24s}{'its server process':>22s}{'vs OpenEnv process':>20s}")
+    print(
+        f"{'':14s}{'p50 (1 session)':>22s}{'p99 (1 session)':>22s}{f'calls/s ({sessions} sessions)':>28s}"
+        f"{'CPU per call':>24s}{'its server process':>22s}{'vs OpenEnv process':>20s}"
+    )
     for kind in figures["p50_ms"]:
         p50, p99, rate_ = figures["p50_ms"][kind], figures["p99_ms"][kind], figures["calls_per_s"][kind]
         cpu, server = figures["cpu_us_per_call"][kind], figures["server_cpu_us_per_call"][kind]
-        print(f"{kind:14s}{p50 / figures['p50_ms'][base]:8.2f}x ({p50:6.3f} ms)"
-              f"{p99 / figures['p99_ms'][base]:8.2f}x ({p99:6.3f} ms)"
-              f"{rate_ / figures['calls_per_s'][base]:14.2f}x ({rate_:7.0f}/s)"
-              f"{cpu / figures['cpu_us_per_call'][base]:12.2f}x ({cpu:5.0f} us)"
-              f"{server / figures['cpu_us_per_call'][base]:12.2f}x ({server:5.0f} us)"
-              f"{server / figures['server_cpu_us_per_call'][base]:19.2f}x")
-    print(f"docker warm reset p50 {figures['warm_reset_p50_ms']:.2f} ms (p95 {figures['warm_reset_p95_ms']:.2f} ms), "
-          f"{figures['warm_reset_p50_ms'] / figures['p50_ms']['docker']:.1f}x a docker tool call")
+        print(
+            f"{kind:14s}{p50 / figures['p50_ms'][base]:8.2f}x ({p50:6.3f} ms)"
+            f"{p99 / figures['p99_ms'][base]:8.2f}x ({p99:6.3f} ms)"
+            f"{rate_ / figures['calls_per_s'][base]:14.2f}x ({rate_:7.0f}/s)"
+            f"{cpu / figures['cpu_us_per_call'][base]:12.2f}x ({cpu:5.0f} us)"
+            f"{server / figures['cpu_us_per_call'][base]:12.2f}x ({server:5.0f} us)"
+            f"{server / figures['server_cpu_us_per_call'][base]:19.2f}x"
+        )
+    print(
+        f"docker warm reset p50 {figures['warm_reset_p50_ms']:.2f} ms (p95 {figures['warm_reset_p95_ms']:.2f} ms), "
+        f"{figures['warm_reset_p50_ms'] / figures['p50_ms']['docker']:.1f}x a docker tool call"
+    )
     for kind, held in figures["sessions_per_worker"].items():
         print(f"{kind}: sessions held by each worker {held} (the 1-session row's included)")
 
@@ -309,15 +344,22 @@ def main() -> None:
     parser.add_argument("--resets", type=int, default=40, help="docker warm resets")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--baseline", type=Path, help="also serve corral local from this checkout's code (e.g. main's)")
-    parser.add_argument("--workers", type=int, default=1, help="also serve corral local with this many worker processes")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="also serve corral local with this many worker processes"
+    )
     args = parser.parse_args()
     servers = {}
     try:
         extra = [*(["baseline"] if args.baseline else []), *([f"local-w{args.workers}"] if args.workers > 1 else [])]
         for kind in (*KINDS, *extra):
             servers[kind] = start(kind, args.sessions + 2, args.baseline, args.workers)
-        figures = asyncio.run(measure({kind: url for kind, (_, url) in servers.items()},
-                                      {kind: server_processes(server.pid) for kind, (server, _) in servers.items()}, args))
+        figures = asyncio.run(
+            measure(
+                {kind: url for kind, (_, url) in servers.items()},
+                {kind: server_processes(server.pid) for kind, (server, _) in servers.items()},
+                args,
+            )
+        )
     finally:
         for server, _ in servers.values():
             server.terminate()

@@ -65,8 +65,14 @@ class EncodedSandbox(Sandbox):
     def stderr_tail(self, max_chars: int = 4000) -> str:
         return ""
 
-    async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
-                     timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
+    async def verify(
+        self,
+        files: Mapping[str, bytes],
+        command: Callable[[str], Sequence[str]],
+        *,
+        timeout_s: float,
+        max_output_chars: int = 20_000,
+    ) -> CommandResult:
         raise NotImplementedError
 
     async def close(self) -> None:

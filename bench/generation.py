@@ -40,9 +40,19 @@ def sampled_ids(records: Path) -> int:
 
 def run(model: str, tokenizer: Path, max_tokens: int, opts: argparse.Namespace, work: Path) -> tuple[float, int]:
     records = Path(tempfile.mkdtemp(dir=work))
-    report = evaluate(model, GRIDSIM, split="eval", k=opts.k, limit=opts.limit, tokenizer=str(tokenizer),
-                      concurrency=opts.concurrency, max_completion_length=max_tokens, sandbox="local",
-                      record_dir=records, progress=False)
+    report = evaluate(
+        model,
+        GRIDSIM,
+        split="eval",
+        k=opts.k,
+        limit=opts.limit,
+        tokenizer=str(tokenizer),
+        concurrency=opts.concurrency,
+        max_completion_length=max_tokens,
+        sandbox="local",
+        record_dir=records,
+        progress=False,
+    )
     return report.seconds, sampled_ids(records)
 
 
@@ -62,12 +72,34 @@ def main() -> None:
     port, log = free_port(), work / "vllm.log"
     os.environ.update(VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1")
     server, url = start_server(
-        [opts.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-         "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-         "--max-model-len", "4096", "--logprobs-mode", "processed_logprobs", "--no-enable-chunked-prefill"],
-        port, "vLLM", log=log)
-    print(f"gridsim eval: {opts.limit} tasks x {opts.k} samples, {opts.concurrency} at once, temperature 1, "
-          f"on {os.cpu_count()} CPUs")
+        [
+            opts.vllm_python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model_dir),
+            "--served-model-name",
+            "tiny",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dtype",
+            "float32",
+            "--max-model-len",
+            "4096",
+            "--logprobs-mode",
+            "processed_logprobs",
+            "--no-enable-chunked-prefill",
+        ],
+        port,
+        "vLLM",
+        log=log,
+    )
+    print(
+        f"gridsim eval: {opts.limit} tasks x {opts.k} samples, {opts.concurrency} at once, temperature 1, "
+        f"on {os.cpu_count()} CPUs"
+    )
     print(f"{'max tokens':>10}  {'engine':<12}  {'seconds':>8}  {'sampled ids':>11}  {'ids/s':>8}")
     try:
         for max_tokens in opts.max_tokens:

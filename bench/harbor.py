@@ -87,8 +87,12 @@ def remove_images(images: ImagePlan, envs: Iterable[str]) -> None:
     """The tasks' images and the base images the bundle builds (with every image built on
     them), so the next builds are measured whole."""
     client = docker.from_env()
-    bases = [image.id for value in images.base_images.values() if isinstance(value, BaseBuild)
-             for image in client.images.list(name=f"corral-env/base-{value.folder.name}")]
+    bases = [
+        image.id
+        for value in images.base_images.values()
+        if isinstance(value, BaseBuild)
+        for image in client.images.list(name=f"corral-env/base-{value.folder.name}")
+    ]
     doomed = [image.id for env in envs for image in client.images.list(name=f"corral-env/{env.lower()}")]
     for image in client.images.list(all=True):
         if image.id not in bases and any(layer["Id"] in bases for layer in client.api.history(image.id)):
@@ -157,8 +161,10 @@ async def pass_rates(folder: Path) -> str:
         played = [verdict for verdict in verdicts if verdict.agent == agent]
         passed = sum(verdict.ok for verdict in played)
         flagged = ", ".join(verdict.task_id for verdict in played if not verdict.ok) or "none"
-        lines.append(f"{agent:6s} pass rate {passed}/{len(played)} ({100 * passed / max(1, len(played)):.0f}%), "
-                     f"flagged: {flagged}")
+        lines.append(
+            f"{agent:6s} pass rate {passed}/{len(played)} ({100 * passed / max(1, len(played)):.0f}%), "
+            f"flagged: {flagged}"
+        )
     lines.append(f"({len(verdicts)} episodes, 2 at a time, in {took:.1f} s)")
     return "\n".join(lines)
 
@@ -182,7 +188,9 @@ def main() -> None:
         print(f"  {task_id:20s} {took}", flush=True)
     tasks = list(load_bundle(args.folder).tasks)
     for label, pool in (("cold", 0), ("warm pool", 1)):
-        server = EmbeddedServer(args.folder, ServeOptions(sandbox="docker", warm_pool=pool, max_concurrent_envs=SESSIONS))
+        server = EmbeddedServer(
+            args.folder, ServeOptions(sandbox="docker", warm_pool=pool, max_concurrent_envs=SESSIONS)
+        )
         try:
             latencies = asyncio.run(reset_latencies(server, tasks, args.resets, warm=pool > 0))
         finally:
@@ -194,8 +202,10 @@ def main() -> None:
         rate, off = asyncio.run(throughput(server, tasks, args.seconds))
     finally:
         server.stop()
-    print(f"{SESSIONS} sessions, null episodes (reset, end_turn, tests in a fresh container): {rate:.2f} episodes/s"
-          f"{f' ({off} not scored 0)' if off else ''}")
+    print(
+        f"{SESSIONS} sessions, null episodes (reset, end_turn, tests in a fresh container): {rate:.2f} episodes/s"
+        f"{f' ({off} not scored 0)' if off else ''}"
+    )
 
 
 if __name__ == "__main__":

@@ -55,9 +55,11 @@ async def timings(provider: SandboxProvider, runs: int) -> tuple[list[float], li
 
 
 def report(name: str, starts: list[float], calls: list[float]) -> None:
-    print(f"{name:>16}: start+initialize p50 {statistics.median(starts) * 1e3:7.1f} ms, "
-          f"echo call p50 {statistics.median(calls) * 1e6:7.0f} us (p95 "
-          f"{statistics.quantiles(calls, n=20)[-1] * 1e6:.0f} us)")
+    print(
+        f"{name:>16}: start+initialize p50 {statistics.median(starts) * 1e3:7.1f} ms, "
+        f"echo call p50 {statistics.median(calls) * 1e6:7.0f} us (p95 "
+        f"{statistics.quantiles(calls, n=20)[-1] * 1e6:.0f} us)"
+    )
 
 
 def main() -> None:

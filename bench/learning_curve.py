@@ -99,8 +99,10 @@ def noisy_gold(tasks: list[dict[str, Any]], opts: argparse.Namespace) -> dict[st
         number = numbers[word]
         if rng.random() < opts.wrong_number:
             number = rng.choice([n for n in range(10, 100) if n != number])
-        calls[task["id"]] = [{"name": "lookup", "arguments": {"word": word}},
-                             {"name": "submit", "arguments": {"number": number}}]
+        calls[task["id"]] = [
+            {"name": "lookup", "arguments": {"word": word}},
+            {"name": "submit", "arguments": {"number": number}},
+        ]
     return calls
 
 
@@ -113,16 +115,34 @@ class Curve:
 
     def evaluate(self, stage: str, step: int, model: Any, tokenizer: Any = None) -> EvalReport:
         with one_cpu_thread():
-            report = evaluate(model, self.bundle, split="eval", k=self.opts.eval_k, concurrency=16, tokenizer=tokenizer,
-                              max_completion_length=MAX_COMPLETION_LENGTH, max_tool_calls=4,
-                              limit=self.opts.eval_tasks, record_dir=self.records, progress=False)
-        point = {"stage": stage, "step": step, "mean_reward": report.mean_reward, "seconds": report.seconds,
-                 "episodes": report.episodes, "unscored": sum(report.unscored_reasons.values()),
-                 **{f"pass@{k}": value for k, value in report.pass_at.items()}}
+            report = evaluate(
+                model,
+                self.bundle,
+                split="eval",
+                k=self.opts.eval_k,
+                concurrency=16,
+                tokenizer=tokenizer,
+                max_completion_length=MAX_COMPLETION_LENGTH,
+                max_tool_calls=4,
+                limit=self.opts.eval_tasks,
+                record_dir=self.records,
+                progress=False,
+            )
+        point = {
+            "stage": stage,
+            "step": step,
+            "mean_reward": report.mean_reward,
+            "seconds": report.seconds,
+            "episodes": report.episodes,
+            "unscored": sum(report.unscored_reasons.values()),
+            **{f"pass@{k}": value for k, value in report.pass_at.items()},
+        }
         self.points.append(point)
-        say(f"[eval] {stage} (step {step}): mean reward {report.mean_reward:.3f}, "
+        say(
+            f"[eval] {stage} (step {step}): mean reward {report.mean_reward:.3f}, "
             + ", ".join(f"pass@{k} {v:.3f}" for k, v in report.pass_at.items() if v is not None)
-            + f" ({report.episodes} episodes in {report.seconds:.1f}s)")
+            + f" ({report.episodes} episodes in {report.seconds:.1f}s)"
+        )
         return report
 
 
@@ -132,8 +152,9 @@ class EvaluateDuringGRPO(TrainerCallback):
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         if state.global_step % self.every == 0:
-            self.curve.evaluate(f"GRPO step {state.global_step}", self.sft_steps + state.global_step, model,
-                                processing_class)
+            self.curve.evaluate(
+                f"GRPO step {state.global_step}", self.sft_steps + state.global_step, model, processing_class
+            )
         return control
 
 
@@ -143,23 +164,46 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="corral-curve-"))
     records = opts.records or work / "records"
     tasks = [json.loads(line) for line in (CODEWORD / "tasks.jsonl").read_text().splitlines()]
-    with Bundle.local(CODEWORD, split="train", sandbox="local", max_concurrent_envs=64, warm_pool=8,
-                      record_dir=records) as bundle:
+    with Bundle.local(
+        CODEWORD, split="train", sandbox="local", max_concurrent_envs=64, warm_pool=8, record_dir=records
+    ) as bundle:
         tools = chat_tools(bundle.toolsets["codeword"])  # as CorralRollout renders them
         gold = gold_dataset(bundle, noisy_gold(tasks, opts), concurrency=8, tools=tools)
         rewards = gold["reward"]
-        say(f"gold: {len(gold)} noisy conversations played on the server, mean reward {sum(rewards) / len(rewards):.3f}")
+        say(
+            f"gold: {len(gold)} noisy conversations played on the server, mean reward {sum(rewards) / len(rewards):.3f}"
+        )
         chats = [{"messages": messages, "tools": tools, **NO_THINKING} for messages in gold["messages"]]
-        model_dir = make_tiny_model(work / "model", seed=opts.seed, chats=chats, vocab_size=768, split_digits=True,
-                                    common_lines=True, hidden_size=128, max_positions=512)
+        model_dir = make_tiny_model(
+            work / "model",
+            seed=opts.seed,
+            chats=chats,
+            vocab_size=768,
+            split_digits=True,
+            common_lines=True,
+            hidden_size=128,
+            max_positions=512,
+        )
         curve = Curve(bundle, opts, records)
         curve.evaluate("before SFT", 0, str(model_dir))
 
         sft = preset("sft")
         sft_dir = work / "sft"
-        trainer = sft.trainer(model=str(model_dir), train_dataset=gold, args=sft.config(
-            output_dir=str(sft_dir), max_steps=opts.sft_steps, learning_rate=opts.sft_lr, per_device_train_batch_size=16,
-            max_length=512, logging_steps=10, save_strategy="no", seed=opts.seed, **CPU_RUN_SETTINGS))
+        trainer = sft.trainer(
+            model=str(model_dir),
+            train_dataset=gold,
+            args=sft.config(
+                output_dir=str(sft_dir),
+                max_steps=opts.sft_steps,
+                learning_rate=opts.sft_lr,
+                per_device_train_batch_size=16,
+                max_length=512,
+                logging_steps=10,
+                save_strategy="no",
+                seed=opts.seed,
+                **CPU_RUN_SETTINGS,
+            ),
+        )
         with one_cpu_thread():
             trainer.train()
         trainer.save_model(str(sft_dir))
@@ -171,27 +215,51 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rollout = CorralRollout(bundle, max_tool_calls=4, record_dir=records)
         algorithm = preset(opts.preset)
         args = algorithm.config(
-            output_dir=str(work / "grpo"), max_steps=opts.grpo_steps, learning_rate=opts.grpo_lr,
-            per_device_train_batch_size=opts.prompts * opts.group, num_generations=opts.group,
-            max_completion_length=MAX_COMPLETION_LENGTH, chat_template_kwargs=NO_THINKING, logging_steps=1,
-            save_strategy="no", seed=opts.seed, **CPU_RUN_SETTINGS)
-        trainer = algorithm.trainer(model=str(sft_dir), args=args, train_dataset=rollout.dataset,
-                                    reward_funcs=episode_reward, rollout_func=rollout)
+            output_dir=str(work / "grpo"),
+            max_steps=opts.grpo_steps,
+            learning_rate=opts.grpo_lr,
+            per_device_train_batch_size=opts.prompts * opts.group,
+            num_generations=opts.group,
+            max_completion_length=MAX_COMPLETION_LENGTH,
+            chat_template_kwargs=NO_THINKING,
+            logging_steps=1,
+            save_strategy="no",
+            seed=opts.seed,
+            **CPU_RUN_SETTINGS,
+        )
+        trainer = algorithm.trainer(
+            model=str(sft_dir),
+            args=args,
+            train_dataset=rollout.dataset,
+            reward_funcs=episode_reward,
+            rollout_func=rollout,
+        )
         trainer.add_callback(EvaluateDuringGRPO(curve, opts.sft_steps, opts.eval_every))
         with one_cpu_thread():
             trainer.train()
         rollout.close()
         train_rewards = [e["reward"] for e in trainer.state.log_history if "reward" in e]
-        say(f"GRPO ({opts.preset}): {trainer.state.global_step} steps; training reward "
-            f"{train_rewards[0]:.3f} -> {train_rewards[-1]:.3f}")
+        say(
+            f"GRPO ({opts.preset}): {trainer.state.global_step} steps; training reward "
+            f"{train_rewards[0]:.3f} -> {train_rewards[-1]:.3f}"
+        )
         if trainer.state.global_step % opts.eval_every:
-            curve.evaluate(f"GRPO step {trainer.state.global_step}", opts.sft_steps + trainer.state.global_step,
-                           trainer.model, trainer.processing_class)
+            curve.evaluate(
+                f"GRPO step {trainer.state.global_step}",
+                opts.sft_steps + trainer.state.global_step,
+                trainer.model,
+                trainer.processing_class,
+            )
 
     seconds = time.monotonic() - started
-    result = {"seconds": seconds, "options": {k: str(v) for k, v in vars(opts).items()}, "points": curve.points,
-              "gold_reward": sum(rewards) / len(rewards), "grpo_training_reward": train_rewards,
-              "generation_speed": speed}
+    result = {
+        "seconds": seconds,
+        "options": {k: str(v) for k, v in vars(opts).items()},
+        "points": curve.points,
+        "gold_reward": sum(rewards) / len(rewards),
+        "grpo_training_reward": train_rewards,
+        "generation_speed": speed,
+    }
     write_results(result, opts)
     shutil.rmtree(work, ignore_errors=True)
     say(f"done in {seconds:.0f}s; results in {opts.out}")
@@ -204,26 +272,45 @@ def generation_speed(bundle: Bundle, model_dir: Path, opts: argparse.Namespace) 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     eos = model.generation_config.eos_token_id
-    processor = HermesProcessor.for_trainer(tokenizer, NO_THINKING, stop_token_ids=eos if isinstance(eos, list) else [eos])
+    processor = HermesProcessor.for_trainer(
+        tokenizer, NO_THINKING, stop_token_ids=eos if isinstance(eos, list) else [eos]
+    )
     timed: dict[str, Any] = {}
-    for name, generator in (("one at a time", TransformersGenerator(model)),
-                            ("batched", BatchedGenerator(model, pad_token_id=tokenizer.pad_token_id))):
-        rollout = CorralRollout(bundle, processor=processor, generator=generator, max_tool_calls=4,
-                                max_completion_length=MAX_COMPLETION_LENGTH)
-        prompts = [row["prompt"] for row in rollout.dataset_for("eval").select(range(opts.eval_tasks))
-                   for _ in range(opts.eval_k)]
+    for name, generator in (
+        ("one at a time", TransformersGenerator(model)),
+        ("batched", BatchedGenerator(model, pad_token_id=tokenizer.pad_token_id)),
+    ):
+        rollout = CorralRollout(
+            bundle,
+            processor=processor,
+            generator=generator,
+            max_tool_calls=4,
+            max_completion_length=MAX_COMPLETION_LENGTH,
+        )
+        prompts = [
+            row["prompt"]
+            for row in rollout.dataset_for("eval").select(range(opts.eval_tasks))
+            for _ in range(opts.eval_k)
+        ]
         started = time.monotonic()
         with one_cpu_thread():
             played = rollout.play(prompts, concurrency=GENERATION_BATCH)
         seconds = time.monotonic() - started
         rollout.close()
-        samples = sum(sum(1 for i, m in enumerate(r.env_mask) if m and (i == 0 or not r.env_mask[i - 1]))
-                      for r in played)
-        timed[name] = {"seconds": round(seconds, 2), "episodes": len(played), "samples": samples,
-                       "mean_reward": sum(r.reward or 0 for r in played) / len(played)}
+        samples = sum(
+            sum(1 for i, m in enumerate(r.env_mask) if m and (i == 0 or not r.env_mask[i - 1])) for r in played
+        )
+        timed[name] = {
+            "seconds": round(seconds, 2),
+            "episodes": len(played),
+            "samples": samples,
+            "mean_reward": sum(r.reward or 0 for r in played) / len(played),
+        }
     timed["speed-up"] = round(timed["one at a time"]["seconds"] / timed["batched"]["seconds"], 2)
-    say(f"generation, same {len(prompts)} episodes: one at a time {timed['one at a time']['seconds']}s, batched "
-        f"{timed['batched']['seconds']}s: {timed['speed-up']}x")
+    say(
+        f"generation, same {len(prompts)} episodes: one at a time {timed['one at a time']['seconds']}s, batched "
+        f"{timed['batched']['seconds']}s: {timed['speed-up']}x"
+    )
     return timed
 
 
@@ -232,17 +319,26 @@ def write_results(result: dict[str, Any], opts: argparse.Namespace) -> None:
     opts.out.mkdir(parents=True, exist_ok=True)
     (opts.out / "curve.json").write_text(json.dumps(result, indent=1))
     ks = sorted({int(key.split("@")[1]) for point in result["points"] for key in point if key.startswith("pass@")})
-    lines = ["| stage | step | mean eval reward | " + " | ".join(f"pass@{k}" for k in ks) + " | eval time |",
-             "|---|---|---|" + "---|" * len(ks) + "---|"]
+    lines = [
+        "| stage | step | mean eval reward | " + " | ".join(f"pass@{k}" for k in ks) + " | eval time |",
+        "|---|---|---|" + "---|" * len(ks) + "---|",
+    ]
     for point in result["points"]:
         passes = " | ".join(f"{point.get(f'pass@{k}') or 0:.3f}" for k in ks)
-        lines.append(f"| {point['stage']} | {point['step']} | {point['mean_reward']:.3f} | {passes} | "
-                     f"{point['seconds']:.1f}s ({point['episodes']} episodes) |")
+        lines.append(
+            f"| {point['stage']} | {point['step']} | {point['mean_reward']:.3f} | {passes} | "
+            f"{point['seconds']:.1f}s ({point['episodes']} episodes) |"
+        )
     speed = result["generation_speed"]
-    lines += ["", (f"Generation on the same {speed['batched']['episodes']} episodes ({speed['batched']['samples']} "
-                   f"samples batched, {speed['one at a time']['samples']} one at a time): one request at a time "
-                   f"{speed['one at a time']['seconds']}s, batched {speed['batched']['seconds']}s, "
-                   f"{speed['speed-up']}x faster. Whole run: {result['seconds']:.0f}s.")]
+    lines += [
+        "",
+        (
+            f"Generation on the same {speed['batched']['episodes']} episodes ({speed['batched']['samples']} "
+            f"samples batched, {speed['one at a time']['samples']} one at a time): one request at a time "
+            f"{speed['one at a time']['seconds']}s, batched {speed['batched']['seconds']}s, "
+            f"{speed['speed-up']}x faster. Whole run: {result['seconds']:.0f}s."
+        ),
+    ]
     table = "\n".join(lines)
     (opts.out / "curve.md").write_text(table + "\n")
     print(table)
@@ -255,21 +351,41 @@ def write_results(result: dict[str, Any], opts: argparse.Namespace) -> None:
         say("matplotlib is not installed (pip install -e '.[dev]'): no plot")
         return
     # x: GRPO steps; the evaluations before and after SFT sit left of GRPO's start.
-    xs = [-2 * opts.eval_every if p["stage"] == "before SFT" else p["step"] - opts.sft_steps if p["step"] >= opts.sft_steps
-          else 0 for p in result["points"]]
+    xs = [
+        -2 * opts.eval_every
+        if p["stage"] == "before SFT"
+        else p["step"] - opts.sft_steps
+        if p["step"] >= opts.sft_steps
+        else 0
+        for p in result["points"]
+    ]
     figure, axes = plt.subplots(figsize=(7, 4))
-    axes.plot(range(1, len(result["grpo_training_reward"]) + 1), result["grpo_training_reward"], color="lightgrey",
-              linewidth=1, label="GRPO training reward (per step)")
+    axes.plot(
+        range(1, len(result["grpo_training_reward"]) + 1),
+        result["grpo_training_reward"],
+        color="lightgrey",
+        linewidth=1,
+        label="GRPO training reward (per step)",
+    )
     axes.plot(xs, [p["mean_reward"] for p in result["points"]], marker="o", label="mean eval reward")
     axes.plot(xs, [p.get("pass@1") or 0 for p in result["points"]], marker=".", linestyle="--", label="eval pass@1")
-    axes.axhline(result["gold_reward"], color="tab:red", linewidth=0.8, linestyle=":",
-                 label=f"the noisy gold SFT imitates ({result['gold_reward']:.2f})")
+    axes.axhline(
+        result["gold_reward"],
+        color="tab:red",
+        linewidth=0.8,
+        linestyle=":",
+        label=f"the noisy gold SFT imitates ({result['gold_reward']:.2f})",
+    )
     axes.annotate("before SFT", (xs[0], 0.04), ha="center", fontsize=8)
-    axes.annotate(f"after SFT\n({opts.sft_steps} steps)", (0, result["points"][1]["mean_reward"] - 0.12), ha="center",
-                  fontsize=8)
-    axes.set(xlabel=f"GRPO step ({opts.preset}, {opts.prompts} tasks x {opts.group} rollouts each)",
-             ylabel="reward on held-out eval tasks", ylim=(0, 1.05),
-             title=f"tiny model learning bundles/codeword through corral ({opts.eval_tasks} eval tasks x {opts.eval_k})")
+    axes.annotate(
+        f"after SFT\n({opts.sft_steps} steps)", (0, result["points"][1]["mean_reward"] - 0.12), ha="center", fontsize=8
+    )
+    axes.set(
+        xlabel=f"GRPO step ({opts.preset}, {opts.prompts} tasks x {opts.group} rollouts each)",
+        ylabel="reward on held-out eval tasks",
+        ylim=(0, 1.05),
+        title=f"tiny model learning bundles/codeword through corral ({opts.eval_tasks} eval tasks x {opts.eval_k})",
+    )
     axes.legend(loc="lower right", fontsize=8)
     figure.tight_layout()
     figure.savefig(opts.out / "curve.png", dpi=120)

@@ -76,8 +76,9 @@ async def finish(socket_: ClientConnection, word: str, tally: Tally) -> None:
     started = time.perf_counter()
     await exchange(socket_, StepRequest(data=CallTool(tool_name="say", arguments={"text": word})))
     tally.tool_s.append(time.perf_counter() - started)
-    ended = (await exchange(socket_, StepRequest(data=CallTool(tool_name="end_turn", arguments={"response": ""})))
-             ).parse(CallToolObservation)
+    ended = (
+        await exchange(socket_, StepRequest(data=CallTool(tool_name="end_turn", arguments={"response": ""})))
+    ).parse(CallToolObservation)
     tally.episodes += 1
     if ended.reward != WORDS[word]:
         tally.wrong_rewards += 1
@@ -159,8 +160,23 @@ def bundle_for(sandbox: str, scratch: Path) -> Path:
 def serve(bundle: Path, sandbox: str, max_sessions: int, warm_pool: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
     corral = Path(sys.executable).parent / "corral"
-    return start_server([str(corral), "serve", str(bundle), "--sandbox", sandbox, "--port", str(port),
-                         "--max-concurrent-envs", str(max_sessions), "--warm-pool", str(warm_pool)], port, "corral serve")
+    return start_server(
+        [
+            str(corral),
+            "serve",
+            str(bundle),
+            "--sandbox",
+            sandbox,
+            "--port",
+            str(port),
+            "--max-concurrent-envs",
+            str(max_sessions),
+            "--warm-pool",
+            str(warm_pool),
+        ],
+        port,
+        "corral serve",
+    )
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -169,11 +185,15 @@ def percentile(values: list[float], q: float) -> float:
 
 def figures(tally: Tally, seconds: float) -> dict[str, float | int]:
     return {
-        "episodes": tally.episodes, "episodes_per_s": round(tally.episodes / seconds, 1),
-        "errors": len(tally.errors), "wrong_rewards": tally.wrong_rewards,
+        "episodes": tally.episodes,
+        "episodes_per_s": round(tally.episodes / seconds, 1),
+        "errors": len(tally.errors),
+        "wrong_rewards": tally.wrong_rewards,
         "connect_p99_ms": round(percentile(tally.connect_s, 99), 2),
-        "reset_p50_ms": round(percentile(tally.reset_s, 50), 2), "reset_p99_ms": round(percentile(tally.reset_s, 99), 2),
-        "tool_p50_ms": round(percentile(tally.tool_s, 50), 2), "tool_p99_ms": round(percentile(tally.tool_s, 99), 2),
+        "reset_p50_ms": round(percentile(tally.reset_s, 50), 2),
+        "reset_p99_ms": round(percentile(tally.reset_s, 99), 2),
+        "tool_p50_ms": round(percentile(tally.tool_s, 50), 2),
+        "tool_p99_ms": round(percentile(tally.tool_s, 99), 2),
     }
 
 
@@ -187,24 +207,32 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args()
     scratch = tempfile.TemporaryDirectory(prefix="corral-load-")
-    server, url = serve(bundle_for(args.sandbox, Path(scratch.name)), args.sandbox, max(args.sessions, args.burst),
-                        args.warm_pool)
+    server, url = serve(
+        bundle_for(args.sandbox, Path(scratch.name)), args.sandbox, max(args.sessions, args.burst), args.warm_pool
+    )
     try:
         report = {"sandbox": args.sandbox, "warm_pool": args.warm_pool, "idle": usage_of(server.pid)}
         if args.sessions and args.seconds:
             progress(f"sustained: {args.sessions} sessions for {args.seconds:g} s")
             started = time.monotonic()
             tally = asyncio.run(sustained(url, args.sessions, args.seconds))
-            report["sustained"] = {"sessions": args.sessions, **figures(tally, time.monotonic() - started),
-                                   "first_errors": tally.errors[:3]}
+            report["sustained"] = {
+                "sessions": args.sessions,
+                **figures(tally, time.monotonic() - started),
+                "first_errors": tally.errors[:3],
+            }
             report["after_sustained"] = usage_of(server.pid)
             progress(f"sustained: {tally.episodes} episodes, {len(tally.errors)} errors")
         if args.burst:
             progress(f"burst: {args.burst} sessions opening and resetting at once")
             started = time.monotonic()
             tally, held, usage = asyncio.run(burst(url, args.burst, server.pid))
-            report["burst"] = {"sessions": args.burst, "held": held, **figures(tally, time.monotonic() - started),
-                               "first_errors": tally.errors[:3]}
+            report["burst"] = {
+                "sessions": args.burst,
+                "held": held,
+                **figures(tally, time.monotonic() - started),
+                "first_errors": tally.errors[:3],
+            }
             report["while_held"] = usage
             time.sleep(2)
             report["after_burst"] = usage_of(server.pid)

@@ -62,8 +62,9 @@ from mutation_survivors import equivalence
 from mutation_targets import MODULES, REPO, RESULTS, Target
 
 
-def test_module(name: str, target: Target, reach_of: Callable[[], Reach], workdir: Path, *,
-                again: bool, most: int | None) -> tuple[dict[str, dict], int]:
+def test_module(
+    name: str, target: Target, reach_of: Callable[[], Reach], workdir: Path, *, again: bool, most: int | None
+) -> tuple[dict[str, dict], int]:
     """Run the module's mutants not run yet (at most `most` of them; with `again`, its survivors
     first, and only those unless `most` is given), in an order shuffled once for all: a run
     stopped early has run a uniform sample. The results so far, and the count
@@ -77,8 +78,11 @@ def test_module(name: str, target: Target, reach_of: Callable[[], Reach], workdi
     results = {key: {**saved[key], "line": spec.start_pos[0]} for key, spec in mutants.items() if key in saved}
     if again:  # tests other than those they ran may catch them now: try every mutant not killed
         results = {key: result for key, result in results.items() if result["outcome"] == "killed"}
-    print(f"\n{name} ({target.path}): {len(mutants)} mutants, {len(results)} already run"
-          + (f" ({len(changed)} more dropped: the tests they ran changed)" if changed else ""), flush=True)
+    print(
+        f"\n{name} ({target.path}): {len(mutants)} mutants, {len(results)} already run"
+        + (f" ({len(changed)} more dropped: the tests they ran changed)" if changed else ""),
+        flush=True,
+    )
     retry = [key for key in mutants if key in saved and key not in results]  # the survivors, with --again
     unrun = sorted((key for key in mutants if key not in saved), key=lambda key: hashlib.sha256(key.encode()).digest())
     to_run = retry + ([] if again and most is None else unrun[:most])  # --again alone: the survivors only
@@ -87,8 +91,11 @@ def test_module(name: str, target: Target, reach_of: Callable[[], Reach], workdi
         reach = reach_of()  # measured once, when a mutant first needs it
         result = run_mutant(spec, tests_for(spec, target, reach), reach)
         results[key] = {"line": spec.start_pos[0], "operator": key.split("|")[0], **result}
-        print(f"  {number}/{len(to_run)} line {spec.start_pos[0]} {results[key]['operator']}: "
-              f"{result['outcome']} ({result['why']}, {result.get('seconds', 0)} s)", flush=True)
+        print(
+            f"  {number}/{len(to_run)} line {spec.start_pos[0]} {results[key]['operator']}: "
+            f"{result['outcome']} ({result['why']}, {result.get('seconds', 0)} s)",
+            flush=True,
+        )
         cache.write_text(json.dumps({"results": results}, indent=1))
         if (REPO / target.path).read_bytes() != source:
             sys.exit(f"{target.path} was not restored after a mutant: stop and check it")
@@ -104,23 +111,31 @@ def report(name: str, target: Target, results: dict[str, dict], total: int) -> s
     # not a mutant, so left out of the scores, and counted below them.
     unmade = [result for result in results.values() if result["outcome"] == "error"]
     results = {key: result for key, result in results.items() if result["outcome"] != "error"}
-    inconclusive = sorted((result for result in results.values() if result["outcome"] in INCONCLUSIVE),
-                          key=lambda result: result["line"])
+    inconclusive = sorted(
+        (result for result in results.values() if result["outcome"] in INCONCLUSIVE), key=lambda result: result["line"]
+    )
     judged = [result for result in results.values() if result["outcome"] not in INCONCLUSIVE]
     if not results:
         title = f"# {name}: not run yet ({total} mutants; `--most N {name}` runs a random sample of them)"
         (RESULTS / f"{name}.md").write_text(title + "\n")
         return title[2:]
-    survivors = sorted((result for result in judged if result["outcome"] != "killed"), key=lambda result: result["line"])
+    survivors = sorted(
+        (result for result in judged if result["outcome"] != "killed"), key=lambda result: result["line"]
+    )
     whys = [equivalence(result, source[result["line"] - 1], target.path) for result in survivors]
     unexplained = whys.count(None)
     killed, counted = len(judged) - len(survivors), len(judged) - len(survivors) + unexplained
-    title = (f"# {name}: {killed}/{len(judged)} mutants killed ({killed / max(len(judged), 1):.0%}); "
-             f"{killed}/{counted} ({killed / max(counted, 1):.0%}) less {len(survivors) - unexplained} "
-             "that cannot change behaviour")
+    title = (
+        f"# {name}: {killed}/{len(judged)} mutants killed ({killed / max(len(judged), 1):.0%}); "
+        f"{killed}/{counted} ({killed / max(counted, 1):.0%}) less {len(survivors) - unexplained} "
+        "that cannot change behaviour"
+    )
     if inconclusive:
-        kinds = ", ".join(f"{count} {kind}" for kind in INCONCLUSIVE
-                          if (count := sum(result["outcome"] == kind for result in inconclusive)))
+        kinds = ", ".join(
+            f"{count} {kind}"
+            for kind in INCONCLUSIVE
+            if (count := sum(result["outcome"] == kind for result in inconclusive))
+        )
         title += f"; {len(inconclusive)} judged by no test ({kinds}), out of the scores"
     if len(results) < total:
         title += f" (a random sample: {len(results)} of its {total} mutants run)"
@@ -129,17 +144,39 @@ def report(name: str, target: Target, results: dict[str, dict], total: int) -> s
         where = ", ".join(str(result["line"]) for result in unmade)
         lines += [f"cosmic-ray could not make {len(unmade)} mutant(s) (lines {where}): left out of the scores.", ""]
     for result, why in zip(survivors, whys, strict=True):
-        lines += [f"## line {result['line']}: {result['operator']} ({result['outcome']}: {result['why']})",
-                  *([f"Cannot change behaviour: {why}."] if why else []),
-                  "", "```diff", result.get("diff", "").strip(), "```", ""]
+        lines += [
+            f"## line {result['line']}: {result['operator']} ({result['outcome']}: {result['why']})",
+            *([f"Cannot change behaviour: {why}."] if why else []),
+            "",
+            "```diff",
+            result.get("diff", "").strip(),
+            "```",
+            "",
+        ]
     if inconclusive:
-        lines += ["# Judged by no test", "",
-                  ("pytest could not collect or run the tests (exit status 2 to 5), they crashed, or they outlasted "
-                  "their timeout: no test failed on these mutants, so they count neither way."), ""]
+        lines += [
+            "# Judged by no test",
+            "",
+            (
+                "pytest could not collect or run the tests (exit status 2 to 5), they crashed, or they outlasted "
+                "their timeout: no test failed on these mutants, so they count neither way."
+            ),
+            "",
+        ]
     for result in inconclusive:
         output = "\n".join(result.get("output", "").strip().splitlines()[-10:])
-        lines += [f"## line {result['line']}: {result['operator']} ({result['outcome']}: {result['why']})",
-                  "", "```diff", result.get("diff", "").strip(), "```", "", "```text", output, "```", ""]
+        lines += [
+            f"## line {result['line']}: {result['operator']} ({result['outcome']}: {result['why']})",
+            "",
+            "```diff",
+            result.get("diff", "").strip(),
+            "```",
+            "",
+            "```text",
+            output,
+            "```",
+            "",
+        ]
     (RESULTS / f"{name}.md").write_text("\n".join(lines))
     return title[2:]
 
@@ -147,9 +184,17 @@ def report(name: str, target: Target, results: dict[str, dict], total: int) -> s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("modules", nargs="*", metavar="MODULE", help=f"some of: {', '.join(MODULES)} (default: all)")
-    parser.add_argument("--again", action="store_true", help="run the survivors of the last run again (after mending tests); with --most N, N new ones too")
-    parser.add_argument("--most", type=int, metavar="N",
-                        help="run at most N more mutants of each module (a random sample; a later run goes on)")
+    parser.add_argument(
+        "--again",
+        action="store_true",
+        help="run the survivors of the last run again (after mending tests); with --most N, N new ones too",
+    )
+    parser.add_argument(
+        "--most",
+        type=int,
+        metavar="N",
+        help="run at most N more mutants of each module (a random sample; a later run goes on)",
+    )
     args = parser.parse_args()
     names = args.modules or list(MODULES)
     if unknown := sorted(set(names) - set(MODULES)):
@@ -160,9 +205,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="corral-mutation-") as scratch:
         workdir = Path(scratch)
         reach_of = functools.cache(lambda: measure_reach(workdir))
-        summaries = [report(name, MODULES[name], *test_module(name, MODULES[name], reach_of, workdir, again=args.again,
-                                                              most=args.most))
-                     for name in names]
+        summaries = [
+            report(
+                name,
+                MODULES[name],
+                *test_module(name, MODULES[name], reach_of, workdir, again=args.again, most=args.most),
+            )
+            for name in names
+        ]
     print("\n" + "\n".join(summaries))
 
 

@@ -45,8 +45,11 @@ def test_sources(files: list[str], repo: Path) -> set[str]:
             continue
         sources.add(name)
         path = repo / name
-        pending += [str(folder.relative_to(repo) / "conftest.py") for folder in path.parents
-                    if folder.is_relative_to(repo) and (folder / "conftest.py").is_file()]
+        pending += [
+            str(folder.relative_to(repo) / "conftest.py")
+            for folder in path.parents
+            if folder.is_relative_to(repo) and (folder / "conftest.py").is_file()
+        ]
         if path.suffix == ".py" and path.is_file():
             pending += imported_test_modules(path, repo)
     return sources
@@ -60,8 +63,11 @@ def imported_test_modules(path: Path, repo: Path) -> list[str]:
         if isinstance(node, ast.Import):
             dotted += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = ".".join([*package[:len(package) - node.level + 1], *([node.module] if node.module else [])]) \
-                if node.level else node.module or ""
+            base = (
+                ".".join([*package[: len(package) - node.level + 1], *([node.module] if node.module else [])])
+                if node.level
+                else node.module or ""
+            )
             # `from tests.contract import fake_modal` names a module; `from tests.wire import call`, a name.
             dotted += [base, *(f"{base}.{alias.name}" for alias in node.names)]
     files = []
@@ -69,6 +75,9 @@ def imported_test_modules(path: Path, repo: Path) -> list[str]:
         if name.split(".")[0] != "tests":
             continue
         module = repo / Path(*name.split("."))
-        files += [str(file.relative_to(repo)) for file in (module.with_suffix(".py"), module / "__init__.py")
-                  if file.is_file()]
+        files += [
+            str(file.relative_to(repo))
+            for file in (module.with_suffix(".py"), module / "__init__.py")
+            if file.is_file()
+        ]
     return files

@@ -33,8 +33,14 @@ def tests_for(spec: MutationSpec, target: Target, reach: Reach) -> list[str]:
     ranked = [test for test in ranked if not is_among(test, target.child_tests)]
     # Then the rest of the own tests: one may only read what the module built at import (a
     # class's signature), which coverage credits to no test.
-    unreached = sorted((test for test in reach.seconds if is_among(test, target.own_tests) and test not in tests
-                        and not is_among(test, target.child_tests)), key=lambda test: reach.seconds[test])
+    unreached = sorted(
+        (
+            test
+            for test in reach.seconds
+            if is_among(test, target.own_tests) and test not in tests and not is_among(test, target.child_tests)
+        ),
+        key=lambda test: reach.seconds[test],
+    )
     own_tests = [test for test in ranked if is_among(test, target.own_tests)] + unreached
     others = [test for test in ranked if not is_among(test, target.own_tests)]
     return [*target.child_tests, *within(own_tests, OWN_TEST_SECONDS, reach), *within(others, TEST_SECONDS, reach)]
@@ -61,8 +67,11 @@ def within(tests: list[str], budget: float, reach: Reach) -> list[str]:
 
 @functools.cache
 def function_spans(path: Path) -> list[tuple[int, int]]:
-    return sorted((node.lineno, node.end_lineno or node.lineno) for node in ast.walk(ast.parse(path.read_text()))
-                  if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef))
+    return sorted(
+        (node.lineno, node.end_lineno or node.lineno)
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    )
 
 
 def innermost_function(path: Path, line: int) -> tuple[int, int] | None:

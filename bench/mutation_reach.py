@@ -38,38 +38,70 @@ def measure_reach(workdir: Path) -> Reach:
     digest = code_digest()
     if REACH_CACHE.exists() and (cached := json.loads(REACH_CACHE.read_text()))["digest"] == digest:
         print("reusing the last coverage run (no code or test changed)", flush=True)
-        by_line = {path: {int(line): set(tests) for line, tests in lines.items()}
-                   for path, lines in cached["tests_by_line"].items()}
+        by_line = {
+            path: {int(line): set(tests) for line, tests in lines.items()}
+            for path, lines in cached["tests_by_line"].items()
+        }
         return Reach(tests_by_line=by_line, seconds=cached["seconds"])
     paths = [target.path for target in MODULES.values()]
     junit = workdir / "junit.xml"
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FAST_TESTS, *contract_tests(),
-               *(f"--ignore={slow}" for slow in SLOW_TESTS), "--cov-context=test", "--cov-report=",
-               f"--junitxml={junit}", *(f"--cov={REPO / folder}" for folder in {str(Path(p).parent) for p in paths})]
-    print(f"coverage run of the fast tests ({' '.join(FAST_TESTS)}, {CONTRACT_TESTS} on {' '.join(CONTRACT_ON)}) ...",
-          flush=True)
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        *FAST_TESTS,
+        *contract_tests(),
+        *(f"--ignore={slow}" for slow in SLOW_TESTS),
+        "--cov-context=test",
+        "--cov-report=",
+        f"--junitxml={junit}",
+        *(f"--cov={REPO / folder}" for folder in {str(Path(p).parent) for p in paths}),
+    ]
+    print(
+        f"coverage run of the fast tests ({' '.join(FAST_TESTS)}, {CONTRACT_TESTS} on {' '.join(CONTRACT_ON)}) ...",
+        flush=True,
+    )
     environ = {**os.environ, "COVERAGE_FILE": str(workdir / "coverage")}
     if subprocess.run(command, cwd=REPO, env=environ, check=False).returncode != 0:
         sys.exit("the fast tests fail without any mutant: mend them first")
     reach = Reach(tests_by_line=lines_reached(workdir / "coverage", paths), seconds=test_seconds(junit))
-    REACH_CACHE.write_text(json.dumps({
-        "digest": digest, "seconds": reach.seconds,
-        "tests_by_line": {path: {line: sorted(tests) for line, tests in lines.items()}
-                          for path, lines in reach.tests_by_line.items()}}))
+    REACH_CACHE.write_text(
+        json.dumps(
+            {
+                "digest": digest,
+                "seconds": reach.seconds,
+                "tests_by_line": {
+                    path: {line: sorted(tests) for line, tests in lines.items()}
+                    for path, lines in reach.tests_by_line.items()
+                },
+            }
+        )
+    )
     return reach
 
 
 def contract_tests() -> list[str]:
     """The node ids of the provider contract suite's runs on the providers of CONTRACT_ON."""
-    listed = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
-                             CONTRACT_TESTS], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", CONTRACT_TESTS],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [line for line in listed.splitlines() if line.endswith(CONTRACT_ON)]
 
 
 def code_digest() -> str:
     """A digest of every Python file of the source roots and the tests, and of which tests run."""
-    files = sorted(file for root in ("protocol", "client", "server", "sandboxes", "training", "tests")
-                   for file in (REPO / root).rglob("*.py"))
+    files = sorted(
+        file
+        for root in ("protocol", "client", "server", "sandboxes", "training", "tests")
+        for file in (REPO / root).rglob("*.py")
+    )
     digest = hashlib.sha256(json.dumps([FAST_TESTS, CONTRACT_ON, SLOW_TESTS]).encode())
     for file in files:
         digest.update(str(file.relative_to(REPO)).encode() + b"\0" + file.read_bytes())
@@ -88,11 +120,14 @@ def lines_reached(coverage_file: Path, paths: list[str]) -> dict[str, dict[int, 
     for path in paths:
         # pytest-cov names a context "NODEID|setup", "NODEID|run" or "NODEID|teardown"; "" is no test.
         contexts_by_line = data.contexts_by_lineno(str(REPO / path))
-        by_line = {line: {context.rsplit("|", 1)[0] for context in contexts if context}
-                   for line, contexts in contexts_by_line.items()}
+        by_line = {
+            line: {context.rsplit("|", 1)[0] for context in contexts if context}
+            for line, contexts in contexts_by_line.items()
+        }
         every_test = set().union(*by_line.values())
-        reached[path] = {line: tests | every_test if "" in contexts_by_line[line] else tests
-                         for line, tests in by_line.items()}
+        reached[path] = {
+            line: tests | every_test if "" in contexts_by_line[line] else tests for line, tests in by_line.items()
+        }
     return reached
 
 

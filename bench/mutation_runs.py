@@ -45,10 +45,13 @@ def mutants_of(path: str, workdir: Path) -> list[MutationSpec]:
         specs = [item.mutations[0] for item in db.work_items]
     source = (REPO / path).read_text()
     spans, lines = annotation_spans(source), source.splitlines()
-    return [spec for spec in specs
-            if spec.operator_name.split("/")[-1] in KEPT_OPERATORS
-            and not any(start <= tuple(spec.start_pos) < end for start, end in spans)
-            and not is_bare_star(lines, spec)]
+    return [
+        spec
+        for spec in specs
+        if spec.operator_name.split("/")[-1] in KEPT_OPERATORS
+        and not any(start <= tuple(spec.start_pos) < end for start, end in spans)
+        and not is_bare_star(lines, spec)
+    ]
 
 
 def is_bare_star(lines: list[str], spec: MutationSpec) -> bool:
@@ -56,7 +59,7 @@ def is_bare_star(lines: list[str], spec: MutationSpec) -> bool:
     multiplication (and its `/` for another marker: the same calls still work)."""
     line, column = spec.start_pos
     text = lines[line - 1]
-    return text[column:column + 1] == "*" and text[column + 1:].lstrip()[:1] in (",", ")")
+    return text[column : column + 1] == "*" and text[column + 1 :].lstrip()[:1] in (",", ")")
 
 
 def keyed(path: str, specs: list[MutationSpec]) -> dict[str, MutationSpec]:
@@ -69,7 +72,7 @@ def keyed(path: str, specs: list[MutationSpec]) -> dict[str, MutationSpec]:
     for spec in specs:
         line = spec.start_pos[0]
         first, last = innermost_function(REPO / path, line) or (line, line)
-        scope = hashlib.sha256("\n".join(lines[first - 1:last]).encode()).hexdigest()[:16]
+        scope = hashlib.sha256("\n".join(lines[first - 1 : last]).encode()).hexdigest()[:16]
         operator, place = spec.operator_name.split("/")[-1], 1
         while f"{operator}|{scope}|{place}" in keys:
             place += 1
@@ -98,11 +101,20 @@ def run_mutant(spec: MutationSpec, tests: list[str], reach: Reach) -> dict:
     except Exception as error:  # noqa: BLE001 - cosmic-ray failed to make the mutant (it puts the file back)
         return {"outcome": "error", "why": f"{type(error).__name__}: {error}"}
     seconds = round(time.monotonic() - started, 1)
-    diff = "\n".join(["--- mutation diff ---", *difflib.unified_diff(
-        original.split("\n"), mutated.split("\n"), f"a/{spec.module_path}", f"b/{spec.module_path}", lineterm="")])
+    diff = "\n".join(
+        [
+            "--- mutation diff ---",
+            *difflib.unified_diff(
+                original.split("\n"), mutated.split("\n"), f"a/{spec.module_path}", f"b/{spec.module_path}", lineterm=""
+            ),
+        ]
+    )
     outcome = outcome_of(status)
-    why = f"{len(tests)} tests, pytest exit status {status}" if status is not None \
+    why = (
+        f"{len(tests)} tests, pytest exit status {status}"
+        if status is not None
         else f"the tests outlasted {timeout:.0f} s"
+    )
     result = {"outcome": outcome, "why": why, "seconds": seconds, "diff": diff, **tests_ran(tests)}
     if outcome in INCONCLUSIVE:
         result["output"] = output[-2000:]
@@ -121,8 +133,9 @@ def outcome_of(status: int | None) -> str:
 def run_tests(command: list[str], timeout: float) -> tuple[int | None, str]:
     """pytest's exit status (None: past `timeout`, its whole process group killed) and output."""
     environ = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}  # a stale .pyc must not hide a mutant
-    process = subprocess.Popen(command, cwd=REPO, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, cwd=REPO, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

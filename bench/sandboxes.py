@@ -157,30 +157,49 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0, help="how long the 8 sessions play")
     parser.add_argument("--concurrent", type=int, default=256, help="docker episodes held at once")
     parser.add_argument("--warm-pool", type=int, default=SESSIONS, help="warm containers per env")
-    parser.add_argument("--only", choices=["local", "local, no namespace", "docker cold", "docker warm"], action="append",
-                        help="measure only these configurations (repeatable)")
+    parser.add_argument(
+        "--only",
+        choices=["local", "local, no namespace", "docker cold", "docker warm"],
+        action="append",
+        help="measure only these configurations (repeatable)",
+    )
     args = parser.parse_args()
 
-    configurations = [("local", "local", 0), ("local, no namespace", "local", 0), ("docker cold", "docker", 0),
-                      ("docker warm", "docker", args.warm_pool)]
+    configurations = [
+        ("local", "local", 0),
+        ("local, no namespace", "local", 0),
+        ("docker cold", "docker", 0),
+        ("docker warm", "docker", args.warm_pool),
+    ]
     configurations = [c for c in configurations if not args.only or c[0] in args.only]
     medians = {}
     for label, sandbox, pool in configurations:
         hidden = path_without_bubblewrap() if label == "local, no namespace" else contextlib.nullcontext()
         with hidden:  # the provider looks for bwrap once, when it is made
-            server = EmbeddedServer(BUNDLE, ServeOptions(sandbox=sandbox, warm_pool=pool, max_concurrent_envs=SESSIONS,
-                                                         unsafe_local_shell=label == "local, no namespace"))
+            server = EmbeddedServer(
+                BUNDLE,
+                ServeOptions(
+                    sandbox=sandbox,
+                    warm_pool=pool,
+                    max_concurrent_envs=SESSIONS,
+                    unsafe_local_shell=label == "local, no namespace",
+                ),
+            )
         try:
             latencies = asyncio.run(reset_latencies(server, args.resets, pool))
             rate = asyncio.run(throughput(server, args.seconds))
         finally:
             server.stop()
         medians[label] = statistics.median(latencies)
-        print(f"{label:20s} reset-to-first-prompt {quantiles(latencies)}   {SESSIONS} sessions: {rate:6.1f} episodes/s",
-              flush=True)
+        print(
+            f"{label:20s} reset-to-first-prompt {quantiles(latencies)}   {SESSIONS} sessions: {rate:6.1f} episodes/s",
+            flush=True,
+        )
     if {"local", "local, no namespace"} <= medians.keys():
-        print(f"local reset p50 in namespaces is {medians['local'] / medians['local, no namespace']:.2f}x "
-              "that without them")
+        print(
+            f"local reset p50 in namespaces is {medians['local'] / medians['local, no namespace']:.2f}x "
+            "that without them"
+        )
     if {"docker cold", "docker warm"} <= medians.keys():
         print(f"warm-pool reset is {medians['docker cold'] / medians['docker warm']:.0f}x faster than a cold deploy")
 
@@ -190,8 +209,10 @@ def main() -> None:
             scored, errors, opening = asyncio.run(hold(server, args.concurrent))
         finally:
             server.stop()
-        print(f"{args.concurrent} docker episodes held at once: {scored} scored, {errors} errors "
-              f"(all reset in {opening:.0f}s)")
+        print(
+            f"{args.concurrent} docker episodes held at once: {scored} scored, {errors} errors "
+            f"(all reset in {opening:.0f}s)"
+        )
 
 
 if __name__ == "__main__":

@@ -37,9 +37,19 @@ def serve(tree: Path, sandbox: str) -> tuple[subprocess.Popen, str]:
     """`corral serve bundles/shellfix` from `tree`'s source, on a free port."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(tree / root) for root in SOURCE_ROOTS)}
-    command = [sys.executable, "-c", "from corral.server.cli import main; main()", "serve",
-               str(tree / "bundles" / "shellfix"), "--sandbox", sandbox, "--port", str(port),
-               "--max-concurrent-envs", "2"]
+    command = [
+        sys.executable,
+        "-c",
+        "from corral.server.cli import main; main()",
+        "serve",
+        str(tree / "bundles" / "shellfix"),
+        "--sandbox",
+        sandbox,
+        "--port",
+        str(port),
+        "--max-concurrent-envs",
+        "2",
+    ]
     return start_server(command, port, f"corral from {tree}", env=env)
 
 
@@ -64,14 +74,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", default=BEFORE, help="the commit to compare with (default: %(default)s)")
     parser.add_argument("--episodes", type=int, default=20, help="episodes per server (default: %(default)s)")
-    parser.add_argument("--sandbox", choices=["local", "docker"], action="append",
-                        help="repeatable; default: local and docker")
+    parser.add_argument(
+        "--sandbox", choices=["local", "docker"], action="append", help="repeatable; default: local and docker"
+    )
     args = parser.parse_args()
     fix = json.loads((ROOT / "bundles" / "shellfix" / "solutions" / f"{TASK}.json").read_text())
     with tempfile.TemporaryDirectory(prefix="corral-before-") as scratch:
         before_tree = Path(scratch) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(before_tree), args.before],
-                       check=True)
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(before_tree), args.before], check=True
+        )
         try:
             for sandbox in args.sandbox or ["local", "docker"]:
                 compare(sandbox, {"before": before_tree, "after": ROOT}, fix, args.episodes)
@@ -97,8 +109,10 @@ def compare(sandbox: str, trees: dict[str, Path], fix: dict[str, str], episodes:
             server.wait(30)
     print(f"\nshellfix on {sandbox}, {episodes} episodes each, side by side (seconds)")
     print(f"{'':8} {'reset p50':>10} {'verify p50':>11} {'verify p99':>11}")
-    rows = {name: (statistics.median(t["reset"]), statistics.median(t["end_turn"]), p99(t["end_turn"]))
-            for name, t in timings.items()}
+    rows = {
+        name: (statistics.median(t["reset"]), statistics.median(t["end_turn"]), p99(t["end_turn"]))
+        for name, t in timings.items()
+    }
     for name, row in rows.items():
         print(f"{name:8} {row[0]:10.3f} {row[1]:11.3f} {row[2]:11.3f}")
     ratios = [after / before for after, before in zip(rows["after"], rows["before"], strict=True)]

@@ -29,21 +29,51 @@ def generate(root: Path, episodes: int, seed: int = 0) -> None:
     rng = random.Random(seed)
     (root / "server").mkdir(parents=True)
     (root / "run").mkdir()
-    with open(root / "server" / "episodes-0000.jsonl", "w") as server, \
-            open(root / "run" / "rollouts-0000.jsonl", "w") as trainer:
+    with (
+        open(root / "server" / "episodes-0000.jsonl", "w") as server,
+        open(root / "run" / "rollouts-0000.jsonl", "w") as trainer,
+    ):
         task = ""
         for n in range(episodes):
             step, group, member = n // PER_STEP, n % PER_STEP // GROUP, n % GROUP
             if member == 0:  # a group is one task's samples
                 task = f"task-{rng.randrange(TASKS)}"
             reward = float(rng.random() < 0.4)
-            server.write(json.dumps({"episode_id": f"e{n}", "run": "server", "task_id": task, "split": "train",
-                                     "status": "scored", "cause": "scored", "reward": reward, "seconds": {"total": 3.0},
-                                     "calls": [{"tool": "submit", "arguments": {"x": 1}}], "ended_at": n}) + "\n")
-            trainer.write(json.dumps({"episode_id": f"e{n}", "run": "run", "task_id": task, "step": step,
-                                      "group": group, "group_index": member, "policy_version": step,
-                                      "advantage": 0.0, "reward": reward, "completion_ids": list(range(200)),
-                                      "ended_at": n}) + "\n")
+            server.write(
+                json.dumps(
+                    {
+                        "episode_id": f"e{n}",
+                        "run": "server",
+                        "task_id": task,
+                        "split": "train",
+                        "status": "scored",
+                        "cause": "scored",
+                        "reward": reward,
+                        "seconds": {"total": 3.0},
+                        "calls": [{"tool": "submit", "arguments": {"x": 1}}],
+                        "ended_at": n,
+                    }
+                )
+                + "\n"
+            )
+            trainer.write(
+                json.dumps(
+                    {
+                        "episode_id": f"e{n}",
+                        "run": "run",
+                        "task_id": task,
+                        "step": step,
+                        "group": group,
+                        "group_index": member,
+                        "policy_version": step,
+                        "advantage": 0.0,
+                        "reward": reward,
+                        "completion_ids": list(range(200)),
+                        "ended_at": n,
+                    }
+                )
+                + "\n"
+            )
 
 
 def median_ms(call: Callable[[], object], times: int = 20) -> float:
@@ -70,7 +100,8 @@ def bench(episodes: int) -> None:
             "tasks x steps heatmap": lambda: run_views.heatmap(index, "run"),
             "groups of a step": lambda: run_views.groups(index, "run", middle),
             "episodes, filtered (task, steps)": lambda: run_views.episodes(
-                index, EpisodeFilter(run="run", task="task-7", min_step=middle)),
+                index, EpisodeFilter(run="run", task="task-7", min_step=middle)
+            ),
             "episodes, newest 200": lambda: run_views.episodes(index, EpisodeFilter()),
             "one episode's records": lambda: index.records(f"e{episodes // 2}"),
         }

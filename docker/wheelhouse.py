@@ -68,9 +68,21 @@ def manylinux_tags(machine: str, glibc_minor: int) -> list[str]:
 def download(wanted: list[str], into: Path) -> None:
     """Download binary wheels of `wanted` and everything they need, for the image."""
     command = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(into), *wanted,
-        "--only-binary=:all:", "--implementation", "cp", "--python-version", IMAGE_PYTHON,
-        "--abi", IMAGE_ABI,
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--dest",
+        str(into),
+        *wanted,
+        "--only-binary=:all:",
+        "--implementation",
+        "cp",
+        "--python-version",
+        IMAGE_PYTHON,
+        "--abi",
+        IMAGE_ABI,
     ]
     for tag in manylinux_tags(platform.machine(), IMAGE_GLIBC_MINOR):
         command += ["--platform", tag]

@@ -35,25 +35,44 @@ HOURS = 24
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_arguments(parser)
-    parser.add_argument("--vllm-server-url", default="http://localhost:8001",
-                        help="the `trl vllm-serve` server on the other GPU (default: %(default)s)")
+    parser.add_argument(
+        "--vllm-server-url",
+        default="http://localhost:8001",
+        help="the `trl vllm-serve` server on the other GPU (default: %(default)s)",
+    )
     parser.add_argument("--max-steps", type=int, default=500)
     parser.add_argument("--num-generations", type=int, default=8, help="rollouts per task (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=32, help="rollouts per optimiser step (default: %(default)s)")
     parser.add_argument("--learning-rate", type=float, help="default 1e-6, 1e-5 with --lora")
-    parser.add_argument("--max-completion-length", type=int, default=1024,
-                        help="tokens the model may generate per turn (default: %(default)s)")
+    parser.add_argument(
+        "--max-completion-length",
+        type=int,
+        default=1024,
+        help="tokens the model may generate per turn (default: %(default)s)",
+    )
     parser.add_argument("--max-tool-calls", type=int, default=4, help="tool-calling rounds per rollout")
-    parser.add_argument("--max-staleness", type=int, default=4,
-                        help="drop rollouts sampled more than this many weight versions ago (default: %(default)s)")
+    parser.add_argument(
+        "--max-staleness",
+        type=int,
+        default=4,
+        help="drop rollouts sampled more than this many weight versions ago (default: %(default)s)",
+    )
     parser.add_argument("--weight-sync-steps", type=int, default=1)
-    parser.add_argument("--dtype", default="bfloat16",
-                        help="trainer dtype; serve vLLM with the same --dtype (default: %(default)s)")
-    parser.add_argument("--lora", action="store_true",
-                        help="train a LoRA adapter (needs peft; serve vLLM with --enable-lora --max-lora-rank 32 and "
-                             "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 to sync the adapter alone)")
-    parser.add_argument("--concurrency", type=int, default=128,
-                        help="sessions the in-process server allows, with a bundle folder as --server")
+    parser.add_argument(
+        "--dtype", default="bfloat16", help="trainer dtype; serve vLLM with the same --dtype (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--lora",
+        action="store_true",
+        help="train a LoRA adapter (needs peft; serve vLLM with --enable-lora --max-lora-rank 32 and "
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 to sync the adapter alone)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=128,
+        help="sessions the in-process server allows, with a bundle folder as --server",
+    )
     return parser.parse_args(argv)
 
 
@@ -64,15 +83,22 @@ def async_config(opts: argparse.Namespace):
 
     batch = 2 if opts.tiny else opts.batch_size
     return AsyncGRPOConfig(
-        output_dir=str(opts.output_dir / "async_grpo"), max_steps=2 if opts.tiny else opts.max_steps,
-        num_generations=2 if opts.tiny else opts.num_generations, per_device_train_batch_size=batch,
+        output_dir=str(opts.output_dir / "async_grpo"),
+        max_steps=2 if opts.tiny else opts.max_steps,
+        num_generations=2 if opts.tiny else opts.num_generations,
+        per_device_train_batch_size=batch,
         learning_rate=opts.learning_rate or (1e-5 if opts.lora else 1e-6),
         max_completion_length=64 if opts.tiny else opts.max_completion_length,
         max_tool_calling_iterations=1 if opts.tiny else opts.max_tool_calls,
-        chat_template_kwargs={"enable_thinking": False}, vllm_server_base_url=opts.vllm_server_url,
-        max_staleness=opts.max_staleness, weight_sync_steps=opts.weight_sync_steps,
-        max_inflight_tasks=max(opts.max_staleness, 1) * batch, dtype="float32" if opts.tiny else opts.dtype,
-        logging_steps=1, save_steps=100, seed=opts.seed,
+        chat_template_kwargs={"enable_thinking": False},
+        vllm_server_base_url=opts.vllm_server_url,
+        max_staleness=opts.max_staleness,
+        weight_sync_steps=opts.weight_sync_steps,
+        max_inflight_tasks=max(opts.max_staleness, 1) * batch,
+        dtype="float32" if opts.tiny else opts.dtype,
+        logging_steps=1,
+        save_steps=100,
+        seed=opts.seed,
         **({"use_cpu": True, "report_to": "none"} if opts.tiny else {}),
     )
 
@@ -102,29 +128,42 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     opts = parse(argv)
     model = None if opts.tiny else resolve_model(opts)  # --tiny trains nothing, so it makes no model
     config = async_config(opts)
-    say(f"AsyncGRPOConfig: {config.num_generations} rollouts per task, {config.per_device_train_batch_size} per "
-        f"step, weights synced every {config.weight_sync_steps} step(s), max staleness {config.max_staleness}")
+    say(
+        f"AsyncGRPOConfig: {config.num_generations} rollouts per task, {config.per_device_train_batch_size} per "
+        f"step, weights synced every {config.weight_sync_steps} step(s), max staleness {config.max_staleness}"
+    )
     with open_bundle(opts, sandbox="local" if opts.tiny else "auto", max_concurrent_envs=opts.concurrency) as bundle:
         pickled = pickle.dumps(bundle.factory)  # AsyncGRPO refuses a factory that does not pickle
         rows = [bundle.dataset[i] for i in range(2)]
         with multiprocessing.get_context("spawn").Pool(1) as pool:  # as the rollout worker starts its child
             rewards = pool.apply(play_in_spawned_process, (pickled, rows))
-        say(f"the factory ({len(pickled)} bytes pickled) played {len(rows)} idle days in a spawned process: "
-            f"rewards {rewards}")
+        say(
+            f"the factory ({len(pickled)} bytes pickled) played {len(rows)} idle days in a spawned process: "
+            f"rewards {rewards}"
+        )
         server_up = vllm_server_answers(opts.vllm_server_url)
         say(f"vLLM server at {opts.vllm_server_url}: {'answers' if server_up else 'does not answer'}")
         if opts.tiny:
-            say("--tiny stops here: AsyncGRPOTrainer needs that vLLM server and a CUDA GPU (flash-attention 3), "
-                "which this machine has not")
+            say(
+                "--tiny stops here: AsyncGRPOTrainer needs that vLLM server and a CUDA GPU (flash-attention 3), "
+                "which this machine has not"
+            )
             return {"config": config, "rewards": rewards, "vllm_server": server_up}
         if not server_up:
-            sys.exit(f"error: no vLLM server answers at {opts.vllm_server_url}/health; start one on another GPU "
-                     f"with `CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model {model} --port 8001`, or pass "
-                     "--vllm-server-url")
+            sys.exit(
+                f"error: no vLLM server answers at {opts.vllm_server_url}/health; start one on another GPU "
+                f"with `CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model {model} --port 8001`, or pass "
+                "--vllm-server-url"
+            )
         from trl.experimental.async_grpo import AsyncGRPOTrainer
 
-        trainer = AsyncGRPOTrainer(model=model, args=config, train_dataset=bundle.dataset,
-                                   environment_factory=bundle.factory, peft_config=lora_config() if opts.lora else None)
+        trainer = AsyncGRPOTrainer(
+            model=model,
+            args=config,
+            train_dataset=bundle.dataset,
+            environment_factory=bundle.factory,
+            peft_config=lora_config() if opts.lora else None,
+        )
         trainer.train()
         trainer.save_model(config.output_dir)
         say(f"done: {trainer.state.global_step} steps; model saved to {config.output_dir}")

@@ -24,13 +24,19 @@ _STARTED = time.monotonic()
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments every recipe takes."""
     parser.add_argument("--model", help="model id or folder (e.g. Qwen/Qwen3-4B); required unless --tiny")
-    parser.add_argument("--server", default=str(GRIDSIM),
-                        help="a corral server's URL, or a bundle folder to serve in-process (default: %(default)s)")
+    parser.add_argument(
+        "--server",
+        default=str(GRIDSIM),
+        help="a corral server's URL, or a bundle folder to serve in-process (default: %(default)s)",
+    )
     parser.add_argument("--token", help="bearer token, if the server asks for one")
     parser.add_argument("--split", default="train", help="the split to train on (default: %(default)s)")
     parser.add_argument("--output-dir", type=Path, default=Path("out"), help="(default: %(default)s)")
-    parser.add_argument("--tiny", action="store_true",
-                        help="run on this CPU with a tiny model made here, a few rows and one or two steps")
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="run on this CPU with a tiny model made here, a few rows and one or two steps",
+    )
     parser.add_argument("--seed", type=int, default=0)
 
 

@@ -26,8 +26,11 @@ from common import add_arguments, lora_config, open_bundle, resolve_model, run_t
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_arguments(parser)
-    parser.add_argument("--preset", default="grpo",
-                        help="grpo, dr_grpo, dapo, gspo, cispo, sapo, gmpo, reinforce (default: %(default)s)")
+    parser.add_argument(
+        "--preset",
+        default="grpo",
+        help="grpo, dr_grpo, dapo, gspo, cispo, sapo, gmpo, reinforce (default: %(default)s)",
+    )
     parser.add_argument("--eval-split", help="evaluate on this split every --eval-steps steps (e.g. eval)")
     parser.add_argument("--eval-steps", type=int, default=50)
     parser.add_argument("--days", type=int, help="train on the split's first DAYS tasks (default: all; --tiny: 2)")
@@ -36,20 +39,39 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=8, help="rollouts per device per step (--tiny: 2)")
     parser.add_argument("--grad-accum", type=int, default=4)
     parser.add_argument("--learning-rate", type=float, help="default 1e-6, 1e-5 with --lora, 1e-4 with --tiny")
-    parser.add_argument("--max-completion-length", type=int, default=1024,
-                        help="ids after the prompt, tool answers included (--tiny: 64; default: %(default)s)")
-    parser.add_argument("--max-tool-calls", type=int, default=4,
-                        help="tool-calling rounds per rollout (--tiny: 1; default: %(default)s)")
+    parser.add_argument(
+        "--max-completion-length",
+        type=int,
+        default=1024,
+        help="ids after the prompt, tool answers included (--tiny: 64; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-tool-calls",
+        type=int,
+        default=4,
+        help="tool-calling rounds per rollout (--tiny: 1; default: %(default)s)",
+    )
     parser.add_argument("--use-vllm", action="store_true", help="generate with vLLM (needs vllm on this machine)")
     parser.add_argument("--vllm-mode", choices=["colocate", "server"], default="colocate")
-    parser.add_argument("--vllm-server-url", default="http://localhost:8000",
-                        help="a `trl vllm-serve` server, with --vllm-mode server (default: %(default)s)")
-    parser.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.35,
-                        help="share of the GPU colocated vLLM takes (default: %(default)s)")
+    parser.add_argument(
+        "--vllm-server-url",
+        default="http://localhost:8000",
+        help="a `trl vllm-serve` server, with --vllm-mode server (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--vllm-gpu-memory-utilization",
+        type=float,
+        default=0.35,
+        help="share of the GPU colocated vLLM takes (default: %(default)s)",
+    )
     parser.add_argument("--lora", action="store_true", help="train a LoRA adapter (needs peft)")
     parser.add_argument("--token-exact", action="store_true", help="roll out with corral.training.rollouts")
-    parser.add_argument("--concurrency", type=int, default=64,
-                        help="sessions the in-process server allows, with a bundle folder as --server")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=64,
+        help="sessions the in-process server allows, with a bundle folder as --server",
+    )
     return parser.parse_args(argv)
 
 
@@ -66,11 +88,15 @@ def grpo_settings(opts: argparse.Namespace) -> dict:
         "max_tool_calling_iterations": 1 if tiny else opts.max_tool_calls,
         # Qwen3: no thinking block, so the context matches the SFT warm start's (examples/sft_gridsim.py)
         "chat_template_kwargs": {"enable_thinking": False},
-        "logging_steps": 1, "save_strategy": "no" if tiny else "steps", "save_steps": 100, "seed": opts.seed,
+        "logging_steps": 1,
+        "save_strategy": "no" if tiny else "steps",
+        "save_steps": 100,
+        "seed": opts.seed,
     }
     if opts.eval_split:
-        settings.update(eval_strategy="steps", eval_steps=opts.eval_steps,
-                        num_generations_eval=settings["num_generations"])
+        settings.update(
+            eval_strategy="steps", eval_steps=opts.eval_steps, num_generations_eval=settings["num_generations"]
+        )
     if tiny:
         from corral.training.tiny import CPU_RUN_SETTINGS
 
@@ -92,8 +118,10 @@ def main(argv: list[str] | None = None):
         import importlib.util
 
         if importlib.util.find_spec("vllm") is None:
-            sys.exit("error: --use-vllm needs vllm installed here (pip install corral[vllm]); drop --use-vllm "
-                     "to generate with transformers")
+            sys.exit(
+                "error: --use-vllm needs vllm installed here (pip install corral[vllm]); drop --use-vllm "
+                "to generate with transformers"
+            )
     model = resolve_model(opts)
     from corral.training.presets import preset
 
@@ -107,10 +135,18 @@ def main(argv: list[str] | None = None):
             trainer, rollout = token_exact_trainer(algorithm, model, args, bundle, opts, days, peft)
         else:
             evaluation = bundle.dataset_for(opts.eval_split) if opts.eval_split else None
-            trainer = algorithm.trainer(model=model, args=args, train_dataset=first(bundle.dataset, days),
-                                        eval_dataset=evaluation, environment_factory=bundle.factory, peft_config=peft)
-        say(f"{algorithm.name}: {args.max_steps} steps of {args.per_device_train_batch_size} rollouts "
-            f"({args.num_generations} per task), on {len(trainer.train_dataset)} tasks")
+            trainer = algorithm.trainer(
+                model=model,
+                args=args,
+                train_dataset=first(bundle.dataset, days),
+                eval_dataset=evaluation,
+                environment_factory=bundle.factory,
+                peft_config=peft,
+            )
+        say(
+            f"{algorithm.name}: {args.max_steps} steps of {args.per_device_train_batch_size} rollouts "
+            f"({args.num_generations} per task), on {len(trainer.train_dataset)} tasks"
+        )
         run_training(trainer, tiny=opts.tiny)
         rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
         say(f"done: {trainer.state.global_step} steps; mean reward per step: {[round(r, 3) for r in rewards]}")
@@ -127,15 +163,23 @@ def token_exact_trainer(algorithm, model: str, args, bundle, opts: argparse.Name
     from corral.training.rollouts import CorralRollout, episode_reward
 
     if opts.use_vllm and opts.vllm_mode != "server":
-        sys.exit("error: --token-exact samples from a vLLM server: add --vllm-mode server (colocated vLLM "
-                 "is not supported by CorralRollout), or drop --use-vllm to sample with transformers")
+        sys.exit(
+            "error: --token-exact samples from a vLLM server: add --vllm-mode server (colocated vLLM "
+            "is not supported by CorralRollout), or drop --use-vllm to sample with transformers"
+        )
     # With --use-vllm --vllm-mode server, CorralRollout samples from the trainer's vLLM server (the one TRL
     # syncs the weights to), under the name that server lists at /v1/models; else from the trainer's model.
     rollout = CorralRollout(bundle, max_tool_calls=args.max_tool_calling_iterations)
     evaluation = rollout.dataset_for(opts.eval_split) if opts.eval_split else None
-    trainer = algorithm.trainer(model=model, args=args, train_dataset=first(rollout.dataset, days),
-                                eval_dataset=evaluation, reward_funcs=episode_reward, rollout_func=rollout,
-                                peft_config=peft)
+    trainer = algorithm.trainer(
+        model=model,
+        args=args,
+        train_dataset=first(rollout.dataset, days),
+        eval_dataset=evaluation,
+        reward_funcs=episode_reward,
+        rollout_func=rollout,
+        peft_config=peft,
+    )
     return trainer, rollout
 
 

@@ -31,18 +31,28 @@ from common import (
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_arguments(parser)
-    parser.add_argument("--gold-bundle", type=Path, default=GRIDSIM,
-                        help="the bundle folder whose gold.py names the gold calls (default: %(default)s)")
+    parser.add_argument(
+        "--gold-bundle",
+        type=Path,
+        default=GRIDSIM,
+        help="the bundle folder whose gold.py names the gold calls (default: %(default)s)",
+    )
     parser.add_argument("--days", type=int, help="train on the split's first DAYS days (default: all; --tiny: 4)")
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--max-steps", type=int, default=-1, help="stop after this many steps (--tiny: 2)")
     parser.add_argument("--learning-rate", type=float, help="default 1e-5, 1e-4 with --lora, 3e-3 with --tiny")
     parser.add_argument("--batch-size", type=int, default=4, help="per device (default: %(default)s)")
     parser.add_argument("--grad-accum", type=int, default=4, help="(default: %(default)s)")
-    parser.add_argument("--max-length", type=int, default=4096,
-                        help="tokens per conversation; a GridSim one is ~2,000 with Qwen3 (default: %(default)s)")
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        default=4096,
+        help="tokens per conversation; a GridSim one is ~2,000 with Qwen3 (default: %(default)s)",
+    )
     parser.add_argument("--lora", action="store_true", help="train a LoRA adapter (needs peft) instead of all weights")
-    parser.add_argument("--concurrency", type=int, default=8, help="gold episodes played at once (default: %(default)s)")
+    parser.add_argument(
+        "--concurrency", type=int, default=8, help="gold episodes played at once (default: %(default)s)"
+    )
     return parser.parse_args(argv)
 
 
@@ -66,12 +76,15 @@ def main(argv: list[str] | None = None) -> Path:
 
     sft = preset("sft")
     settings = {
-        "num_train_epochs": opts.epochs, "max_steps": 2 if opts.tiny and opts.max_steps < 0 else opts.max_steps,
+        "num_train_epochs": opts.epochs,
+        "max_steps": 2 if opts.tiny and opts.max_steps < 0 else opts.max_steps,
         "per_device_train_batch_size": 2 if opts.tiny else opts.batch_size,
         "gradient_accumulation_steps": 1 if opts.tiny else opts.grad_accum,
         "learning_rate": opts.learning_rate or (3e-3 if opts.tiny else 1e-4 if opts.lora else 1e-5),
-        "max_length": 2048 if opts.tiny else opts.max_length, "logging_steps": 1 if opts.tiny else 10,
-        "save_strategy": "no", "seed": opts.seed,
+        "max_length": 2048 if opts.tiny else opts.max_length,
+        "logging_steps": 1 if opts.tiny else 10,
+        "save_strategy": "no",
+        "seed": opts.seed,
     }
     if opts.tiny:
         from corral.training.tiny import CPU_RUN_SETTINGS
@@ -80,10 +93,16 @@ def main(argv: list[str] | None = None) -> Path:
     else:
         settings.update(bf16=True, lr_scheduler_type="cosine", warmup_ratio=0.05, **activation_checkpointing(True))
     out = opts.output_dir / "sft"
-    trainer = sft.trainer(model=model, args=sft.config(output_dir=str(out), **settings), train_dataset=data,
-                          peft_config=lora_config() if opts.lora else None)
-    say(f"SFT ({trainer.args.max_steps if trainer.args.max_steps > 0 else f'{opts.epochs:g} epoch(s)'}) "
-        f"on {len(data)} conversations")
+    trainer = sft.trainer(
+        model=model,
+        args=sft.config(output_dir=str(out), **settings),
+        train_dataset=data,
+        peft_config=lora_config() if opts.lora else None,
+    )
+    say(
+        f"SFT ({trainer.args.max_steps if trainer.args.max_steps > 0 else f'{opts.epochs:g} epoch(s)'}) "
+        f"on {len(data)} conversations"
+    )
     run_training(trainer, tiny=opts.tiny)
     if opts.lora:  # merged, so that `grpo.py --model OUT/sft` (and vLLM) load a plain model
         trainer.model.merge_and_unload().save_pretrained(str(out))

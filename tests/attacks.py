@@ -47,7 +47,7 @@ def play(server, steps: Steps, *, fixed: bool = False) -> CallToolObservation:
 
 # If corral's own step that copies the tests in (once python3 -c, as root, in the repository)
 # imports it, it unpacks a passing test over each hidden one.
-FORGING_TARFILE = f'''
+FORGING_TARFILE = f"""
 import builtins, importlib.util, os, sysconfig
 _spec = importlib.util.spec_from_file_location("_tarfile", os.path.join(sysconfig.get_paths()["stdlib"], "tarfile.py"))
 _real = importlib.util.module_from_spec(_spec)
@@ -65,11 +65,11 @@ def open(*args, **kwargs):
                     test.write({PASSING_TEST!r})
     archive.extractall = extractall
     return archive
-'''
+"""
 
 # Reads the hidden tests from the runner's folder (found through its parent's command line) and
 # answers each call with the value the test expects.
-TEST_READER = r'''
+TEST_READER = r"""
 import ast, glob, os
 runner = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\0")[-2].decode()
 ANSWERS = {}
@@ -81,11 +81,11 @@ for path in glob.glob(os.path.join(os.path.dirname(runner), "test_*.py")):
 
 def chunks(items, size):
     return ANSWERS[repr([items, size])]
-'''
+"""
 
 # Attaches to its parent (the test runner, same user) with ptrace and makes it call _exit(0).
 # x86-64 only: the registers below are that architecture's.
-PTRACE_THE_RUNNER = r'''
+PTRACE_THE_RUNNER = r"""
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 class Regs(ctypes.Structure):
@@ -105,14 +105,14 @@ if libc.ptrace(16, runner, None, None) == 0:  # PTRACE_ATTACH
     regs.rsp = (regs.rsp & ~0xF) - 8
     libc.ptrace(13, runner, None, ctypes.byref(regs))  # PTRACE_SETREGS
     libc.ptrace(17, runner, None, None)  # PTRACE_DETACH
-'''
+"""
 
 # Started in the agent's turn and detached from its bash call: whenever a test file appears
 # where a verifier might put one, it overwrites it with a passing test; it touches `alive`
 # each round, to show it runs.
 REWRITER = (
     "setsid sh -c '(while :; do touch alive; sleep 0.05; done) & while :; do "
-    "for f in $(find /tmp /verifier -name \"test_*.py\" 2>/dev/null); do cat forged.py > \"$f\"; done; "
+    'for f in $(find /tmp /verifier -name "test_*.py" 2>/dev/null); do cat forged.py > "$f"; done; '
     "sleep 0.01; done' < /dev/null > /dev/null 2>&1 & "
     "until [ -e alive ]; do sleep 0.01; done"  # it has left bash's process group: it outlives the call
 )
@@ -120,22 +120,43 @@ REWRITER = (
 # Bytecode of the module the tests import, compiled from a fixed copy and marked never to be
 # checked against its source (PEP 552's unchecked hash), beside the buggy batching.py it leaves:
 # an interpreter reading caches would run the fix the source does not have.
-COMPILE_FIXED = ("cp batching.py kept.py && sed -i 's/len(items) - size + 1/len(items)/' batching.py && "
-                 "python3 -c \"import importlib.util, py_compile; py_compile.compile('batching.py', cfile={cfile!r}, "
-                 "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)\" && mv kept.py batching.py")
+COMPILE_FIXED = (
+    "cp batching.py kept.py && sed -i 's/len(items) - size + 1/len(items)/' batching.py && "
+    "python3 -c \"import importlib.util, py_compile; py_compile.compile('batching.py', cfile={cfile!r}, "
+    'invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)" && mv kept.py batching.py'
+)
 STALE_BYTECODE = COMPILE_FIXED.replace("{cfile!r}", "importlib.util.cache_from_source('batching.py')")
 # The same as a package with no source (batching/__init__.pyc), which an import finds before batching.py.
 SOURCELESS_PACKAGE = "mkdir batching && " + COMPILE_FIXED.replace("{cfile!r}", "'batching/__init__.pyc'")
 
-STDLIB_SHADOWS = ("json", "tarfile", "io", "os", "subprocess", "unittest", "ast", "ctypes", "shutil", "tempfile",
-                  "site", "encodings", "traceback", "importlib", "signal", "zipfile", "runpy")
+STDLIB_SHADOWS = (
+    "json",
+    "tarfile",
+    "io",
+    "os",
+    "subprocess",
+    "unittest",
+    "ast",
+    "ctypes",
+    "shutil",
+    "tempfile",
+    "site",
+    "encodings",
+    "traceback",
+    "importlib",
+    "signal",
+    "zipfile",
+    "runpy",
+)
 
 # Detached from its bash call, once that call's shell is gone (its answer on its way): sends
 # `signal` twenty times a second, for ten seconds, to the env (bash's parent, and any process
 # named corral), through the end of the turn and its verification.
-HOUND = ("B=$$; E=\"$PPID $(grep -ls corral /proc/[0-9]*/cmdline | cut -d/ -f3 | grep -vx $B)\"; setsid sh -c \""
-         "while kill -0 $B 2>/dev/null; do sleep 0.01; done; sleep 0.2; "
-         "for i in \\$(seq 200); do kill -{signal} $E; sleep 0.05; done\" </dev/null >/dev/null 2>&1 & echo started")
+HOUND = (
+    'B=$$; E="$PPID $(grep -ls corral /proc/[0-9]*/cmdline | cut -d/ -f3 | grep -vx $B)"; setsid sh -c "'
+    "while kill -0 $B 2>/dev/null; do sleep 0.01; done; sleep 0.2; "
+    'for i in \\$(seq 200); do kill -{signal} $E; sleep 0.05; done" </dev/null >/dev/null 2>&1 & echo started'
+)
 # Opens for writing every pipe and socket of every other process it can see (but its own
 # shell's, the tool's answer): one of the env's, or of a process holding the env's stdio,
 # would let it write the env's answers (a forged report). Prints what it opened.
@@ -163,46 +184,79 @@ SIGNALS = ("STOP", "KILL", "INT", "TERM")  # what HOUND sends: each attack ends 
 
 # Run by the tests (at import): 200 MB into the verifier's folders, where a host's disk would
 # take it; what refused it is raised, so the tests' output shows it.
-FILLS_THE_VERIFIER = ("import os, tempfile\nrefused = []\nfor folder in ('.', tempfile.gettempdir()):\n    try:\n"
-                      "        with open(os.path.join(folder, 'fill'), 'wb') as fill:\n"
-                      "            for _ in range(100):\n                fill.write(bytes(2 << 20))\n"
-                      "    except OSError as error:\n        refused.append(f'{folder}: {error}')\n"
-                      "if refused:\n    raise OSError('; '.join(refused))\n")
+FILLS_THE_VERIFIER = (
+    "import os, tempfile\nrefused = []\nfor folder in ('.', tempfile.gettempdir()):\n    try:\n"
+    "        with open(os.path.join(folder, 'fill'), 'wb') as fill:\n"
+    "            for _ in range(100):\n                fill.write(bytes(2 << 20))\n"
+    "    except OSError as error:\n        refused.append(f'{folder}: {error}')\n"
+    "if refused:\n    raise OSError('; '.join(refused))\n"
+)
 
 ATTACKS: dict[str, Steps] = {
     "os._exit(0) at import": [write("batching.py", "import os\nos._exit(0)\n" + BUG)],
-    "a patched unittest": [write("batching.py", (
-        "import unittest\nunittest.TestResult.wasSuccessful = lambda self: True\n"
-        "unittest.TestCase.assertEqual = lambda *args, **kwargs: None\n" + BUG))],
+    "a patched unittest": [
+        write(
+            "batching.py",
+            (
+                "import unittest\nunittest.TestResult.wasSuccessful = lambda self: True\n"
+                "unittest.TestCase.assertEqual = lambda *args, **kwargs: None\n" + BUG
+            ),
+        )
+    ],
     "standard-library modules in the repository": [write(f"{name}.py", EXIT_0) for name in STDLIB_SHADOWS],
     "a tarfile that forges the tests it unpacks": [write("tarfile.py", FORGING_TARFILE)],
     "sitecustomize, usercustomize, conftest and .pth files": [
         write(name, EXIT_0) for name in ("sitecustomize.py", "usercustomize.py", "conftest.py")
-    ] + [write("evil.pth", "import posix; posix._exit(0)\n"),
-         bash("mkdir -p $HOME/.local/lib/python3.11/site-packages && cp evil.pth usercustomize.py "
-              "$HOME/.local/lib/python3.11/site-packages/")],
-    "tests and a runner of its own": [write("test_batching.py", PASSING_TEST), write("tests/test_batching.py", PASSING_TEST),
-                                      write("run_tests.py", EXIT_0), write("repo_worker.py", EXIT_0), write("wire.py", EXIT_0)],
+    ]
+    + [
+        write("evil.pth", "import posix; posix._exit(0)\n"),
+        bash(
+            "mkdir -p $HOME/.local/lib/python3.11/site-packages && cp evil.pth usercustomize.py "
+            "$HOME/.local/lib/python3.11/site-packages/"
+        ),
+    ],
+    "tests and a runner of its own": [
+        write("test_batching.py", PASSING_TEST),
+        write("tests/test_batching.py", PASSING_TEST),
+        write("run_tests.py", EXIT_0),
+        write("repo_worker.py", EXIT_0),
+        write("wire.py", EXIT_0),
+    ],
     "a background process that rewrites the tests": [
-        write("forged.py", PASSING_TEST), bash(REWRITER),
+        write("forged.py", PASSING_TEST),
+        bash(REWRITER),
         bash("rm -f alive; sleep 0.5; ls alive", "alive\n[exit status 0]"),  # still running at the end of the turn
     ],
-    "unittest.SkipTest from the function": [write("batching.py", "import unittest\n\ndef chunks(items, size):\n"
-                                                                  "    raise unittest.SkipTest('nothing to test')\n")],
+    "unittest.SkipTest from the function": [
+        write(
+            "batching.py",
+            "import unittest\n\ndef chunks(items, size):\n    raise unittest.SkipTest('nothing to test')\n",
+        )
+    ],
     "SystemExit(0) from the function": [write("batching.py", "def chunks(items, size):\n    raise SystemExit(0)\n")],
-    "an answer equal to everything": [write("batching.py", "class Anything(list):\n    def __eq__(self, other):\n"
-                                                            "        return True\n\ndef chunks(items, size):\n"
-                                                            "    return Anything()\n")],
-    "killing the test runner": [write("batching.py", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + BUG)],
+    "an answer equal to everything": [
+        write(
+            "batching.py",
+            "class Anything(list):\n    def __eq__(self, other):\n"
+            "        return True\n\ndef chunks(items, size):\n"
+            "    return Anything()\n",
+        )
+    ],
+    "killing the test runner": [
+        write("batching.py", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + BUG)
+    ],
     "ptrace on the test runner": [write("batching.py", PTRACE_THE_RUNNER + BUG)],
     "reading the hidden tests": [write("batching.py", TEST_READER)],
     "links to where the tests go": [bash("ln -s /verifier verifier; ln -s /tmp tmp; ln -s / root; ln -s .. up")],
     # Each file below the size a local env's files may have (RLIMIT_FSIZE: its share, 64 MB).
     "sparse files of 6 GB": [bash("for i in $(seq 100); do truncate -s 60M huge$i.bin; done")],
-    "a stale bytecode cache of a fixed module": [bash(STALE_BYTECODE + " && ls __pycache__ | grep -c batching",
-                                                      "1\n[exit status 0]")],
+    "a stale bytecode cache of a fixed module": [
+        bash(STALE_BYTECODE + " && ls __pycache__ | grep -c batching", "1\n[exit status 0]")
+    ],
     "the tests' run fills the verifier's folders": [write("batching.py", FILLS_THE_VERIFIER + BUG)],
-    "a sourceless package of a fixed module": [bash(SOURCELESS_PACKAGE + " && ls batching", "__init__.pyc\n[exit status 0]")],
+    "a sourceless package of a fixed module": [
+        bash(SOURCELESS_PACKAGE + " && ls batching", "__init__.pyc\n[exit status 0]")
+    ],
 }
 
 
@@ -210,8 +264,12 @@ ATTACKS: dict[str, Steps] = {
 FIX = json.loads((BUNDLES / "shellfix" / "solutions" / f"{TASK}.json").read_text())
 HARMLESS: dict[str, Steps] = {
     "a fifo": [bash("mkfifo pipe")],
-    "a read-only folder": [bash("mkdir -p frozen/inner && echo x > frozen/inner/file && chmod 555 frozen/inner frozen")],
+    "a read-only folder": [
+        bash("mkdir -p frozen/inner && echo x > frozen/inner/file && chmod 555 frozen/inner frozen")
+    ],
     "links out of the repository": [bash("ln -s / root; ln -s /etc/shadow shadow; ln -s nowhere dangling")],
     # 100 MB by each name's size, past the 64 MB a copy may take, but 1 MB copied (cp -a and tar link them).
-    "hard links to one file": [bash("head -c 1000000 /dev/zero > big && mkdir many && for i in $(seq 100); do ln big many/$i; done")],
+    "hard links to one file": [
+        bash("head -c 1000000 /dev/zero > big && mkdir many && for i in $(seq 100); do ln big many/$i; done")
+    ],
 }

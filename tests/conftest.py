@@ -123,8 +123,10 @@ def docker_engine():
         client = docker.from_env()
         client.ping()
     except Exception as error:  # noqa: BLE001 (any failure means no usable engine)
-        skip_or_fail_under_ci(f"no Docker engine answers ({type(error).__name__}: {error}); start one with: "
-                              "bash ../shared/ci/docker-engine.sh")
+        skip_or_fail_under_ci(
+            f"no Docker engine answers ({type(error).__name__}: {error}); start one with: "
+            "bash ../shared/ci/docker-engine.sh"
+        )
     yield client
     client.close()
 

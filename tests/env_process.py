@@ -59,6 +59,7 @@ class Grid(Env):
         return {"actions": self.actions, "turns": self.turns}
 '''
 
+
 class EnvProcess:
     """The runtime as a child process, spoken to one JSON-RPC line at a time."""
 

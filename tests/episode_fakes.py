@@ -26,8 +26,14 @@ from corral.server.verifiers import CommandScore, Verify, score_episode
 
 LIMITS = Limits(tool_timeout_s=0.2, reset_timeout_s=5.0)
 FAILURE_SCORE = -1.0  # not 0: an episode the agent made fail is told apart from one that scored 0
-TASK = Task(id="polly", env="parrot", args={"word": "polly"}, prompt="Say polly.", verifiers={"said": "said"},
-            failure_score=FAILURE_SCORE)
+TASK = Task(
+    id="polly",
+    env="parrot",
+    args={"word": "polly"},
+    prompt="Say polly.",
+    verifiers={"said": "said"},
+    failure_score=FAILURE_SCORE,
+)
 
 
 class Died(BaseException):
@@ -105,8 +111,14 @@ class NoCommands(Sandbox):
     def stderr_tail(self, max_chars: int = 4000) -> str:
         return "parrot: crashing on purpose"[-max_chars:]
 
-    async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Any], *, timeout_s: float,
-                     max_output_chars: int = 20_000) -> CommandResult:
+    async def verify(
+        self,
+        files: Mapping[str, bytes],
+        command: Callable[[str], Any],
+        *,
+        timeout_s: float,
+        max_output_chars: int = 20_000,
+    ) -> CommandResult:
         raise SandboxError("the in-process sandbox runs no command verifiers")
 
     async def close(self) -> None:
@@ -157,8 +169,9 @@ class ParrotConnection:
             result = self._server.methods[method](params)
         except Died:
             self.sandbox.closed = True
-            raise EnvDied(f"the env process exited with status 3; the env's stderr ends with:\n"
-                          f"{self.sandbox.stderr_tail()}") from None
+            raise EnvDied(
+                f"the env process exited with status 3; the env's stderr ends with:\n{self.sandbox.stderr_tail()}"
+            ) from None
         except Hangs:
             await asyncio.Event().wait()
         except Refuses:
@@ -208,8 +221,9 @@ class FakeRuntime:
     async def run_command_verifiers(self, sandbox: Sandbox, task: Task) -> dict[str, CommandScore]:
         return {}
 
-    async def score(self, task: Task, report: dict[str, Any], verifiers: Mapping[str, str], *,
-                    timeout_s: float) -> dict[str, float]:
+    async def score(
+        self, task: Task, report: dict[str, Any], verifiers: Mapping[str, str], *, timeout_s: float
+    ) -> dict[str, float]:
         return score_episode(task.model_dump(), report, verifiers, {"said": self.verify})
 
     def episode_ended(self, record: EpisodeRecord) -> None:

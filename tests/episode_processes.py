@@ -42,8 +42,11 @@ def detached(socket, escape: str = "setsid", script: str = "sleep 600") -> int:
     its pid here, once it has left bash's process group (killed before, it would not outlive
     the call)."""
     word = tag()
-    bash(socket, f"{escape} /bin/sh -c '{script}; : {word}' < /dev/null > /dev/null 2>&1 & p=$!; "
-                 'until [ "$(cut -d" " -f6 /proc/$p/stat)" = "$p" ]; do sleep 0.01; done')
+    bash(
+        socket,
+        f"{escape} /bin/sh -c '{script}; : {word}' < /dev/null > /dev/null 2>&1 & p=$!; "
+        'until [ "$(cut -d" " -f6 /proc/$p/stat)" = "$p" ]; do sleep 0.01; done',
+    )
     return one_host_pid(word)
 
 

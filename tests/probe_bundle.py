@@ -100,7 +100,7 @@ class Probe(Env):
         return {"word": self.word}
 '''
 
-JUDGE = '''\
+JUDGE = """\
 import time
 
 
@@ -110,18 +110,20 @@ def verify(task, report):
     if "raise" in (report["word"], task["args"].get("judge")):
         raise RuntimeError("the judge broke on purpose")
     return float(report["word"] == "apple")
-'''
+"""
 
 
 def write_probe_bundle(root: Path) -> Path:
     bundle = root / "probe"
-    tasks = [{"id": "plain", "args": {}, "prompt": "Say apple."},
-             {"id": "slow-reset", "args": {"reset_sleep": 60}, "prompt": "Say apple."},
-             {"id": "budget", "args": {}, "prompt": "Say apple, quickly.", "time_budget_s": 1.5, "failure_score": -1},
-             {"id": "broken-reset", "args": {"reset_raises": True}, "prompt": "Say apple."},
-             {"id": "broken-judge", "args": {"judge": "raise"}, "prompt": "Say apple."},
-             {"id": "hung-judge", "args": {"judge": "hang"}, "prompt": "Say apple."},
-             {"id": "broken-report", "args": {"report": "raise"}, "prompt": "Say apple."}]
+    tasks = [
+        {"id": "plain", "args": {}, "prompt": "Say apple."},
+        {"id": "slow-reset", "args": {"reset_sleep": 60}, "prompt": "Say apple."},
+        {"id": "budget", "args": {}, "prompt": "Say apple, quickly.", "time_budget_s": 1.5, "failure_score": -1},
+        {"id": "broken-reset", "args": {"reset_raises": True}, "prompt": "Say apple."},
+        {"id": "broken-judge", "args": {"judge": "raise"}, "prompt": "Say apple."},
+        {"id": "hung-judge", "args": {"judge": "hang"}, "prompt": "Say apple."},
+        {"id": "broken-report", "args": {"report": "raise"}, "prompt": "Say apple."},
+    ]
     files = {
         "bundle.toml": 'name = "probe"\n[defaults]\nenv = "probe"\nverifiers = { judge = "judge" }\n',
         "envs/probe/env.toml": 'entry = "env:Probe"\n',

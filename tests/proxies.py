@@ -11,9 +11,13 @@ from urllib.parse import urlsplit
 
 
 @contextlib.contextmanager
-def loopback_proxy(upstream: str, *, idle_s: float | None = None,
-                   refuse: Callable[[bytes], bool] = lambda first_bytes: False,
-                   drop_reused: bool = False) -> Iterator[str]:
+def loopback_proxy(
+    upstream: str,
+    *,
+    idle_s: float | None = None,
+    refuse: Callable[[bytes], bool] = lambda first_bytes: False,
+    drop_reused: bool = False,
+) -> Iterator[str]:
     """A TCP proxy to `upstream`; yields the URL that reaches it. It drops a connection once no
     byte has crossed it either way for `idle_s` (as load balancers and NAT gateways do), and one
     whose first bytes from the client `refuse` turns down, before they reach the server. With

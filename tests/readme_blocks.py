@@ -26,5 +26,7 @@ class Block:
 
 def python_blocks(path: Path) -> list[Block]:
     text = path.read_text()
-    return [Block(text.count("\n", 0, match.start("code")) + 1, match["code"], match["reason"])
-            for match in BLOCK.finditer(text)]
+    return [
+        Block(text.count("\n", 0, match.start("code")) + 1, match["code"], match["reason"])
+        for match in BLOCK.finditer(text)
+    ]

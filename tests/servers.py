@@ -41,9 +41,15 @@ def python_command(*arguments: str, uid: int | None = None) -> tuple[list[str], 
     `uid`, without root's groups, when given."""
     if uid is None:
         return [sys.executable, *arguments], dict(os.environ)
-    return (["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "/usr/bin/python3", *arguments],
-            {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
-             "PYTHONPATH": os.pathsep.join(str(path) for path in [*SOURCE_ROOTS, SITE_PACKAGES])})
+    return (
+        ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "/usr/bin/python3", *arguments],
+        {
+            "PATH": "/usr/bin:/bin",
+            "HOME": "/tmp",
+            "LANG": "C.UTF-8",
+            "PYTHONPATH": os.pathsep.join(str(path) for path in [*SOURCE_ROOTS, SITE_PACKAGES]),
+        },
+    )
 
 
 def corral_command(*arguments: str, uid: int | None = None) -> tuple[list[str], dict[str, str]]:
@@ -54,8 +60,9 @@ def corral_command(*arguments: str, uid: int | None = None) -> tuple[list[str], 
 def corral_serve(bundle: Path, port: int, *options: str, uid: int | None = None) -> subprocess.Popen:
     """Start `corral serve bundle` on `port` (as `uid` when given); its stderr is kept on `.stderr`."""
     command, environ = corral_command("serve", str(bundle), "--port", str(port), *options, uid=uid)
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=environ,
-                            cwd="/", start_new_session=True)
+    return subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=environ, cwd="/", start_new_session=True
+    )
 
 
 def wait_until_serving(server: subprocess.Popen, port: int, timeout_s: float = 120, token: str | None = None) -> str:

@@ -68,7 +68,9 @@ def state() -> StateRequest:
 
 
 def mcp(method: str, params: dict[str, Any] | None = None, request_id: int = 1) -> McpRequest:
-    return McpRequest(data=JsonRpcRequest(jsonrpc="2.0", method=method, params=params or {}, id=request_id).model_dump())
+    return McpRequest(
+        data=JsonRpcRequest(jsonrpc="2.0", method=method, params=params or {}, id=request_id).model_dump()
+    )
 
 
 def observed(reply: ServerFrame, model: type[ObservationT]) -> ObservationT:

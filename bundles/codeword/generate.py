@@ -11,16 +11,35 @@ import random
 from pathlib import Path
 
 HERE = Path(__file__).parent
-WORDS = ["amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "heron",
-         "ivory", "jade", "koala", "lemon", "maple", "noble", "olive", "pearl"]
+WORDS = [
+    "amber",
+    "birch",
+    "cedar",
+    "delta",
+    "ember",
+    "fjord",
+    "grove",
+    "heron",
+    "ivory",
+    "jade",
+    "koala",
+    "lemon",
+    "maple",
+    "noble",
+    "olive",
+    "pearl",
+]
 TRAIN_TASKS, EVAL_TASKS = 600, 64
 
 
 def task(index: int, rng: random.Random) -> dict:
     word = rng.choice(WORDS)
     numbers = {w: rng.randint(10, 99) for w in WORDS}
-    return {"id": f"codeword-{index:04d}", "args": {"word": word, "numbers": numbers},
-            "prompt": f'Code word: "{word}".'}
+    return {
+        "id": f"codeword-{index:04d}",
+        "args": {"word": word, "numbers": numbers},
+        "prompt": f'Code word: "{word}".',
+    }
 
 
 def main() -> None:

@@ -60,11 +60,9 @@ def main() -> None:
     scores = []
     for task in tasks:
         actions = greedy_schedule(task["args"])
-        report = {"submitted": True, "actions": actions,
-                  **battery_physics.simulate(task["args"], actions)}
+        report = {"submitted": True, "actions": actions, **battery_physics.simulate(task["args"], actions)}
         scores.append(grade.verify(task, report))
-    print(f"greedy baseline: mean score {sum(scores) / len(scores):.4f} over {len(scores)} "
-          f"eval days")
+    print(f"greedy baseline: mean score {sum(scores) / len(scores):.4f} over {len(scores)} eval days")
 
 
 if __name__ == "__main__":

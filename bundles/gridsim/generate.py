@@ -16,8 +16,20 @@ from pathlib import Path
 HERE = Path(__file__).parent
 TRAIN_DAYS, EVAL_DAYS = 2000, 200
 # Rough yearly level (USD/MWh), loosely after ERCOT's gas-driven averages.
-YEAR_LEVEL = {2014: 38, 2015: 26, 2016: 24, 2017: 27, 2018: 32, 2019: 30,
-              2020: 22, 2021: 35, 2022: 60, 2023: 40, 2024: 30, 2025: 33}
+YEAR_LEVEL = {
+    2014: 38,
+    2015: 26,
+    2016: 24,
+    2017: 27,
+    2018: 32,
+    2019: 30,
+    2020: 22,
+    2021: 35,
+    2022: 60,
+    2023: 40,
+    2024: 30,
+    2025: 33,
+}
 MONTH_LEVEL = [1.05, 1.05, 0.95, 0.9, 0.95, 1.1, 1.3, 1.45, 1.2, 0.95, 0.95, 1.0]
 SUMMER = {6: 0.6, 7: 1.0, 8: 1.0, 9: 0.6}  # weight of the hot-afternoon peak
 WINTER = {12: 1.0, 1: 1.0, 2: 1.0, 11: 0.5, 3: 0.3}  # weight of the morning ramp
@@ -32,9 +44,14 @@ def day_prices(day: date) -> list[float]:
     level *= 0.88 if day.weekday() >= 5 else 1.0
     prices = []
     for hour in range(24):
-        shape = (0.75 + (0.15 + 0.2 * winter) * _bump(hour, 7.5, 1.3)
-                 + 0.45 * _bump(hour, 19, 1.8) + 1.1 * summer * _bump(hour, 16.5, 2.2)
-                 + 0.2 * _bump(hour, 13, 4) - solar * _bump(hour, 12.5, 2.2))
+        shape = (
+            0.75
+            + (0.15 + 0.2 * winter) * _bump(hour, 7.5, 1.3)
+            + 0.45 * _bump(hour, 19, 1.8)
+            + 1.1 * summer * _bump(hour, 16.5, 2.2)
+            + 0.2 * _bump(hour, 13, 4)
+            - solar * _bump(hour, 12.5, 2.2)
+        )
         prices.append(max(1.0, level * shape * math.exp(rng.gauss(0, 0.08))))
     if rng.random() < 0.015 + 0.06 * summer + 0.02 * winter:
         peak = rng.choice([7, 8, 18, 19, 20]) if summer == 0 else rng.randint(15, 19)
@@ -59,8 +76,13 @@ def day_battery(day: date) -> dict:
     capacity = power * rng.choice([2, 2, 3, 4])
     start = rng.randint(0, capacity // 2)
     end = rng.choice([0, start, rng.randint(0, start)])  # end <= start: idling is allowed
-    return {"capacity_mwh": capacity, "power_mw": power, "start_soc_mwh": start,
-            "end_soc_mwh": end, "efficiency": rng.choice([0.85, 0.86, 0.88, 0.9, 0.92])}
+    return {
+        "capacity_mwh": capacity,
+        "power_mw": power,
+        "start_soc_mwh": start,
+        "end_soc_mwh": end,
+        "efficiency": rng.choice([0.85, 0.86, 0.88, 0.9, 0.92]),
+    }
 
 
 def prompt(day: date, prices: list[float], battery: dict) -> str:
@@ -82,8 +104,7 @@ def prompt(day: date, prices: list[float], battery: dict) -> str:
 def task(day: date) -> dict:
     prices, battery = day_prices(day), day_battery(day)
     args = {"date": day.isoformat(), "prices_usd_per_mwh": prices, "battery": battery}
-    return {"id": f"gridsim-{day.isoformat()}", "args": args,
-            "prompt": prompt(day, prices, battery)}
+    return {"id": f"gridsim-{day.isoformat()}", "args": args, "prompt": prompt(day, prices, battery)}
 
 
 def days(first: date, last: date, count: int, seed: str) -> list[date]:
@@ -94,8 +115,10 @@ def days(first: date, last: date, count: int, seed: str) -> list[date]:
 
 def split_days() -> dict[str, list[date]]:
     """The days of each split: `train` within 2014-2024, `eval` within 2025."""
-    return {"train": days(date(2014, 1, 1), date(2024, 12, 31), TRAIN_DAYS, "gridsim-train"),
-            "eval": days(date(2025, 1, 1), date(2025, 12, 31), EVAL_DAYS, "gridsim-eval")}
+    return {
+        "train": days(date(2014, 1, 1), date(2024, 12, 31), TRAIN_DAYS, "gridsim-train"),
+        "eval": days(date(2025, 1, 1), date(2025, 12, 31), EVAL_DAYS, "gridsim-eval"),
+    }
 
 
 def main() -> None:

@@ -26,8 +26,7 @@ REPORTS = {
     "comes out wrong too; IV and IX seem fine.",
     "shellfix-binsearch": "find([1, 3, 5], 5) in search.py returns -1 although 5 is in the "
     "list; some other items are not found either.",
-    "shellfix-fizzbuzz": 'say(15) in fizzbuzz.py returns "Fizz"; multiples of both 3 and 5 '
-    'should give "FizzBuzz".',
+    "shellfix-fizzbuzz": 'say(15) in fizzbuzz.py returns "Fizz"; multiples of both 3 and 5 should give "FizzBuzz".',
     "shellfix-slugify": 'slugify("Hello, World!") in slug.py gives "hello-world-": slugs must '
     "not start or end with a dash.",
     "shellfix-invoice": "total(lines, discount_percent=10) in invoice.py takes 10 currency units "
@@ -39,9 +38,8 @@ REPORTS = {
     "shellfix-ledger": "python3 ledger.py sample.csv crashes with ValueError: amounts in "
     "parentheses like (35.10) are negative in accounting and must be read as -35.10.",
     "shellfix-shopcart": "A customer cannot buy the last items in stock: with 2 apples on the "
-    "shelves, Cart(stock).add(\"apple\", 2) raises OutOfStock (package shop/).",
-    "shellfix-duration": 'format_duration(3723) in duration.py gives "1h 62m 03s" instead of '
-    '"1h 02m 03s".',
+    'shelves, Cart(stock).add("apple", 2) raises OutOfStock (package shop/).',
+    "shellfix-duration": 'format_duration(3723) in duration.py gives "1h 62m 03s" instead of "1h 02m 03s".',
     "shellfix-intervals": "merge([(1, 3), (3, 5)]) in intervals.py returns both intervals, but "
     "intervals that touch must merge into (1, 5).",
 }
@@ -49,10 +47,15 @@ REPORTS = {
 
 def task(task_id: str) -> dict:
     repo = HERE / "repos" / task_id
-    files = {path.relative_to(repo).as_posix(): path.read_text()
-             for path in sorted(repo.rglob("*")) if path.is_file() and "__pycache__" not in path.parts}
-    prompt = (f"Bug report: {REPORTS[task_id]}\n\nThe repository is in your working directory. "
-              "Fix the bug, check your fix, then call end_turn.")
+    files = {
+        path.relative_to(repo).as_posix(): path.read_text()
+        for path in sorted(repo.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+    prompt = (
+        f"Bug report: {REPORTS[task_id]}\n\nThe repository is in your working directory. "
+        "Fix the bug, check your fix, then call end_turn."
+    )
     return {"id": task_id, "args": {"files": files}, "prompt": prompt}
 
 

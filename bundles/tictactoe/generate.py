@@ -12,15 +12,16 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 GAMES, TRAIN = 300, 250
-PROMPT = ("New game. You are X and move first.\n\n"
-          "  1 2 3\n1 . . .\n2 . . .\n3 . . .\n\n"
-          "Your move: call place(row, col), then end_turn.")
+PROMPT = (
+    "New game. You are X and move first.\n\n"
+    "  1 2 3\n1 . . .\n2 . . .\n3 . . .\n\n"
+    "Your move: call place(row, col), then end_turn."
+)
 
 
 def task(seed: int) -> dict:
     opponent = "random" if random.Random(f"tictactoe-{seed}").random() < 1 / 3 else "tactical"
-    return {"id": f"tictactoe-{seed:03d}", "args": {"seed": seed, "opponent": opponent},
-            "prompt": PROMPT}
+    return {"id": f"tictactoe-{seed:03d}", "args": {"seed": seed, "opponent": opponent}, "prompt": PROMPT}
 
 
 def main() -> None:

@@ -100,8 +100,10 @@ class TokenMissing(AuthError):
 
     @staticmethod
     def explain(url: str, how: str) -> str:
-        return (f"the server at {url} wants a bearer token and none was sent: pass {how} "
-                "or set CORRAL_TOKEN to the token it was served with (corral serve --token)")
+        return (
+            f"the server at {url} wants a bearer token and none was sent: pass {how} "
+            "or set CORRAL_TOKEN to the token it was served with (corral serve --token)"
+        )
 
 
 class TokenRefused(AuthError):
@@ -109,8 +111,10 @@ class TokenRefused(AuthError):
 
     @staticmethod
     def explain(url: str, how: str) -> str:
-        return (f"the server at {url} refused the bearer token it was sent: pass the token it was served "
-                f"with ({how} or CORRAL_TOKEN)")
+        return (
+            f"the server at {url} refused the bearer token it was sent: pass the token it was served "
+            f"with ({how} or CORRAL_TOKEN)"
+        )
 
 
 class UnknownSplit(CorralError, ValueError):

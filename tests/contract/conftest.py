@@ -23,8 +23,13 @@ from tests.contract.providers import (
 
 # modal-fake runs in-process against fake_modal, kubernetes-fake against fake_kubernetes: in
 # the fast tier (`pytest -m fast`).
-ALL = ["local", "docker", pytest.param("modal-fake", marks=pytest.mark.fast), "modal",
-       pytest.param("kubernetes-fake", marks=pytest.mark.fast)]
+ALL = [
+    "local",
+    "docker",
+    pytest.param("modal-fake", marks=pytest.mark.fast),
+    "modal",
+    pytest.param("kubernetes-fake", marks=pytest.mark.fast),
+]
 RUNS_COMMANDS = ["local", "docker", "modal"]  # the fake runs no commands in its sandboxes
 ISOLATED = ["docker", "modal"]  # providers that enforce [resources]
 FAKE_CREDENTIALS = {"token_id": "ak-fake", "token_secret": "as-fake"}
@@ -78,7 +83,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if _not_run:
         terminalreporter.section("the Modal contract run", sep="=", yellow=True)
         terminalreporter.write_line(
-            f"NOT RUN on Modal's cloud ({len(_not_run)} tests skipped): {_not_run[0].split(': ', 1)[1]}")
+            f"NOT RUN on Modal's cloud ({len(_not_run)} tests skipped): {_not_run[0].split(': ', 1)[1]}"
+        )
         terminalreporter.write_line("Everything else of the modal provider ran against tests/contract/fake_modal.py.")
         if os.environ.get("CI") == "true":
             terminalreporter.write_line("CI=true: set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET in CI to run it.")

@@ -77,12 +77,16 @@ class FakeCluster:
         return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout=60)
 
     def kubeconfig(self, namespace: str) -> str:
-        return json.dumps({  # JSON is YAML: the client reads it as its kubeconfig
-            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {"token": TOKEN}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
-        })
+        return json.dumps(
+            {  # JSON is YAML: the client reads it as its kubeconfig
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "fake",
+                "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                "users": [{"name": "fake", "user": {"token": TOKEN}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
+            }
+        )
 
     def stop(self) -> None:
         self.call(self._shutdown())
@@ -135,8 +139,14 @@ class FakeCluster:
             items = [pod.body for (ns, _), pod in self.pods.items() if ns == namespace and has_labels(pod.body, wanted)]
             if "limit" in request.query:
                 items = items[: int(request.query["limit"])]
-            return web.json_response({"kind": "PodList", "apiVersion": "v1",
-                                      "metadata": {"resourceVersion": str(self._version)}, "items": items})
+            return web.json_response(
+                {
+                    "kind": "PodList",
+                    "apiVersion": "v1",
+                    "metadata": {"resourceVersion": str(self._version)},
+                    "items": items,
+                }
+            )
         if request.method != "POST":
             return await self._unknown(request)
         body = await request.json()
@@ -145,8 +155,12 @@ class FakeCluster:
             return status_reply(422, "Invalid", f'Pod "{name}" is invalid: {problem}')
         if (namespace, name) in self.pods:
             return status_reply(409, "AlreadyExists", f'pods "{name}" already exists')
-        body["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), resourceVersion=self._next_version(),
-                                creationTimestamp=timestamp())
+        body["metadata"].update(
+            namespace=namespace,
+            uid=str(uuid.uuid4()),
+            resourceVersion=self._next_version(),
+            creationTimestamp=timestamp(),
+        )
         pod = Pod(body)
         pod.set_state("Pending", {"waiting": {"reason": "ContainerCreating"}})
         self.pods[(namespace, name)] = pod
@@ -172,31 +186,68 @@ class FakeCluster:
         container = pod.container
         memory = container.get("resources", {}).get("requests", {}).get("memory", "0Mi")
         if int(memory.removesuffix("Mi")) > NODE_MEMORY_MI:
-            pod.set_state("Pending", {"waiting": {"reason": "ContainerCreating"}}, [{
-                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                "message": "0/1 nodes are available: 1 Insufficient memory. preemption: 0/1 nodes are available: "
-                           "1 No preemption victims found for incoming pod."}])
+            pod.set_state(
+                "Pending",
+                {"waiting": {"reason": "ContainerCreating"}},
+                [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/1 nodes are available: 1 Insufficient memory. preemption: 0/1 nodes are available: "
+                        "1 No preemption victims found for incoming pod.",
+                    }
+                ],
+            )
             return
         folder = self.images.get(container["image"])
         if folder is None:
-            pod.set_state("Pending", {"waiting": {"reason": "ErrImagePull", "message": f'rpc error: failed to pull '
-                                                  f'and unpack image "{container["image"]}": not found'}})
+            pod.set_state(
+                "Pending",
+                {
+                    "waiting": {
+                        "reason": "ErrImagePull",
+                        "message": f'rpc error: failed to pull and unpack image "{container["image"]}": not found',
+                    }
+                },
+            )
             await asyncio.sleep(0.2)
-            pod.set_state("Pending", {"waiting": {"reason": "ImagePullBackOff",
-                                                  "message": f'Back-off pulling image "{container["image"]}"'}})
+            pod.set_state(
+                "Pending",
+                {
+                    "waiting": {
+                        "reason": "ImagePullBackOff",
+                        "message": f'Back-off pulling image "{container["image"]}"',
+                    }
+                },
+            )
             return
         variables = {"PATH": os.environ["PATH"], **{v["name"]: v["value"] for v in container.get("env", [])}}
         pod.process = await asyncio.create_subprocess_exec(
-            *container.get("command", []), *container.get("args", []), cwd=folder, env=variables,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True)
+            *container.get("command", []),
+            *container.get("args", []),
+            cwd=folder,
+            env=variables,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
         if pod.deleted:  # deleted while its container started
             os.killpg(pod.process.pid, signal.SIGKILL)
         pod.set_state("Running", {"running": {"startedAt": timestamp()}})
         code = await pod.process.wait()
-        pod.set_state("Succeeded" if code == 0 else "Failed", {"terminated": {
-            "exitCode": code, "reason": "Completed" if code == 0 else "Error", "startedAt": timestamp(),
-            "finishedAt": timestamp()}})
+        pod.set_state(
+            "Succeeded" if code == 0 else "Failed",
+            {
+                "terminated": {
+                    "exitCode": code,
+                    "reason": "Completed" if code == 0 else "Error",
+                    "startedAt": timestamp(),
+                    "finishedAt": timestamp(),
+                }
+            },
+        )
 
     async def _kill(self, pod: Pod) -> None:
         """The container's processes killed (deletion with no grace), its kubelet's work ended."""
@@ -242,8 +293,12 @@ class FakeCluster:
         body = await request.json()
         if request.method == "PUT":
             if body["metadata"].get("resourceVersion") != held["metadata"]["resourceVersion"]:
-                return status_reply(409, "Conflict", f'Operation cannot be fulfilled on leases.coordination.k8s.io '
-                                                f'"{key[1]}": the object has been modified')
+                return status_reply(
+                    409,
+                    "Conflict",
+                    f"Operation cannot be fulfilled on leases.coordination.k8s.io "
+                    f'"{key[1]}": the object has been modified',
+                )
             held = {**body, "apiVersion": "coordination.k8s.io/v1", "kind": "Lease"}
         elif request.method == "PATCH" and request.content_type == "application/merge-patch+json":
             held["spec"].update(body.get("spec", {}))
@@ -264,8 +319,14 @@ class FakeCluster:
         if request.method == "GET":
             wanted = label_selector(request)
             items = [body for (ns, _), body in self.policies.items() if ns == namespace and has_labels(body, wanted)]
-            return web.json_response({"kind": "NetworkPolicyList", "apiVersion": "networking.k8s.io/v1",
-                                      "metadata": {"resourceVersion": str(self._version)}, "items": items})
+            return web.json_response(
+                {
+                    "kind": "NetworkPolicyList",
+                    "apiVersion": "networking.k8s.io/v1",
+                    "metadata": {"resourceVersion": str(self._version)},
+                    "items": items,
+                }
+            )
         if request.method != "POST":
             return await self._unknown(request)
         body = await request.json()
@@ -292,8 +353,12 @@ class FakeCluster:
     def policies_of(self, namespace: str, pod: str) -> list[dict[str, Any]]:
         """The NetworkPolicies whose podSelector selects the pod (what a CNI would apply to it)."""
         labels = self.pods[(namespace, pod)].body["metadata"].get("labels", {})
-        return [body for (ns, _), body in self.policies.items() if ns == namespace
-                and all(labels.get(k) == v for k, v in body["spec"]["podSelector"].get("matchLabels", {}).items())]
+        return [
+            body
+            for (ns, _), body in self.policies.items()
+            if ns == namespace
+            and all(labels.get(k) == v for k, v in body["spec"]["podSelector"].get("matchLabels", {}).items())
+        ]
 
     def labelled(self, namespace: str, **labels: str) -> list[str]:
         """The pods in `namespace` with all of `labels` (label keys with dots passed as a dict)."""

@@ -22,8 +22,15 @@ def timestamp() -> str:
 
 def status_reply(code: int, reason: str, message: str) -> web.Response:
     """A failure as the API server answers one: a Status object."""
-    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reason, "code": code}
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
     return web.json_response(body, status=code)
 
 
@@ -42,10 +49,19 @@ class Pod:
     def set_state(self, phase: str, state: dict[str, Any], conditions: list[dict] | None = None) -> None:
         container = self.container
         self.body["status"] = {
-            "phase": phase, "conditions": conditions or [],
-            "containerStatuses": [{"name": container["name"], "image": container["image"], "imageID": "",
-                                   "ready": "running" in state, "restartCount": 0, "started": "running" in state,
-                                   "state": state}],
+            "phase": phase,
+            "conditions": conditions or [],
+            "containerStatuses": [
+                {
+                    "name": container["name"],
+                    "image": container["image"],
+                    "imageID": "",
+                    "ready": "running" in state,
+                    "restartCount": 0,
+                    "started": "running" in state,
+                    "state": state,
+                }
+            ],
         }
 
 

@@ -65,6 +65,7 @@ class _Bound:
 def api(function=None, *, static: bool = False):
     def wrap(f):
         return _Api(staticmethod(f).__func__ if static else f)
+
     return wrap(function) if function is not None else wrap
 
 
@@ -194,14 +195,40 @@ class Sandbox:
         return self._process.returncode
 
     @api(static=True)
-    async def create(*args: str, app=None, image=None, env=None, timeout=300, cpu=None, memory=None,
-                     block_network: bool = False, **options) -> Sandbox:
-        Sandbox.created.append({"args": args, "app": app, "image": image, "env": env, "timeout": timeout,
-                                "cpu": cpu, "memory": memory, "block_network": block_network, **options})
+    async def create(
+        *args: str,
+        app=None,
+        image=None,
+        env=None,
+        timeout=300,
+        cpu=None,
+        memory=None,
+        block_network: bool = False,
+        **options,
+    ) -> Sandbox:
+        Sandbox.created.append(
+            {
+                "args": args,
+                "app": app,
+                "image": image,
+                "env": env,
+                "timeout": timeout,
+                "cpu": cpu,
+                "memory": memory,
+                "block_network": block_network,
+                **options,
+            }
+        )
         environment = {"PATH": os.environ["PATH"], "HOME": str(image.context_dir), **(env or {})}
         process = await asyncio.create_subprocess_exec(
-            *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            cwd=image.context_dir, env=environment, start_new_session=True)
+            *args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=image.context_dir,
+            env=environment,
+            start_new_session=True,
+        )
         sandbox = Sandbox(process, app)
         Sandbox.live[sandbox.object_id] = sandbox
         return sandbox
@@ -245,8 +272,9 @@ class Config:
 def fake_modal(credentials: dict[str, str] | None = None) -> types.SimpleNamespace:
     """A `modal` namespace with this module's classes; `credentials` as Modal's config reads them."""
     config = types.SimpleNamespace(config=Config(credentials or {}), user_config_path="/root/.modal.toml")
-    return types.SimpleNamespace(App=App, Image=Image, Dict=Dict, Sandbox=Sandbox, config=config,
-                                 exception=modal.exception)
+    return types.SimpleNamespace(
+        App=App, Image=Image, Dict=Dict, Sandbox=Sandbox, config=config, exception=modal.exception
+    )
 
 
 def calls_modal_refuses() -> list[str]:

@@ -79,16 +79,19 @@ class ModalUnderTest:
 
         modal = modal_provider.modal
         app = await modal.App.lookup.aio(f"corral-contract-{os.getpid()}", create_if_missing=True)
-        return [sandbox.object_id async for sandbox in
-                modal.Sandbox.list.aio(app_id=app.app_id, tags={"corral.instance": instance})]
+        return [
+            sandbox.object_id
+            async for sandbox in modal.Sandbox.list.aio(app_id=app.app_id, tags={"corral.instance": instance})
+        ]
 
     async def kill(self, provider) -> None:
         from corral.sandboxes import modal_provider
 
         provider._lease.cancel()  # a killed server stops renewing its lease, which then goes stale
         leases = modal_provider.modal.Dict.from_name(modal_provider.LEASES)
-        await leases.put.aio(provider.instance, {"run": provider.run_id,
-                                                 "beat": time.time() - modal_provider.LEASE_STALE_S - 1})
+        await leases.put.aio(
+            provider.instance, {"run": provider.run_id, "beat": time.time() - modal_provider.LEASE_STALE_S - 1}
+        )
 
 
 class KubernetesUnderTest:

@@ -55,8 +55,10 @@ def test_without_credentials_the_provider_refuses_with_the_way_to_give_them(no_m
     with pytest.raises(ConfigError) as refused:
         make_provider("modal")
     message = str(refused.value)
-    assert message.startswith("--sandbox modal needs Modal credentials and found none: set MODAL_TOKEN_ID and "
-                              "MODAL_TOKEN_SECRET (create a token with `modal token new`)")
+    assert message.startswith(
+        "--sandbox modal needs Modal credentials and found none: set MODAL_TOKEN_ID and "
+        "MODAL_TOKEN_SECRET (create a token with `modal token new`)"
+    )
     assert "`modal token set`" in message and "MODAL_PROFILE" in message
 
 
@@ -65,8 +67,14 @@ def test_serve_and_bundle_local_say_the_same_without_credentials(no_modal_creden
         Bundle.local(DOCKERBOX, split="plain", sandbox="modal")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MODAL_CONFIG_PATH": str(tmp_path / "none.toml")}
     corral = Path(sys.executable).parent / "corral"
-    served = subprocess.run([str(corral), "serve", str(DOCKERBOX), "--sandbox", "modal",
-                             "--port", "0"], capture_output=True, text=True, env=env, timeout=120, check=False)
+    served = subprocess.run(
+        [str(corral), "serve", str(DOCKERBOX), "--sandbox", "modal", "--port", "0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert served.returncode == 2, served.stderr
     assert served.stderr.startswith("error: --sandbox modal needs Modal credentials and found none"), served.stderr
 
@@ -86,7 +94,9 @@ def test_an_env_image_is_its_folder_s_dockerfile_keyed_by_the_folder_s_content(t
     assert image_key(spec) != key
     assert image_key(dataclasses.replace(spec, image="ghcr.io/org/env:1")) == "prebuilt:ghcr.io/org/env:1"
     (folder / "Dockerfile").unlink()
-    with pytest.raises(ImageError, match=r"env contract has no Dockerfile in .*; add one \(FROM an image with python3\)"):
+    with pytest.raises(
+        ImageError, match=r"env contract has no Dockerfile in .*; add one \(FROM an image with python3\)"
+    ):
         env_image(spec)
 
 
@@ -102,8 +112,12 @@ def test_sandboxes_get_the_env_s_limits_no_network_unless_it_opts_in_and_tags_th
             assert (created["cpu"], created["memory"], created["block_network"]) == ((0.5, 0.5), (96, 96), True)
             assert created["args"][:2] == ("python3", "-c")  # corral's bootstrap: the SDK comes over stdin
             assert await sandbox.sandbox.get_tags.aio() == {
-                "corral.instance": "tagged-1", "corral.run": provider.run_id, "corral.env": "contract",
-                "corral.session": "s1", "corral.episode": "e1"}
+                "corral.instance": "tagged-1",
+                "corral.run": provider.run_id,
+                "corral.env": "contract",
+                "corral.session": "s1",
+                "corral.episode": "e1",
+            }
             egress = await provider.start(dataclasses.replace(spec, network="egress"))
             assert cloud.Sandbox.created[-1]["block_network"] is False
             await asyncio.gather(sandbox.close(), egress.close())

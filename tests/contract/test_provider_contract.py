@@ -113,14 +113,19 @@ def test_a_line_longer_than_the_limit_ends_the_stream_instead_of_filling_the_ser
 
 @pytest.mark.parametrize("under_test", RUNS_COMMANDS, indirect=True)
 def test_a_verifier_command_reads_the_files_it_was_given_and_cannot_change_them(under_test):
-    script = ('cat "$1/answer.txt"; { echo changed > "$1/answer.txt"; } 2>/dev/null || echo "cannot change it"; '
-              "echo to-stderr >&2; exit 3")
+    script = (
+        'cat "$1/answer.txt"; { echo changed > "$1/answer.txt"; } 2>/dev/null || echo "cannot change it"; '
+        "echo to-stderr >&2; exit 3"
+    )
 
     async def check() -> None:
         async with provided(under_test) as provider:
             sandbox = await provider.start(SPEC)
-            result = await sandbox.verify({"answer.txt": b"forty-two\n", "check.sh": script.encode()},
-                                          lambda folder: ["sh", f"{folder}/check.sh", folder], timeout_s=60)
+            result = await sandbox.verify(
+                {"answer.txt": b"forty-two\n", "check.sh": script.encode()},
+                lambda folder: ["sh", f"{folder}/check.sh", folder],
+                timeout_s=60,
+            )
             assert result.exit_code == 3
             assert sorted(result.output.split()) == sorted(["forty-two", "cannot", "change", "it", "to-stderr"])
             await sandbox.close()
@@ -135,8 +140,9 @@ def test_a_verifier_command_is_held_to_its_deadline_and_its_output_to_its_bound(
             sandbox = await provider.start(SPEC)
             slow = await sandbox.verify({}, lambda folder: ["sh", "-c", "echo started; sleep 60"], timeout_s=2)
             assert (slow.exit_code, slow.output) == (None, "started\n")
-            loud = await sandbox.verify({}, lambda folder: ["sh", "-c", "yes | head -c 300000; echo END"],
-                                        timeout_s=60, max_output_chars=1000)
+            loud = await sandbox.verify(
+                {}, lambda folder: ["sh", "-c", "yes | head -c 300000; echo END"], timeout_s=60, max_output_chars=1000
+            )
             assert loud.exit_code == 0 and len(loud.output) == 1000 and loud.output.endswith("y\nEND\n")
             await sandbox.close()
 
@@ -152,8 +158,9 @@ def test_an_isolated_provider_kills_an_env_past_its_memory_limit(under_test):
             await provider.prepare(spec)
             sandbox = await provider.start(spec)
             assert await tool(sandbox, "hog", megabytes=8) == "held 8 MB"
-            await sandbox.send_line(jsonrpc.encode(jsonrpc.request("2", "tools/call",
-                                                                   {"name": "hog", "arguments": {"megabytes": 512}})))
+            await sandbox.send_line(
+                jsonrpc.encode(jsonrpc.request("2", "tools/call", {"name": "hog", "arguments": {"megabytes": 512}}))
+            )
             with pytest.raises(EOFError):
                 await sandbox.read_line()
             await sandbox.close()

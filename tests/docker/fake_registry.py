@@ -108,14 +108,22 @@ class FakeRegistry:
             return _error(404, "BLOB_UNKNOWN", f"blob unknown to registry: {digest}")
         data = self.blobs[digest]
         headers = {**API_HEADER, "Docker-Content-Digest": digest, "Content-Length": str(len(data))}
-        return web.Response(body=None if method == "HEAD" else data, headers=headers,
-                            content_type="application/octet-stream")
+        return web.Response(
+            body=None if method == "HEAD" else data, headers=headers, content_type="application/octet-stream"
+        )
 
     def _begin_upload(self, name: str) -> web.Response:
         upload = uuid.uuid4().hex
         self._uploads[upload] = bytearray()
-        return web.Response(status=202, headers={**API_HEADER, "Location": f"/v2/{name}/blobs/uploads/{upload}",
-                                                 "Range": "0-0", "Docker-Upload-UUID": upload})
+        return web.Response(
+            status=202,
+            headers={
+                **API_HEADER,
+                "Location": f"/v2/{name}/blobs/uploads/{upload}",
+                "Range": "0-0",
+                "Docker-Upload-UUID": upload,
+            },
+        )
 
     async def _upload(self, request: web.Request, name: str, upload: str) -> web.Response:
         received = self._uploads[upload]
@@ -123,26 +131,39 @@ class FakeRegistry:
             received += chunk
         location = f"/v2/{name}/blobs/uploads/{upload}"
         if request.method == "PATCH":
-            return web.Response(status=202, headers={**API_HEADER, "Location": location, "Docker-Upload-UUID": upload,
-                                                     "Range": f"0-{max(len(received) - 1, 0)}"})
+            return web.Response(
+                status=202,
+                headers={
+                    **API_HEADER,
+                    "Location": location,
+                    "Docker-Upload-UUID": upload,
+                    "Range": f"0-{max(len(received) - 1, 0)}",
+                },
+            )
         digest = request.query.get("digest", "")
         if sha256(bytes(received)) != digest:
             return _error(400, "DIGEST_INVALID", f"provided digest {digest} did not match uploaded content")
         self.blobs[digest] = bytes(self._uploads.pop(upload))
-        return web.Response(status=201, headers={**API_HEADER, "Location": f"/v2/{name}/blobs/{digest}",
-                                                 "Docker-Content-Digest": digest})
+        return web.Response(
+            status=201,
+            headers={**API_HEADER, "Location": f"/v2/{name}/blobs/{digest}", "Docker-Content-Digest": digest},
+        )
 
     async def _put_manifest(self, request: web.Request, name: str, reference: str) -> web.Response:
         body = await request.read()
         manifest = json.loads(body)
-        missing = [blob["digest"] for blob in [manifest["config"], *manifest["layers"]] if blob["digest"] not in self.blobs]
+        missing = [
+            blob["digest"] for blob in [manifest["config"], *manifest["layers"]] if blob["digest"] not in self.blobs
+        ]
         if missing:
             return _error(400, "MANIFEST_BLOB_UNKNOWN", f"blob unknown to registry: {missing[0]}")
         digest = sha256(body)
         kind = request.headers.get("Content-Type", manifest.get("mediaType", ""))
         self.manifests[(name, reference)] = self.manifests[(name, digest)] = (kind, body)
-        return web.Response(status=201, headers={**API_HEADER, "Location": f"/v2/{name}/manifests/{digest}",
-                                                 "Docker-Content-Digest": digest})
+        return web.Response(
+            status=201,
+            headers={**API_HEADER, "Location": f"/v2/{name}/manifests/{digest}", "Docker-Content-Digest": digest},
+        )
 
     def _get_manifest(self, name: str, reference: str, method: str) -> web.Response:
         if (name, reference) not in self.manifests:

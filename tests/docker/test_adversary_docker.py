@@ -96,11 +96,14 @@ LINKS = {  # each leaves /app/totals.json resolving, when the tests read it, int
     "into the verifier's HOME": "ln -s /corral-verifier-home/x /app/totals.json",
     "a loop": "ln -s /app/loop2 /app/loop1 && ln -s /app/loop1 /app/loop2 && ln -s loop1 /app/totals.json",
     "through a name that is not UTF-8": (
-        "mkdir $'/app/\\xc3(' && ln -s /tests/data/expected.json $'/app/\\xc3(/e' && ln -s $'\\xc3(/e' /app/totals.json"),
+        "mkdir $'/app/\\xc3(' && ln -s /tests/data/expected.json $'/app/\\xc3(/e' && ln -s $'\\xc3(/e' /app/totals.json"
+    ),
 }
-HARMLESS_LINKS = ("ln -s /etc/hostname /app/host && ln -s . /app/self && ln -s /nowhere/at/all /app/dangling && "
-                  "ln -s ../app/sales.csv /tmp/sales && ln -s /usr/bin /app/bin && "
-                  "mkdir $'/app/\\xc3(' && ln -s /etc/hostname $'/app/\\xc3(/\\xff'")
+HARMLESS_LINKS = (
+    "ln -s /etc/hostname /app/host && ln -s . /app/self && ln -s /nowhere/at/all /app/dangling && "
+    "ln -s ../app/sales.csv /tmp/sales && ln -s /usr/bin /app/bin && "
+    "mkdir $'/app/\\xc3(' && ln -s /etc/hostname $'/app/\\xc3(/\\xff'"
+)
 
 
 @pytest.mark.parametrize("link", LINKS)
@@ -114,7 +117,8 @@ def test_an_answer_linked_into_what_the_verifier_brings_in_scores_0(harbor_worke
 ROOT_LINKS = {  # an agent that is root may make the folders the verifier mounts links of its own
     "the results folder a link to the tests": "mkdir -p /logs && rm -rf /logs/verifier && ln -s /tests /logs/verifier",
     "the answer into a results folder moved by a link": (
-        "rm -rf /logs && mkdir -p /app/l && ln -s /app/l /logs && ln -s /app/l/verifier/reward.txt /app/totals.json"),
+        "rm -rf /logs && mkdir -p /app/l && ln -s /app/l /logs && ln -s /app/l/verifier/reward.txt /app/totals.json"
+    ),
 }
 
 
@@ -146,8 +150,10 @@ def harbor_worker_5s(docker_engine, worker_tasks, tmp_path_factory) -> Iterator[
 
 @pytest.mark.parametrize("answer", ["a fifo nobody writes", "a link to the tests' stdin"])
 def test_an_answer_that_hangs_the_tests_scores_0_not_unscored(harbor_worker_5s, answer):
-    made = {"a fifo nobody writes": "mkfifo /app/totals.json",
-            "a link to the tests' stdin": "ln -s /proc/self/fd/0 /app/totals.json"}[answer]
+    made = {
+        "a fifo nobody writes": "mkfifo /app/totals.json",
+        "a link to the tests' stdin": "ln -s /proc/self/fd/0 /app/totals.json",
+    }[answer]
     ended = play_worker(harbor_worker_5s, made)
 
     assert ended.reward == 0.0 and ended.status in ("scored", "failed"), (ended.status, ended.reason)
@@ -158,10 +164,12 @@ PYTEST_PLANTS = {  # where pytest, run from /app on /tests/test_totals.py, might
     "a conftest.py in the working folder": f"printf '{EXIT_0}\\n' > /app/conftest.py",
     "a pytest.ini in the working folder": "printf '[pytest]\\naddopts = -p no:python --co\\n' > /app/pytest.ini",
     "a pyproject.toml in the working folder": (
-        "printf '[tool.pytest.ini_options]\\naddopts = \"--co\"\\n' > /app/pyproject.toml"),
+        "printf '[tool.pytest.ini_options]\\naddopts = \"--co\"\\n' > /app/pyproject.toml"
+    ),
     "a plugin package in the working folder": (
         f"mkdir -p /app/_pytest_plugin && printf '{EXIT_0}\\n' > /app/_pytest_plugin/__init__.py && "
-        "printf '[pytest]\\nrequired_plugins = _pytest_plugin\\naddopts = -p _pytest_plugin\\n' > /app/tox.ini"),
+        "printf '[pytest]\\nrequired_plugins = _pytest_plugin\\naddopts = -p _pytest_plugin\\n' > /app/tox.ini"
+    ),
 }
 
 
@@ -192,13 +200,13 @@ def test_no_process_in_the_container_lets_the_agent_open_the_protocol_s_stream(s
     assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
 
 
-
 def test_empty_files_past_what_the_scratch_folder_holds_are_refused(shellfix_docker):
     # 64 MB hold 65,536 files and folders: each costs the kernel's memory, whatever its size.
     with ws(shellfix_docker) as socket:
         opened(socket, task_id="shellfix-batching")
-        said = called(socket, "bash", command="mkdir many && cd many && seq 70000 | xargs touch 2>&1 | head -n 1",
-                      timeout_s=30)
+        said = called(
+            socket, "bash", command="mkdir many && cd many && seq 70000 | xargs touch 2>&1 | head -n 1", timeout_s=30
+        )
         ended = called(socket, "end_turn", response="done")
 
     assert "No space left on device" in said.result, said.result

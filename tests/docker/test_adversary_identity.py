@@ -143,7 +143,8 @@ ON_THE_ENV = {
 }
 ON_THE_VERDICT = {
     "a fixed module in /dev/shm, linked from the repository": (
-        "sed 's/ - size + 1//' batching.py > /dev/shm/batching.py; ln -sf /dev/shm/batching.py batching.py"),
+        "sed 's/ - size + 1//' batching.py > /dev/shm/batching.py; ln -sf /dev/shm/batching.py batching.py"
+    ),
     "a fork bomb left running in a new session": "setsid sh -c 'b() { b | b & }; b' </dev/null >/dev/null 2>&1 & sleep 2",
     "the repository's folder made unreadable": "chmod 000 /repo",
     # Past PATH_MAX: the copy fails (the agent's doing) at once; it took 100 s of tar's CPU, past
@@ -154,7 +155,8 @@ ODDITIES = {
     "a Unix socket": "python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('sock')\"",
     "a setgid folder holding a setuid shell": "mkdir sg && chmod 2777 sg && cp /bin/sh sg/sh && chmod 4755 sg/sh",
     "names with a newline or that read as tar options": (
-        "touch \"$(printf 'a\\nb.py')\" -- '--checkpoint=1' '--checkpoint-action=exec=sh -c false' '-P'"),
+        "touch \"$(printf 'a\\nb.py')\" -- '--checkpoint=1' '--checkpoint-action=exec=sh -c false' '-P'"
+    ),
     "60,000 empty files": "mkdir many && cd many && seq 60000 | xargs touch",
 }
 
@@ -223,7 +225,11 @@ def test_tests_made_to_fill_their_own_container_are_stopped_and_score_0(small_di
     filler = f"#!/bin/sh\nhead -c {4 * LIMIT_MB}M /dev/zero > /filled-by-the-tests\nsleep 600\n"
     with ws(small_disk) as socket:
         opened(socket, task_id=HARBOR_TASK)
-        called(socket, "bash", command=f"rm /usr/bin/python3 && printf '{filler}' > /usr/bin/python3 && chmod 755 /usr/bin/python3")
+        called(
+            socket,
+            "bash",
+            command=f"rm /usr/bin/python3 && printf '{filler}' > /usr/bin/python3 && chmod 755 /usr/bin/python3",
+        )
         ended = called(socket, "end_turn", response="done")
 
     assert (ended.status, ended.reward) == ("scored", 0.0), ended
@@ -232,11 +238,17 @@ def test_tests_made_to_fill_their_own_container_are_stopped_and_score_0(small_di
 
 def test_tests_made_to_fill_the_verifier_s_own_folders_are_bounded_and_score_0(small_disk):  # noqa: F811
     # python3, as the tests run it: four times the task's disk limit into each folder corral brings in.
-    filler = (f"#!/bin/sh\nfor d in $HOME /logs/verifier /tests; do head -c {4 * LIMIT_MB}M /dev/zero > $d/fill; "
-              "echo wrote $(wc -c < $d/fill) to $d; done; exit 1\n")
+    filler = (
+        f"#!/bin/sh\nfor d in $HOME /logs/verifier /tests; do head -c {4 * LIMIT_MB}M /dev/zero > $d/fill; "
+        "echo wrote $(wc -c < $d/fill) to $d; done; exit 1\n"
+    )
     with ws(small_disk) as socket:
         opened(socket, task_id=HARBOR_TASK)
-        called(socket, "bash", command=f"rm /usr/bin/python3 && printf '{filler}' > /usr/bin/python3 && chmod 755 /usr/bin/python3")
+        called(
+            socket,
+            "bash",
+            command=f"rm /usr/bin/python3 && printf '{filler}' > /usr/bin/python3 && chmod 755 /usr/bin/python3",
+        )
         ended = called(socket, "end_turn", response="done")
 
     output = ended.metadata["verifier_output"]["reward"]
@@ -246,8 +258,10 @@ def test_tests_made_to_fill_the_verifier_s_own_folders_are_bounded_and_score_0(s
 
 
 # A command verifier that reads the agent's answer as data, the expected one still open (fd 3).
-COMPARES = ('command = ["python3", "-I", "-c", "import sys; kept = open(sys.argv[1]); expected = kept.read(); '
-            'sys.exit(open(\'answer.txt\').read() != expected)", "{files}/expected.txt"]\nfiles = ["secret"]\n')
+COMPARES = (
+    'command = ["python3", "-I", "-c", "import sys; kept = open(sys.argv[1]); expected = kept.read(); '
+    'sys.exit(open(\'answer.txt\').read() != expected)", "{files}/expected.txt"]\nfiles = ["secret"]\n'
+)
 LINKED_ANSWERS = {
     "to the expected answer where the verifier's files went last time": "ln -s /verifier/expected.txt answer.txt",
     "to the verifier's first open file": "ln -s /proc/self/fd/3 answer.txt",
@@ -288,6 +302,8 @@ def test_an_answer_linked_to_what_the_verifier_reads_scores_0(compare_server, li
 
 
 def test_the_answer_beside_links_elsewhere_still_scores_1(compare_server):
-    ended = answered(compare_server, "echo the secret answer > answer.txt && ln -s /verifier v && ln -s / root && ln -s . up")
+    ended = answered(
+        compare_server, "echo the secret answer > answer.txt && ln -s /verifier v && ln -s / root && ln -s . up"
+    )
 
     assert (ended.status, ended.reward) == ("scored", 1.0), ended.metadata

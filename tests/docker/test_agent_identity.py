@@ -36,8 +36,13 @@ def test_the_agent_s_commands_run_as_a_user_of_their_own_with_no_capability(dock
         seen = environment.shell(command="id -u; id -g; id -G; grep -E '^Cap(Inh|Prm|Eff|Amb)' /proc/self/status")
         env_uid = json.loads(environment.inspect())["uid"]
 
-    assert seen.split("\n") == ["1001", "1000", "1000", *(f"Cap{kind}:\t0000000000000000" for kind in
-                                                          ("Inh", "Prm", "Eff", "Amb")), "[exit status 0]"]
+    assert seen.split("\n") == [
+        "1001",
+        "1000",
+        "1000",
+        *(f"Cap{kind}:\t0000000000000000" for kind in ("Inh", "Prm", "Eff", "Amb")),
+        "[exit status 0]",
+    ]
     assert env_uid == 1000
 
 
@@ -54,4 +59,3 @@ def test_the_agent_s_commands_cannot_reach_the_env(dockerbox_server, attack):
 
     assert not answer.endswith("[exit status 0]"), answer
     assert (kept, reward) == ("the env's own", 1.0)  # the env, untouched, still answers and scores
-

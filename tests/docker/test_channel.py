@@ -18,7 +18,9 @@ from tests.docker.conftest import DOCKERBOX
 
 pytestmark = pytest.mark.docker
 PROBE = SandboxSpec("probe", DOCKERBOX / "envs/probe", ("python3", "-m", "corral.env", "env:Probe"))
-PLAIN_MCP = SandboxSpec("plain", DOCKERBOX / "envs/plain", ("python3", "-c", "import sys; print(sys.stdin.readline().strip(), flush=True)"))
+PLAIN_MCP = SandboxSpec(
+    "plain", DOCKERBOX / "envs/plain", ("python3", "-c", "import sys; print(sys.stdin.readline().strip(), flush=True)")
+)
 
 
 async def ping(sandbox) -> dict:
@@ -38,10 +40,17 @@ def test_the_env_talks_over_its_own_socket_in_a_container_as_hardened_as_ever(do
             assert list(folder.iterdir()) == []
             inspected = docker_engine.api.inspect_container(sandbox.container_id)
             host = inspected["HostConfig"]
-            assert [(m["Source"], m["Target"], m["ReadOnly"]) for m in host["Mounts"]] == [(str(folder), "/run/corral", True)]
+            assert [(m["Source"], m["Target"], m["ReadOnly"]) for m in host["Mounts"]] == [
+                (str(folder), "/run/corral", True)
+            ]
             # Root with only the capabilities to become the env's user and start the agent's (docker_users).
-            assert (host["NetworkMode"], host["ReadonlyRootfs"], host["CapDrop"], host["CapAdd"], inspected["Config"]["User"]) == (
-                "none", True, ["ALL"], ID_CAPABILITIES, "0:0")
+            assert (
+                host["NetworkMode"],
+                host["ReadonlyRootfs"],
+                host["CapDrop"],
+                host["CapAdd"],
+                inspected["Config"]["User"],
+            ) == ("none", True, ["ALL"], ID_CAPABILITIES, "0:0")
             said = await call_tool(sandbox, "inspect")
             assert (said["interfaces"], said["uid"], said["root_writable"]) == (["lo"], 1000, False)
             await sandbox.close()
@@ -77,7 +86,8 @@ def test_an_env_with_its_own_command_keeps_the_attach_stream(docker_engine):
 
 
 def test_when_the_engine_cannot_see_the_socket_folder_the_attach_stream_carries_the_protocol(
-        docker_engine, monkeypatch, caplog):
+    docker_engine, monkeypatch, caplog
+):
     # As for a server in a container whose folder is not the host's: the engine finds no such path.
     settings = channel_module.Channel.container_settings
 
@@ -96,7 +106,9 @@ def test_when_the_engine_cannot_see_the_socket_folder_the_attach_stream_carries_
             for sandbox in (first, second):
                 assert not sandbox.over_socket and await ping(sandbox) == {"jsonrpc": "2.0", "id": "p", "result": {}}
             # corral's own: asyncio may warn here of a child whose loop an earlier test closed
-            warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name.startswith("corral")]
+            warnings = [
+                r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name.startswith("corral")
+            ]
             assert len(warnings) == 1 and "talk over their attach streams" in warnings[0]
             assert "CORRAL_CHANNEL_DIR" in warnings[0]
             assert list(provider.channels.root.iterdir()) == []  # the refused channel's folder went
@@ -106,7 +118,9 @@ def test_when_the_engine_cannot_see_the_socket_folder_the_attach_stream_carries_
     asyncio.run(check())
 
 
-def test_a_socket_folder_too_deep_for_a_socket_name_falls_back_with_the_fix(docker_engine, monkeypatch, tmp_path, caplog):
+def test_a_socket_folder_too_deep_for_a_socket_name_falls_back_with_the_fix(
+    docker_engine, monkeypatch, tmp_path, caplog
+):
     deep = tmp_path / ("d" * 100)  # a Unix socket's path holds at most 108 bytes
     monkeypatch.setenv(channel_module.DIRECTORY_VARIABLE, str(deep))
 

@@ -19,11 +19,15 @@ SPEC = SandboxSpec("probe", PROBE, ("python3", "-m", "corral.env", "env:Probe"),
 
 # What the agent does in its container before its turn ends: a file in the writable folder, one
 # in the scratch /tmp, and a process that keeps writing the time into the writable folder.
-AGENT = ("echo kept > /data/kept; echo scratch > /tmp/scratch; "
-         "setsid sh -c 'while :; do date +%s%N > /data/clock; sleep 0.01; done' < /dev/null > /dev/null 2>&1 & "
-         "until [ -e /data/clock ]; do sleep 0.01; done")
+AGENT = (
+    "echo kept > /data/kept; echo scratch > /tmp/scratch; "
+    "setsid sh -c 'while :; do date +%s%N > /data/clock; sleep 0.01; done' < /dev/null > /dev/null 2>&1 & "
+    "until [ -e /data/clock ]; do sleep 0.01; done"
+)
 
-CLOCK_STANDS_STILL = 'before=$(cat /data/clock); sleep 0.3; [ "$before" = "$(cat /data/clock)" ] && echo "the clock stands still"'
+CLOCK_STANDS_STILL = (
+    'before=$(cat /data/clock); sleep 0.3; [ "$before" = "$(cat /data/clock)" ] && echo "the clock stands still"'
+)
 CHECK = """
 id -u; pwd; cat /data/kept; ls /tmp
 before=$(cat /data/clock); sleep 0.3; [ "$before" = "$(cat /data/clock)" ] && echo "the clock stands still"
@@ -52,8 +56,9 @@ def act_as_the_agent(docker_engine, sandbox, command: str) -> str:
 def test_the_verifier_runs_on_a_copy_of_the_writable_folders_with_none_of_the_agent_s_processes(docker_engine):
     async def check(sandbox, provider) -> None:
         act_as_the_agent(docker_engine, sandbox, AGENT)
-        result = await sandbox.verify({"check.sh": CHECK.encode()}, lambda folder: ["sh", f"{folder}/check.sh", folder],
-                                      timeout_s=30)
+        result = await sandbox.verify(
+            {"check.sh": CHECK.encode()}, lambda folder: ["sh", f"{folder}/check.sh", folder], timeout_s=30
+        )
         said = result.output.splitlines()
         assert result.exit_code == 3 and "to-stderr" in said  # stderr too, wherever it fell among stdout's lines
         said.remove("to-stderr")

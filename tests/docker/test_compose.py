@@ -38,15 +38,16 @@ class ComposeProject:
         self.instance = f"compose-{port}"  # compose.yaml's CORRAL_INSTANCE
         self._compose = compose
         # The file's defaults, whatever this shell sets: only the port is the test's choice.
-        self._env = {k: v for k, v in os.environ.items()
-                     if not k.startswith(("CORRAL_", "COMPOSE_", "MAX_CONCURRENT_ENVS"))}
+        self._env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("CORRAL_", "COMPOSE_", "MAX_CONCURRENT_ENVS"))
+        }
         self._env["CORRAL_PORT"] = str(port)
 
     def __call__(self, *args: str, timeout_s: float = COLD_START_S) -> str:
-        command = [self._compose, "--project-name", self.name,
-                   "--file", str(REPO / "compose.yaml"), *args]
-        done = subprocess.run(command, check=False, cwd=REPO, env=self._env,
-                              capture_output=True, text=True, timeout=timeout_s)
+        command = [self._compose, "--project-name", self.name, "--file", str(REPO / "compose.yaml"), *args]
+        done = subprocess.run(
+            command, check=False, cwd=REPO, env=self._env, capture_output=True, text=True, timeout=timeout_s
+        )
         assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}"
         return done.stdout
 
@@ -88,8 +89,7 @@ def compose_project(docker_engine) -> Iterator[ComposeProject]:
 def test_compose_serves_gridsim_in_docker_sandboxes_and_leaves_nothing_running(compose_project):
     project = compose_project
     project("up", "--detach", "--build")
-    poll(lambda: project.health() == "healthy", timeout_s=COLD_START_S,
-         what="the server's health check passing")
+    poll(lambda: project.health() == "healthy", timeout_s=COLD_START_S, what="the server's health check passing")
 
     with Bundle(project.url, split="eval") as env:
         environment = env.factory()

@@ -46,15 +46,19 @@ def dockerbox(dockerbox_server) -> Iterator[Bundle]:
 
 
 def test_a_full_disk_and_the_pids_limit_used_up_by_leftovers_still_get_the_verdict(dockerbox):
-    episode = played(dockerbox, "probe", ("fill", {"folder": "/tmp"}), ("leave_running", {"count": 40}),
-                     ("say", {"text": "ok"}))
+    episode = played(
+        dockerbox, "probe", ("fill", {"folder": "/tmp"}), ("leave_running", {"count": 40}), ("say", {"text": "ok"})
+    )
     assert (episode.status, episode.reward) == ("scored", 1.0)
 
 
-@pytest.mark.parametrize(("attack", "arguments", "reason"), [
-    ("hog", {"megabytes": 1000}, "killed for using more than its memory limit of 96 MB"),
-    ("fork_bomb", {}, "fork_bomb didn't answer within 5s"),
-])
+@pytest.mark.parametrize(
+    ("attack", "arguments", "reason"),
+    [
+        ("hog", {"megabytes": 1000}, "killed for using more than its memory limit of 96 MB"),
+        ("fork_bomb", {}, "fork_bomb didn't answer within 5s"),
+    ],
+)
 def test_an_env_the_agent_broke_scores_the_failure_score(dockerbox, attack, arguments, reason):
     episode = played(dockerbox, "probe", (attack, arguments))
     assert (episode.status, episode.reward) == ("failed", 0.0)
@@ -79,9 +83,14 @@ def solution(task_id: str) -> dict[str, str]:
     return json.loads((BUNDLES / "shellfix" / "solutions" / f"{task_id}.json").read_text())
 
 
-FILL_AND_LEAVE = ("bash", {"command": "for i in $(seq 40); do setsid sleep 3600 & done; "
-                                      "dd if=/dev/zero of=/repo/full bs=1M 2>/dev/null; "
-                                      "dd if=/dev/zero of=/tmp/full bs=1M 2>/dev/null; echo filled"})
+FILL_AND_LEAVE = (
+    "bash",
+    {
+        "command": "for i in $(seq 40); do setsid sleep 3600 & done; "
+        "dd if=/dev/zero of=/repo/full bs=1M 2>/dev/null; "
+        "dd if=/dev/zero of=/tmp/full bs=1M 2>/dev/null; echo filled"
+    },
+)
 
 
 @pytest.mark.parametrize("fixed", [True, False], ids=["fixed", "left"])

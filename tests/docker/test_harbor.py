@@ -26,8 +26,16 @@ from tests.wire import called, opened, ws
 pytestmark = pytest.mark.docker
 
 HARBOR = FIXTURES / "harbor"
-SERVED = ["c-build", "csv-stats", "git-repair", "legacy-wordcount", "multi-step", "shell-only", "two-scores",
-          "yaml-config"]
+SERVED = [
+    "c-build",
+    "csv-stats",
+    "git-repair",
+    "legacy-wordcount",
+    "multi-step",
+    "shell-only",
+    "two-scores",
+    "yaml-config",
+]
 # Everything an agent could leave for the verdict: a test.sh and a conftest.py that pass, reward
 # files saying 1, and a process of its own that keeps writing them (it outlives the bash call).
 PLANT = """
@@ -79,8 +87,9 @@ def test_check_flags_a_task_whose_solution_fails_and_one_that_passes_untouched(d
     root = tmp_path / "tasks"
     shutil.copytree(HARBOR / "_images", root / "_images")
     shutil.copy(HARBOR / "bundle.toml", root / "bundle.toml")
-    (root / "bundle.toml").write_text((HARBOR / "bundle.toml").read_text().replace(
-        '[splits]\neval = ["csv-stats", "two-scores"]\n', ""))
+    (root / "bundle.toml").write_text(
+        (HARBOR / "bundle.toml").read_text().replace('[splits]\neval = ["csv-stats", "two-scores"]\n', "")
+    )
     for name in ("broken-solution", "always-passes"):
         shutil.copytree(HARBOR / "csv-stats", root / name)
     (root / "broken-solution" / "solution" / "solve.sh").write_text("#!/bin/bash\necho '{}' > /app/totals.json\n")
@@ -117,8 +126,9 @@ def test_every_task_ends_at_its_time_budget_and_is_still_scored(short_budgets):
 
     with ThreadPoolExecutor(len(SERVED) + 1) as threads:
         idle = dict(zip(SERVED, threads.map(sleep_past_the_budget, SERVED), strict=True))
-        solved = threads.submit(sleep_past_the_budget, "legacy-wordcount",
-                                "wc -w < /app/input.txt > /app/count.txt").result()
+        solved = threads.submit(
+            sleep_past_the_budget, "legacy-wordcount", "wc -w < /app/input.txt > /app/count.txt"
+        ).result()
 
     for task_id, ended in idle.items():
         assert (ended.done, ended.status, ended.reward) == (True, "scored", 0.0), (task_id, ended)
@@ -165,8 +175,11 @@ def test_bash_returns_when_its_command_does_and_stops_everything_it_started_at_i
 def test_the_task_container_is_hardened_even_when_its_user_is_root(harbor, docker_engine):
     with ws(harbor) as socket:
         episode = opened(socket, task_id="csv-stats").episode_id
-        seen = called(socket, "bash", command="id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; ls /sys/class/net; "
-                                               "echo $SALES")  # [environment] env
+        seen = called(
+            socket,
+            "bash",
+            command="id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; ls /sys/class/net; echo $SALES",
+        )  # [environment] env
         (container,) = containers(docker_engine, corral_episode=episode)
         host = docker_engine.api.inspect_container(container["Id"])["HostConfig"]
 
@@ -184,7 +197,7 @@ def test_a_reward_json_gives_two_scores_and_the_bundles_reward_picks_one(harbor)
             return called(socket, "end_turn", response="done")
 
     numbers = play("#!/bin/sh\nseq 1 30\n")  # right on the 16 lines that are plain numbers
-    solved = play("#!/bin/sh\nseq 1 30 | awk '{print $1%15==0?\"FizzBuzz\":$1%3==0?\"Fizz\":$1%5==0?\"Buzz\":$1}'\n")
+    solved = play('#!/bin/sh\nseq 1 30 | awk \'{print $1%15==0?"FizzBuzz":$1%3==0?"Fizz":$1%5==0?"Buzz":$1}\'\n')
 
     assert (numbers.scores, numbers.reward) == ({"reward": 0.0, "lines": pytest.approx(16 / 30)}, 0.0)
     assert (solved.scores, solved.reward) == ({"reward": 1.0, "lines": 1.0}, 1.0)
@@ -193,8 +206,9 @@ def test_a_reward_json_gives_two_scores_and_the_bundles_reward_picks_one(harbor)
 
 def test_an_agent_that_ends_its_containers_first_process_scores_0_not_unscored(harbor):
     # The idle shell under docker's init answers `corral-warm` pings (split here, so this command does not match).
-    kill_the_keeper = ("for p in /proc/[0-9]*; do grep -qs corral-''warm $p/cmdline && kill -9 ${p#/proc/}; done; "
-                       "sleep 5")
+    kill_the_keeper = (
+        "for p in /proc/[0-9]*; do grep -qs corral-''warm $p/cmdline && kill -9 ${p#/proc/}; done; sleep 5"
+    )
     with ws(harbor) as socket:
         opened(socket, task_id="csv-stats")
         called(socket, "bash", command=kill_the_keeper)

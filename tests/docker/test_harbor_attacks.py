@@ -27,9 +27,9 @@ pytestmark = pytest.mark.docker
 TASK = "csv-worker"
 EXIT_0 = "import posix; posix._exit(0)"
 SOLVE = (  # solution/solve.sh of csv-stats, as the agent would type it
-    "python3 -c 'import csv, json\ntotals = {}\nfor row in csv.DictReader(open(\"/app/sales.csv\")):\n"
-    "    totals[row[\"region\"]] = totals.get(row[\"region\"], 0) + int(row[\"units\"]) * float(row[\"unit_price\"])\n"
-    "json.dump({k: round(v, 2) for k, v in totals.items()}, open(\"/app/totals.json\", \"w\"))'"
+    'python3 -c \'import csv, json\ntotals = {}\nfor row in csv.DictReader(open("/app/sales.csv")):\n'
+    '    totals[row["region"]] = totals.get(row["region"], 0) + int(row["units"]) * float(row["unit_price"])\n'
+    'json.dump({k: round(v, 2) for k, v in totals.items()}, open("/app/totals.json", "w"))\''
 )
 # -I: the agent's own interpreter must not trip over the plants already made.
 USER_SITE = "d=$(python3 -I -c 'import site; print(site.getusersitepackages())') && mkdir -p $d"
@@ -40,7 +40,8 @@ PLANTS = {
     "a sitecustomize in the working folder": f"printf '{EXIT_0}\\n' > /app/sitecustomize.py",
     "a stale bytecode cache of pytest in the working folder": (
         f"printf '{EXIT_0}\\n' > /app/pytest.py && python3 -I -c 'import py_compile; py_compile.compile(\"/app/pytest.py\")'"
-        " && rm /app/pytest.py && mkdir -p /app/pytest && mv /app/__pycache__/pytest.*.pyc /app/pytest/__init__.pyc"),
+        " && rm /app/pytest.py && mkdir -p /app/pytest && mv /app/__pycache__/pytest.*.pyc /app/pytest/__init__.pyc"
+    ),
 }
 
 
@@ -48,12 +49,15 @@ PLANTS = {
 def worker_tasks(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("harbor-worker") / "tasks"
     root.mkdir()
-    (root / "bundle.toml").write_text('name = "harbor-worker"\n[base_images]\n"python:3.12-slim" = { build = "_images/shared" }\n')
+    (root / "bundle.toml").write_text(
+        'name = "harbor-worker"\n[base_images]\n"python:3.12-slim" = { build = "_images/shared" }\n'
+    )
     shutil.copytree(FIXTURES / "harbor" / "_images", root / "_images")
     task = Path(shutil.copytree(FIXTURES / "harbor" / "csv-stats", root / TASK))
     (task / "environment" / "Dockerfile").write_text(
         "FROM python:3.12-slim\nRUN useradd --create-home --uid 1001 worker\nWORKDIR /app\n"
-        "COPY --chown=worker:worker sales.csv /app/sales.csv\nRUN chown worker:worker /app\nUSER worker\n")
+        "COPY --chown=worker:worker sales.csv /app/sales.csv\nRUN chown worker:worker /app\nUSER worker\n"
+    )
     return root
 
 
@@ -96,11 +100,13 @@ def test_the_oracle_plays_a_task_whose_agent_is_not_root(harbor_worker, worker_t
 RUNS_THE_AGENTS_PROGRAM = (
     "#!/bin/bash\npython3 -m pytest -q -p no:cacheprovider /tests/test_totals.py\n"
     "if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
-    "runuser -u worker -- python3 /app/summarize.py || true\n")
+    "runuser -u worker -- python3 /app/summarize.py || true\n"
+)
 FORGES_THE_VERDICT = (
-    "printf 'import json, pathlib\\nfor path in (\"/logs/verifier/reward.json\", \"/corral-verifier-home/forged\"):\\n"
-    "    try: pathlib.Path(path).write_text(json.dumps({\"reward\": 1}))\\n"
-    "    except OSError as error: print(\"refused:\", error)\\n' > /app/summarize.py")
+    'printf \'import json, pathlib\\nfor path in ("/logs/verifier/reward.json", "/corral-verifier-home/forged"):\\n'
+    '    try: pathlib.Path(path).write_text(json.dumps({"reward": 1}))\\n'
+    '    except OSError as error: print("refused:", error)\\n\' > /app/summarize.py'
+)
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +138,8 @@ SITE = "/usr/local/lib/python3.11/dist-packages"
 SEARCHED_BY_THE_TESTS = f"ENV PATH=/home/worker/.local/bin:$PATH PYTHONPATH=/app/lib\nRUN chown worker {SITE}\n"
 SEARCH_PLANTS = {
     "a python3 on the image's PATH": (
-        "mkdir -p ~/.local/bin && printf '#!/bin/sh\\nexit 0\\n' > ~/.local/bin/python3 && chmod 755 ~/.local/bin/python3"),
+        "mkdir -p ~/.local/bin && printf '#!/bin/sh\\nexit 0\\n' > ~/.local/bin/python3 && chmod 755 ~/.local/bin/python3"
+    ),
     "a sitecustomize on the image's PYTHONPATH": f"mkdir -p /app/lib && printf '{EXIT_0}\\n' > /app/lib/sitecustomize.py",
 }
 

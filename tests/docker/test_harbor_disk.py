@@ -27,8 +27,10 @@ TASK = "csv-stats"
 def small_disk(docker_engine, tmp_path_factory) -> Iterator[EmbeddedServer]:
     root = tmp_path_factory.mktemp("harbor-disk") / "tasks"
     root.mkdir()
-    (root / "bundle.toml").write_text('name = "harbor-disk"\n[base_images]\n"python:3.12-slim" = { build = "_images/shared" }\n'
-                                      f"[resources]\ndisk_mb = {LIMIT_MB}\n")
+    (root / "bundle.toml").write_text(
+        'name = "harbor-disk"\n[base_images]\n"python:3.12-slim" = { build = "_images/shared" }\n'
+        f"[resources]\ndisk_mb = {LIMIT_MB}\n"
+    )
     shutil.copytree(FIXTURES / "harbor" / "_images", root / "_images")
     shutil.copytree(FIXTURES / "harbor" / TASK, root / TASK)
     yield from serving(Path(root), sandbox="docker")
@@ -37,7 +39,9 @@ def small_disk(docker_engine, tmp_path_factory) -> Iterator[EmbeddedServer]:
 def test_an_agent_that_writes_past_the_container_s_disk_limit_is_stopped_and_scores_0(small_disk, docker_engine):
     with ws(small_disk) as socket:
         opened(socket, task_id=TASK)
-        filled = called(socket, "bash", command=f"{SOLVE} && head -c {4 * LIMIT_MB}M /dev/zero > /fill; sleep {4 * POLL_S:g}")
+        filled = called(
+            socket, "bash", command=f"{SOLVE} && head -c {4 * LIMIT_MB}M /dev/zero > /fill; sleep {4 * POLL_S:g}"
+        )
         ended = called(socket, "end_turn", response="done")
 
     assert "the container may have stopped" in filled.result, filled.result

@@ -66,8 +66,10 @@ def test_an_attack_on_the_limits_ends_only_its_own_episode_with_its_failure_scor
         assert reason in answer
         assert attacker.get_reward() == 0.0  # the agent's doing: scored, never left out
         instance = instance_of(dockerbox_server)
-        poll(lambda: len(containers(docker_engine, corral_instance=instance)) == 1,
-             what="the attacker's container going while the bystander's stays")
+        poll(
+            lambda: len(containers(docker_engine, corral_instance=instance)) == 1,
+            what="the attacker's container going while the bystander's stays",
+        )
 
         bystander.say(text="ok")
         assert bystander.get_reward() == 1.0
@@ -82,8 +84,9 @@ def test_why_a_container_stopped_is_known_after_autoremove_took_it(docker_engine
     image = containers(docker_engine, corral_instance=instance_of(dockerbox_server))[0]["Image"]
     since = time.time()
     host_config = docker_engine.api.create_host_config(auto_remove=True, mem_limit="32m", memswap_limit="32m")
-    hog = docker_engine.api.create_container(image, command=["python3", "-c", "b = bytearray(256 << 20)"],
-                                             host_config=host_config)["Id"]
+    hog = docker_engine.api.create_container(
+        image, command=["python3", "-c", "b = bytearray(256 << 20)"], host_config=host_config
+    )["Id"]
     docker_engine.api.start(hog)
     poll(lambda: not docker_engine.api.containers(all=True, filters={"id": hog}), what="the hog being removed")
 

@@ -38,17 +38,22 @@ def test_status_counts_live_containers_and_warm_ones_per_env(docker_engine):
 
             provider.start_pools([PROBE, PLAIN])
             none_dry = {"probe": 0, "plain": 0}
-            await poll_status(provider, ProviderStatus("docker", isolated=True, live=1, warm={"probe": 1, "plain": 1},
-                                                       warm_dry=none_dry))
+            await poll_status(
+                provider,
+                ProviderStatus("docker", isolated=True, live=1, warm={"probe": 1, "plain": 1}, warm_dry=none_dry),
+            )
             warm = await provider.start(PLAIN, {"corral.purpose": "status"})  # taken from the pool
             assert provider.status().live == 2 and provider.status().warm["plain"] == 0
-            await poll_status(provider, ProviderStatus("docker", isolated=True, live=2, warm={"probe": 1, "plain": 1},
-                                                       warm_dry=none_dry))
+            await poll_status(
+                provider,
+                ProviderStatus("docker", isolated=True, live=2, warm={"probe": 1, "plain": 1}, warm_dry=none_dry),
+            )
 
             await cold.close()
             await warm.close()
-            assert provider.status() == ProviderStatus("docker", isolated=True, live=0, warm={"probe": 1, "plain": 1},
-                                                       warm_dry=none_dry)
+            assert provider.status() == ProviderStatus(
+                "docker", isolated=True, live=0, warm={"probe": 1, "plain": 1}, warm_dry=none_dry
+            )
         finally:
             await provider.aclose()
         assert containers(docker_engine, corral_run=provider.engine.run_id) == []

@@ -61,8 +61,10 @@ def pulled_by_kubernetes(registry_address: str) -> dict[str, str]:
     loaded = load_bundle(DOCKERBOX)
 
     async def prepare() -> dict[str, str]:
-        return {name: str((await provider.prepare(sandbox_spec(env), lambda line: None)).image)
-                for name, env in loaded.envs.items()}
+        return {
+            name: str((await provider.prepare(sandbox_spec(env), lambda line: None)).image)
+            for name, env in loaded.envs.items()
+        }
 
     return asyncio.run(prepare())
 
@@ -81,8 +83,10 @@ def test_each_env_image_arrives_whole_under_the_name_kubernetes_pulls(registry, 
         local = docker_engine.images.get(f"{name}:{tag}")  # the image `corral build` built and tagged
         assert manifest["config"]["digest"] == local.id
         # Each layer that arrived, unpacked, is one of the image's layers, in order.
-        arrived = ["sha256:" + hashlib.sha256(gzip.decompress(registry.blobs[layer["digest"]])).hexdigest()
-                   for layer in manifest["layers"]]
+        arrived = [
+            "sha256:" + hashlib.sha256(gzip.decompress(registry.blobs[layer["digest"]])).hexdigest()
+            for layer in manifest["layers"]
+        ]
         assert arrived == local.attrs["RootFS"]["Layers"]
     assert "Pushed" in result.output or "Layer already exists" in result.output  # a line per layer
     assert registry.unknown == []

@@ -41,13 +41,18 @@ def test_a_killed_server_leaves_no_container_even_when_it_never_starts_again(doc
             assert len(containers(docker_engine, corral_instance=instance)) == 2
             kill(server)
         # Their env reads end-of-file on stdin and exits; AutoRemove does the rest. The lease goes too.
-        poll(lambda: containers(docker_engine, corral_instance=instance) == [] and not lease_of(docker_engine, instance),
-             timeout_s=30, what="the killed server's containers and lease going by themselves")
+        poll(
+            lambda: containers(docker_engine, corral_instance=instance) == [] and not lease_of(docker_engine, instance),
+            timeout_s=30,
+            what="the killed server's containers and lease going by themselves",
+        )
     finally:
         kill(server)
 
 
-def test_a_started_server_removes_what_a_killed_one_of_its_instance_left_and_nobody_else_s(docker_engine, dockerbox_server):
+def test_a_started_server_removes_what_a_killed_one_of_its_instance_left_and_nobody_else_s(
+    docker_engine, dockerbox_server
+):
     port = free_port()
     instance = instance_of_port(port)
     neighbour = Bundle(dockerbox_server.url, split="probe")  # another server's episode, left alone
@@ -56,8 +61,9 @@ def test_a_started_server_removes_what_a_killed_one_of_its_instance_left_and_nob
     # A container of this instance whose process does not end with its server's stream (an env
     # that ignores end-of-file on stdin) outlives a killed server, until one of its instance starts.
     image = containers(docker_engine, corral_instance=instance_of(dockerbox_server))[0]["Image"]
-    left = docker_engine.api.create_container(image, entrypoint=["sleep", "600"], command=[],
-                                              labels={"corral.instance": instance, "corral.run": "killed"})
+    left = docker_engine.api.create_container(
+        image, entrypoint=["sleep", "600"], command=[], labels={"corral.instance": instance, "corral.run": "killed"}
+    )
     docker_engine.api.start(left["Id"])
     server = start_server(port)
     try:
@@ -90,9 +96,11 @@ def test_a_second_server_of_an_instance_that_is_served_refuses(docker_engine):
     finally:
         stop(first)
 
-    assert error == (f"error: another corral server holds the instance 'twice-{first_port}' on this Docker engine (its "
-                     f"container corral-twice-{first_port}-lease is running); stop that server, or serve this one with "
-                     "--instance OTHER_NAME (or CORRAL_INSTANCE)")
+    assert error == (
+        f"error: another corral server holds the instance 'twice-{first_port}' on this Docker engine (its "
+        f"container corral-twice-{first_port}-lease is running); stop that server, or serve this one with "
+        "--instance OTHER_NAME (or CORRAL_INSTANCE)"
+    )
 
 
 def lease_of(docker_engine, instance: str) -> list[dict]:
@@ -105,8 +113,11 @@ def test_a_client_dropping_its_socket_mid_episode_loses_its_container_at_once(do
     episode = reset(socket_)
     assert len(containers(docker_engine, corral_instance=instance, corral_episode=episode)) == 1
     socket_.socket.close()  # no close frame: the connection just drops
-    poll(lambda: containers(docker_engine, corral_instance=instance, corral_episode=episode) == [],
-         timeout_s=10, what="the dropped episode's container going")
+    poll(
+        lambda: containers(docker_engine, corral_instance=instance, corral_episode=episode) == [],
+        timeout_s=10,
+        what="the dropped episode's container going",
+    )
 
 
 def test_a_lease_whose_first_start_the_engine_fails_is_taken_on_a_new_container(docker_engine, monkeypatch):

@@ -40,14 +40,26 @@ def record_grpo_run(folder: Path) -> RecordedRun:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     records = folder / "records"
-    with Bundle.local(BUNDLES / "gridsim", split="train", sandbox="local", max_concurrent_envs=BATCH,
-                      record_dir=records) as env:
+    with Bundle.local(
+        BUNDLES / "gridsim", split="train", sandbox="local", max_concurrent_envs=BATCH, record_dir=records
+    ) as env:
         rollout = CorralRollout(env, max_tool_calls=3, record_dir=records)
-        dataset = rollout.dataset.select(range(2)).map(lambda row: {"prompt": [
-            {"role": "user", "content": f"Submit a schedule for {row['task_id']}.", TASK_KEY: row["task_id"]}]})
+        dataset = rollout.dataset.select(range(2)).map(
+            lambda row: {
+                "prompt": [
+                    {"role": "user", "content": f"Submit a schedule for {row['task_id']}.", TASK_KEY: row["task_id"]}
+                ]
+            }
+        )
         model_dir = make_tiny_model(folder / "model")
-        lessons = [Lesson(prompt=[{"role": "user", "content": m[0]["content"]}], tool="submit_schedule",
-                          arguments={"actions": [0] * 24}) for m in dataset["prompt"]]
+        lessons = [
+            Lesson(
+                prompt=[{"role": "user", "content": m[0]["content"]}],
+                tool="submit_schedule",
+                arguments={"actions": [0] * 24},
+            )
+            for m in dataset["prompt"]
+        ]
         teach_tool_call(model_dir, lessons, chat_tools(env.toolsets["gridsim"]), steps=120)
         advantages: list[list[float]] = []
 
@@ -56,11 +68,22 @@ def record_grpo_run(folder: Path) -> RecordedRun:
                 advantages.append(list(trainer._logs["advantages"]))
             return rollout(prompts, trainer)
 
-        args = GRPOConfig(output_dir=str(folder / "out"), max_steps=STEPS, per_device_train_batch_size=BATCH,
-                          num_generations=GROUP, max_completion_length=384,
-                          chat_template_kwargs={"enable_thinking": False}, **CPU_RUN)
-        trainer = GRPOTrainer(model=str(model_dir), args=args, train_dataset=dataset, reward_funcs=episode_reward,
-                              rollout_func=rollout_func)
+        args = GRPOConfig(
+            output_dir=str(folder / "out"),
+            max_steps=STEPS,
+            per_device_train_batch_size=BATCH,
+            num_generations=GROUP,
+            max_completion_length=384,
+            chat_template_kwargs={"enable_thinking": False},
+            **CPU_RUN,
+        )
+        trainer = GRPOTrainer(
+            model=str(model_dir),
+            args=args,
+            train_dataset=dataset,
+            reward_funcs=episode_reward,
+            rollout_func=rollout_func,
+        )
         with one_cpu_thread():
             trainer.train()
         advantages.append(list(trainer._logs["advantages"]))

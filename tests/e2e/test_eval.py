@@ -60,10 +60,21 @@ def test_pass_at_k_is_the_unbiased_estimate() -> None:
 
 
 def test_evaluate_through_the_vllm_standin_reports_known_outcomes_and_unscored_reasons(
-        model_dir: Path, tokenizer, tmp_path: Path) -> None:
+    model_dir: Path, tokenizer, tmp_path: Path
+) -> None:
     with serve_standin(None, tokenizer, served_name="scripted", policy=solves_the_even_tasks) as url:
-        report = evaluate(url, FIXTURES / "evalbox", split="eval", k=4, tokenizer=str(model_dir), concurrency=6,
-                          sandbox="local", max_completion_length=256, record_dir=tmp_path / "records", progress=False)
+        report = evaluate(
+            url,
+            FIXTURES / "evalbox",
+            split="eval",
+            k=4,
+            tokenizer=str(model_dir),
+            concurrency=6,
+            sandbox="local",
+            max_completion_length=256,
+            record_dir=tmp_path / "records",
+            progress=False,
+        )
 
     tasks = {task.task_id: task for task in report.tasks}
     for k in (1, 2, 4):
@@ -84,7 +95,8 @@ def test_evaluate_through_the_vllm_standin_reports_known_outcomes_and_unscored_r
 
 
 def test_a_turn_vllm_ends_on_the_generation_configs_other_eos_is_read_without_it(
-        model_dir: Path, tokenizer, tmp_path: Path) -> None:
+    model_dir: Path, tokenizer, tmp_path: Path
+) -> None:
     from transformers import GenerationConfig
 
     def ends_on_endoftext(context: str) -> str:
@@ -95,9 +107,19 @@ def test_a_turn_vllm_ends_on_the_generation_configs_other_eos_is_read_without_it
     eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
     assert tokenizer.convert_tokens_to_ids("<|endoftext|>") in eos
     with serve_standin(None, tokenizer, served_name="scripted", policy=ends_on_endoftext, eos_token_ids=eos) as url:
-        report = evaluate(url, FIXTURES / "evalbox", split="eval", k=1, tokenizer=str(model_dir), concurrency=2,
-                          sandbox="local", limit=2, max_completion_length=256, record_dir=tmp_path / "records",
-                          progress=False)
+        report = evaluate(
+            url,
+            FIXTURES / "evalbox",
+            split="eval",
+            k=1,
+            tokenizer=str(model_dir),
+            concurrency=2,
+            sandbox="local",
+            limit=2,
+            max_completion_length=256,
+            record_dir=tmp_path / "records",
+            progress=False,
+        )
 
     assert report.scored == 2 and report.pass_at[1] == 0.5
     with EpisodeStore(tmp_path / "records") as store:
@@ -111,22 +133,45 @@ def codeword_server(serve) -> Iterator[str]:
 
 
 @pytest.mark.timing
-def test_corral_eval_plays_the_tiny_model_on_a_served_bundle(model_dir: Path, codeword_server: str,
-                                                               tmp_path: Path) -> None:
+def test_corral_eval_plays_the_tiny_model_on_a_served_bundle(
+    model_dir: Path, codeword_server: str, tmp_path: Path
+) -> None:
     numbers = tmp_path / "eval.json"
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "corral"), "eval", str(model_dir), codeword_server, "--split", "eval",
-         "-k", "2", "--limit", "3", "--max-tokens", "64", "--record", str(tmp_path / "records"),
-         "--json", str(numbers)],
+        [
+            str(Path(sys.executable).parent / "corral"),
+            "eval",
+            str(model_dir),
+            codeword_server,
+            "--split",
+            "eval",
+            "-k",
+            "2",
+            "--limit",
+            "3",
+            "--max-tokens",
+            "64",
+            "--record",
+            str(tmp_path / "records"),
+            "--json",
+            str(numbers),
+        ],
         # Within pytest's 300 s a test (pyproject.toml), so that this limit is the one that fires.
-        check=False, capture_output=True, text=True, timeout=240, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
 
     assert done.returncode == 0, done.stderr[-2000:]
     assert "3 tasks x 2 samples = 6 episodes" in done.stdout and "overall" in done.stdout
     result = json.loads(numbers.read_text())
     assert result["episodes"] == 6 and [t["task_id"] for t in result["tasks"]] == [
-        "codeword-0600", "codeword-0601", "codeword-0602"]
+        "codeword-0600",
+        "codeword-0601",
+        "codeword-0602",
+    ]
     assert 0.0 <= result["mean_reward"] <= 1.0 and set(result["pass_at"]) == {"1", "2"}
     with EpisodeStore(tmp_path / "records") as store:  # a remote server: only the client's side is here
         assert store.tally(kind="rollouts").records == 6
@@ -152,8 +197,13 @@ def test_a_rollouts_tokens_join_the_servers_record_by_episode_id(tokenizer, tmp_
 
     generator = type("Gold", (), {"generate": staticmethod(gold)})()
     with Bundle.local(BUNDLES / "codeword", split="eval", sandbox="local", record_dir=records) as env:
-        rollout_func = CorralRollout(env, processor=HermesProcessor.for_trainer(tokenizer, {"enable_thinking": False}),
-                                     generator=generator, max_completion_length=512, record_dir=records)
+        rollout_func = CorralRollout(
+            env,
+            processor=HermesProcessor.for_trainer(tokenizer, {"enable_thinking": False}),
+            generator=generator,
+            max_completion_length=512,
+            record_dir=records,
+        )
         played = rollout_func.play([row["prompt"] for row in rollout_func.dataset.select(range(2))])
         rollout_func.close()
 
@@ -164,14 +214,23 @@ def test_a_rollouts_tokens_join_the_servers_record_by_episode_id(tokenizer, tmp_
             assert [c.tool for c in served.calls] == ["lookup", "submit", "end_turn"]
             assert served.calls[2].arguments == {"response": "Done."}
             assert (tokens.prompt_ids, tokens.completion_ids, tokens.env_mask) == (
-                rollout.prompt_ids, rollout.completion_ids, rollout.env_mask)
+                rollout.prompt_ids,
+                rollout.completion_ids,
+                rollout.env_mask,
+            )
             text = tokenizer.decode(tokens.completion_ids)
             assert json.dumps(served.calls[0].arguments)[1:-1] in text and served.calls[0].result in text
 
 
 def corral_eval(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(Path(sys.executable).parent / "corral"), "eval", *args], check=False,
-                          capture_output=True, text=True, timeout=240, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "corral"), "eval", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
 
 
 def one_line(done: subprocess.CompletedProcess) -> str:
@@ -194,8 +253,10 @@ def test_a_folder_that_is_not_a_model_is_one_line_saying_what_to_give(tmp_path: 
 
     line = one_line(corral_eval(str(tmp_path), str(BUNDLES / "codeword"), "--sandbox", "local"))
 
-    assert line == (f"error: {tmp_path} is a folder but not a saved model (it has no config.json): give the folder a "
-                    "model was saved in (save_pretrained, a recipe's --output-dir) or a vLLM server's URL")
+    assert line == (
+        f"error: {tmp_path} is a folder but not a saved model (it has no config.json): give the folder a "
+        "model was saved in (save_pretrained, a recipe's --output-dir) or a vLLM server's URL"
+    )
 
 
 def test_eval_takes_a_servers_token_as_an_option_and_says_so(model_dir: Path, serve, monkeypatch) -> None:
@@ -203,8 +264,10 @@ def test_eval_takes_a_servers_token_as_an_option_and_says_so(model_dir: Path, se
     url = serve(BUNDLES / "codeword", token="s3cret").url
 
     line = one_line(corral_eval(str(model_dir), url))
-    assert line == (f"error: the server at {url} wants a bearer token and none was sent: pass --token TOKEN or set "
-                    "CORRAL_TOKEN to the token it was served with (corral serve --token)")
+    assert line == (
+        f"error: the server at {url} wants a bearer token and none was sent: pass --token TOKEN or set "
+        "CORRAL_TOKEN to the token it was served with (corral serve --token)"
+    )
     refused = one_line(corral_eval(str(model_dir), url, "--token", "wrong"))
     assert "pass the token it was served with (--token TOKEN or CORRAL_TOKEN)" in refused
 
@@ -223,8 +286,15 @@ def test_a_model_on_the_cpu_samples_on_one_torch_thread(model_dir: Path, tokeniz
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # what an unlimited torch would sample on, even on a one-core machine
     try:
-        evaluate(model, BUNDLES / "codeword", tokenizer=tokenizer, limit=1, max_completion_length=8, sandbox="local",
-                 progress=False)
+        evaluate(
+            model,
+            BUNDLES / "codeword",
+            tokenizer=tokenizer,
+            limit=1,
+            max_completion_length=8,
+            sandbox="local",
+            progress=False,
+        )
         assert torch.get_num_threads() == 2  # put back after
     finally:
         torch.set_num_threads(threads)

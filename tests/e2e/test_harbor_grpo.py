@@ -35,17 +35,30 @@ def test_grpo_trains_two_steps_on_harbor_tasks_with_the_rewards_the_server_serve
         with Bundle(server.url, split="all") as env:
             # A short prompt of the trainer's keeps the tiny model's CPU steps fast; the task is the row's.
             dataset = env.dataset.filter(lambda row: row["task_id"] in TASKS).map(
-                lambda row: {"prompt": [{"role": "user", "content": f"Do {row['task_id']} with bash."}]})
+                lambda row: {"prompt": [{"role": "user", "content": f"Do {row['task_id']} with bash."}]}
+            )
             factory = recording(env.factory)
             probe = env.factory()
-            tools = [probe.bash, probe.end_turn, probe.read_file, probe.replace_in_file, probe.write_file]  # as TRL lists them: by name
+            tools = [
+                probe.bash,
+                probe.end_turn,
+                probe.read_file,
+                probe.replace_in_file,
+                probe.write_file,
+            ]  # as TRL lists them: by name
             model_dir = make_tiny_model(tmp_path / "model")
-            lessons = [Lesson(prompt=row["prompt"], tool="bash", arguments={"command": COMMANDS[row["task_id"]]})
-                       for row in dataset]
+            lessons = [
+                Lesson(prompt=row["prompt"], tool="bash", arguments={"command": COMMANDS[row["task_id"]]})
+                for row in dataset
+            ]
             teach_tool_call(model_dir, lessons, tools, steps=160)
 
-            trainer = GRPOTrainer(model=str(model_dir), args=grpo_config(tmp_path, steps=2),
-                                  train_dataset=dataset, environment_factory=factory)
+            trainer = GRPOTrainer(
+                model=str(model_dir),
+                args=grpo_config(tmp_path, steps=2),
+                train_dataset=dataset,
+                environment_factory=factory,
+            )
             with one_cpu_thread():
                 trainer.train()
 
@@ -56,4 +69,4 @@ def test_grpo_trains_two_steps_on_harbor_tasks_with_the_rewards_the_server_serve
     name = type(probe).__name__
     steps = [entry[f"rewards/{name}/mean"] for entry in trainer.state.log_history if f"rewards/{name}/mean" in entry]
     rewards = log["rewards"]
-    assert steps == pytest.approx([sum(rewards[i:i + GROUP]) / GROUP for i in range(0, len(rewards), GROUP)])
+    assert steps == pytest.approx([sum(rewards[i : i + GROUP]) / GROUP for i in range(0, len(rewards), GROUP)])

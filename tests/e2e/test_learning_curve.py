@@ -21,11 +21,24 @@ pytestmark = [pytest.mark.trl, pytest.mark.usefixtures("no_leftover_env_processe
 
 @pytest.mark.timeout(600)  # every stage of a training run: 215 s beside 8 CPU burners on two cores
 def test_the_learning_curve_runs_every_stage_in_short_mode(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(REPO / "bench" / "learning_curve.py"), "--short", "--out", str(tmp_path),
-                           "--records", str(tmp_path / "records")],
-                          # within the test's 600 s: this limit is the one that fires
-                          check=False, capture_output=True, text=True, timeout=540, cwd=REPO,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "learning_curve.py"),
+            "--short",
+            "--out",
+            str(tmp_path),
+            "--records",
+            str(tmp_path / "records"),
+        ],
+        # within the test's 600 s: this limit is the one that fires
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=540,
+        cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1"},
+    )
 
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((tmp_path / "curve.json").read_text())

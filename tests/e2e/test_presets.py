@@ -35,9 +35,20 @@ CALL = {"text": "apple"}  # the toybox task says: "Say apple."; saying it scores
 # The config field a trainer copies each setting into, where its name differs.
 TRAINER_ATTRIBUTE = {"epsilon": "epsilon_low"}
 MACHINE_CHOICES = {
-    "use_cpu", "bf16", "fp16", "per_device_train_batch_size", "gradient_accumulation_steps",
-    "generation_batch_size", "steps_per_generation", "num_generations", "max_completion_length",
-    "max_length", "use_vllm", "vllm_mode", "report_to", "output_dir",
+    "use_cpu",
+    "bf16",
+    "fp16",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "generation_batch_size",
+    "steps_per_generation",
+    "num_generations",
+    "max_completion_length",
+    "max_length",
+    "use_vllm",
+    "vllm_mode",
+    "report_to",
+    "output_dir",
 }
 
 
@@ -60,7 +71,8 @@ def toybox(records: Path) -> Iterator[Bundle]:
 def tools(toybox: Bundle) -> list[Any]:
     """The env's tools as GRPOTrainer offers them: the factory's public methods, by name."""
     return [
-        method for name, method in inspect.getmembers(toybox.factory, inspect.isfunction)
+        method
+        for name, method in inspect.getmembers(toybox.factory, inspect.isfunction)
         if not name.startswith("_") and name not in ("reset", "get_reward")
     ]
 
@@ -72,9 +84,7 @@ def lessons(toybox: Bundle) -> list[Lesson]:
 
 
 @pytest.fixture(scope="module")
-def model_dir(
-    tmp_path_factory: pytest.TempPathFactory, lessons: list[Lesson], tools: list[Any]
-) -> Path:
+def model_dir(tmp_path_factory: pytest.TempPathFactory, lessons: list[Lesson], tools: list[Any]) -> Path:
     """A tiny model taught to answer with the call some of the time, so that rewards in a group
     differ and each preset's loss has advantages to work with (80 steps: about 10 in 16 answers)."""
     model_dir = make_tiny_model(tmp_path_factory.mktemp("presets") / "model")
@@ -151,13 +161,19 @@ def test_each_rl_preset_trains_a_step_against_a_live_server(
 ) -> None:
     p = preset(name)
     config = p.config(
-        output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=GROUP,
-        num_generations=GROUP, max_completion_length=48, max_tool_calling_iterations=1,
-        chat_template_kwargs={"enable_thinking": False}, **CPU_RUN,
+        output_dir=str(tmp_path / "out"),
+        max_steps=1,
+        per_device_train_batch_size=GROUP,
+        num_generations=GROUP,
+        max_completion_length=48,
+        max_tool_calling_iterations=1,
+        chat_template_kwargs={"enable_thinking": False},
+        **CPU_RUN,
     )
     # Rewards from the server: GRPOTrainer takes no reward function, the environment owns it.
-    trainer = p.trainer(model=str(model_dir), args=config, train_dataset=toybox.dataset,
-                        environment_factory=toybox.factory)
+    trainer = p.trainer(
+        model=str(model_dir), args=config, train_dataset=toybox.dataset, environment_factory=toybox.factory
+    )
     before = recorded_episodes(records)
     with one_cpu_thread():
         trainer.train()
@@ -195,8 +211,7 @@ def test_the_sft_preset_trains_a_step_on_the_models_turns_only(
     schemas = json.dumps([get_json_schema(tool) for tool in tools])  # the tools GRPO offers
     rows = Dataset.from_list([{"messages": conversation, "tools": schemas}] * GROUP)
     p = preset("sft")
-    config = p.config(output_dir=str(tmp_path / "out"), max_steps=1,
-                      per_device_train_batch_size=GROUP, **CPU_RUN)
+    config = p.config(output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=GROUP, **CPU_RUN)
     trainer = p.trainer(model=str(model_dir), args=config, train_dataset=rows)
     with one_cpu_thread():
         trainer.train()

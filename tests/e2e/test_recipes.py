@@ -34,7 +34,11 @@ def run_recipe(script: str, *args: str, tmp_path: Path) -> str:
     It has 240 s, within pytest's 300 s a test (pyproject.toml), set-up included."""
     done = subprocess.run(
         [sys.executable, str(REPO / "examples" / script), "--tiny", "--output-dir", str(tmp_path), *args],
-        check=False, capture_output=True, text=True, timeout=240, cwd=tmp_path,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1"},
     )
     assert done.returncode == 0, f"{script} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
@@ -58,7 +62,14 @@ def test_gold_conversations_earn_the_optimum_and_extend_the_prompt_grpo_samples_
     conversation = data[0]
     assert conversation["tools"] == tools
     assert [m["role"] for m in conversation["messages"]] == [
-        "system", "user", "assistant", "tool", "assistant", "tool", "assistant"]
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
     assert '"submitted":true,"feasible":true' in conversation["messages"][3]["content"]
 
     # Rendered as SFTTrainer renders it, the conversation starts with exactly the ids GRPOTrainer
@@ -67,11 +78,23 @@ def test_gold_conversations_earn_the_optimum_and_extend_the_prompt_grpo_samples_
     tokenizer = AutoTokenizer.from_pretrained(make_tiny_model(tmp_path / "model"))
     template = get_training_chat_template(tokenizer)
     grpo_prompt = tokenizer.apply_chat_template(
-        row["prompt"], tools=methods, chat_template=template, add_generation_prompt=True,
-        enable_thinking=False, tokenize=True, return_dict=False)
+        row["prompt"],
+        tools=methods,
+        chat_template=template,
+        add_generation_prompt=True,
+        enable_thinking=False,
+        tokenize=True,
+        return_dict=False,
+    )
     sft = tokenizer.apply_chat_template(
-        conversation["messages"], tools=conversation["tools"], chat_template=template, tokenize=True,
-        return_dict=True, return_assistant_tokens_mask=True, **conversation["chat_template_kwargs"])
+        conversation["messages"],
+        tools=conversation["tools"],
+        chat_template=template,
+        tokenize=True,
+        return_dict=True,
+        return_assistant_tokens_mask=True,
+        **conversation["chat_template_kwargs"],
+    )
     assert sft["input_ids"][: len(grpo_prompt)] == grpo_prompt
     trained = tokenizer.decode([t for t, m in zip(sft["input_ids"], sft["assistant_masks"], strict=True) if m])
     actions = conversation["messages"][2]["tool_calls"][0]["function"]["arguments"]["actions"]
@@ -95,13 +118,25 @@ def test_grpo_recipe_trains_two_steps_on_the_servers_rewards(tmp_path: Path, ser
         # rendered as this way of rolling out renders them), so that the server scores 1 for
         # some of its rollouts, if not all.
         lesson = Lesson(prompt=env.dataset[0]["prompt"], tool="say", arguments={"text": "apple"})
-        tools = trainer_tools(env.factory()) if rollouts == "environment_factory" else chat_tools(
-            env.toolsets["toy:say+wait+crash"])
+        tools = (
+            trainer_tools(env.factory())
+            if rollouts == "environment_factory"
+            else chat_tools(env.toolsets["toy:say+wait+crash"])
+        )
     model_dir = make_tiny_model(tmp_path / "model")
     teach_tool_call(model_dir, [lesson], tools, steps=80)
 
-    out = run_recipe("grpo.py", "--server", server.url, "--split", "toy", "--model", str(model_dir),
-                     *(["--token-exact"] if rollouts == "token_exact" else []), tmp_path=tmp_path)
+    out = run_recipe(
+        "grpo.py",
+        "--server",
+        server.url,
+        "--split",
+        "toy",
+        "--model",
+        str(model_dir),
+        *(["--token-exact"] if rollouts == "token_exact" else []),
+        tmp_path=tmp_path,
+    )
     server.stop()  # writes the records still queued
 
     assert "grpo: 2 steps of 2 rollouts (2 per task), on 1 tasks" in out
@@ -135,13 +170,19 @@ def test_sampled_tool_calls_parses_the_calls_a_taught_model_makes(tmp_path: Path
     prompts = [[{"role": "user", "content": f"Submit a schedule for day {day}."}] for day in range(2)]
     model_dir = make_tiny_model(tmp_path / "model")
     zeros = {"actions": [0] * 24}
-    teach_tool_call(model_dir, [Lesson(prompt=p, tool="submit_schedule", arguments=zeros) for p in prompts],
-                    tools, steps=150)
+    teach_tool_call(
+        model_dir, [Lesson(prompt=p, tool="submit_schedule", arguments=zeros) for p in prompts], tools, steps=150
+    )
 
     with one_cpu_thread():
-        answers = sampled_tool_calls(AutoModelForCausalLM.from_pretrained(model_dir),
-                                     AutoTokenizer.from_pretrained(model_dir), prompts, tools, samples=4,
-                                     max_new_tokens=96)
+        answers = sampled_tool_calls(
+            AutoModelForCausalLM.from_pretrained(model_dir),
+            AutoTokenizer.from_pretrained(model_dir),
+            prompts,
+            tools,
+            samples=4,
+            max_new_tokens=96,
+        )
 
     assert len(answers) == 8 and all(isinstance(calls, list) for calls in answers)
     parsed = [calls[0]["function"] for calls in answers if len(calls) == 1]

@@ -165,8 +165,9 @@ class TicTacToePlayer:
 # The first free square each turn: against the train split's first three opponents (seeded)
 # that loses, draws and wins.
 @pytest.mark.parametrize(("row", "reward"), [(0, 0.0), (1, 0.5), (2, 1.0)], ids=["loss", "draw", "win"])
-def test_tictactoe_episode_is_token_exact_over_several_turns(tictactoe, tokenizer, processor, row: int,
-                                                              reward: float) -> None:
+def test_tictactoe_episode_is_token_exact_over_several_turns(
+    tictactoe, tokenizer, processor, row: int, reward: float
+) -> None:
     generator = Recording(Scripted(tokenizer, TicTacToePlayer()))
 
     rollout = play(tictactoe, processor, generator, row=row, max_completion_length=4096)
@@ -175,17 +176,24 @@ def test_tictactoe_episode_is_token_exact_over_several_turns(tictactoe, tokenize
     turns = [m for m in rollout.messages if m["role"] == "user"]
     assert len(turns) >= 2  # the first prompt, and a next turn's prompt as a user message
     assert sum(m["role"] == "tool" and m["name"] == "end_turn" for m in rollout.messages) >= 1
-    assert (rollout.status, rollout.reward, rollout.unscored_reason, rollout.truncated) == ("scored", reward, None, None)
+    assert (rollout.status, rollout.reward, rollout.unscored_reason, rollout.truncated) == (
+        "scored",
+        reward,
+        None,
+        None,
+    )
 
 
 def test_gridsim_episode_with_tool_errors_is_token_exact(gridsim, tokenizer, processor) -> None:
-    script = iter([
-        '<tool_call>\n{"name": "submit_schedule", "arguments": {"actions": [0, 0}\n</tool_call>',  # not JSON
-        call("submit_schedule", actions="idle"),  # arguments the tool refuses
-        call("charge", mw=5),  # a tool the task does not offer
-        "Let me submit an idle day.\n" + call("submit_schedule", actions=[0] * 24),
-        call("end_turn", response="done"),
-    ])
+    script = iter(
+        [
+            '<tool_call>\n{"name": "submit_schedule", "arguments": {"actions": [0, 0}\n</tool_call>',  # not JSON
+            call("submit_schedule", actions="idle"),  # arguments the tool refuses
+            call("charge", mw=5),  # a tool the task does not offer
+            "Let me submit an idle day.\n" + call("submit_schedule", actions=[0] * 24),
+            call("end_turn", response="done"),
+        ]
+    )
     generator = Recording(Scripted(tokenizer, lambda context: next(script)))
 
     rollout = play(gridsim, processor, generator, max_completion_length=4096)
@@ -193,7 +201,11 @@ def test_gridsim_episode_with_tool_errors_is_token_exact(gridsim, tokenizer, pro
     audit(rollout, generator.samples, tokenizer, processor)
     assert rollout.tool_calls == 5 and rollout.tool_errors == 3
     errors = [m["content"] for m in rollout.messages if m["role"] == "tool"][:3]
-    assert "not valid JSON" in errors[0] and "must be an array of integers" in errors[1] and "no tool 'charge'" in errors[2]
+    assert (
+        "not valid JSON" in errors[0]
+        and "must be an array of integers" in errors[1]
+        and "no tool 'charge'" in errors[2]
+    )
     assert rollout.reward == pytest.approx(0.2)  # the idle day, as the server scores it
 
 
@@ -208,15 +220,17 @@ def test_a_cut_episode_says_so_and_is_scored_for_what_the_model_did(gridsim, tok
 
 
 def test_episodes_of_two_toolsets_run_at_once_and_a_crash_the_agent_caused_is_counted_failed_with_its_reason(
-        tokenizer, processor) -> None:
+    tokenizer, processor
+) -> None:
     def policy(context: str) -> str:  # each prompt's first call: the toy env crashes, the counter counts
         if "<tool_response>" in context:
             return call("end_turn", response="done")
         return call("crash") if '"name": "crash"' in context else call("add", amount=3)
 
     with Bundle.local(FIXTURES / "toybox", split="mixed", sandbox="local") as toybox:
-        rollout_func = CorralRollout(toybox, processor=processor, generator=Scripted(tokenizer, policy),
-                                     max_completion_length=1024)
+        rollout_func = CorralRollout(
+            toybox, processor=processor, generator=Scripted(tokenizer, policy), max_completion_length=1024
+        )
         prompts = [row["prompt"] for row in rollout_func.dataset for _ in range(2)]  # groups of two
         rollouts = rollout_func.play(prompts)
         rollout_func.close()
@@ -228,8 +242,13 @@ def test_episodes_of_two_toolsets_run_at_once_and_a_crash_the_agent_caused_is_co
     crashed = by_task["say-apple"]
     assert (crashed.status, crashed.reward) == ("failed", 0.0) and "died" in crashed.unscored_reason
     account = StepAccount.of(rollouts, group_size=2)
-    assert (account.scored, account.failed, account.unscored, account.groups_under_two_scored,
-            account.groups_zero_variance) == (4, 2, 0, 0, 2)
+    assert (
+        account.scored,
+        account.failed,
+        account.unscored,
+        account.groups_under_two_scored,
+        account.groups_zero_variance,
+    ) == (4, 2, 0, 0, 2)
     assert account.reward_by_toolset == {"counter": 1.0, crashed.toolset: 0.0}
     assert account.failed_reasons == {crashed.unscored_reason: 2}
 
@@ -252,8 +271,9 @@ def assert_a_game_too_short_to_win(rollout: Rollout) -> None:
     assert (rollout.status, rollout.reward, rollout.unscored_reason) == ("scored", 0.0, None)
 
 
-def test_an_episode_sampled_from_the_real_model_keeps_its_ids_and_logprobs(taught_model, tictactoe, tokenizer,
-                                                                            processor) -> None:
+def test_an_episode_sampled_from_the_real_model_keeps_its_ids_and_logprobs(
+    taught_model, tictactoe, tokenizer, processor
+) -> None:
     model = taught_model
     generator = Recording(TransformersGenerator(model, SamplingParams(temperature=1.0)))
     torch.manual_seed(0)
@@ -295,6 +315,8 @@ def test_a_prompt_finds_its_task_by_tag_or_by_unique_text_and_fails_clearly_othe
 
     grid = CorralRollout(gridsim)
     row = grid.dataset[5]
-    assert grid.task_of([{"role": m["role"], "content": m["content"]} for m in row["prompt"]])["task_id"] == row["task_id"]
+    assert (
+        grid.task_of([{"role": m["role"], "content": m["content"]} for m in row["prompt"]])["task_id"] == row["task_id"]
+    )
     with pytest.raises(ValueError, match="matches no task of bundle gridsim"):
         grid.task_of([{"role": "user", "content": "Schedule a battery."}])

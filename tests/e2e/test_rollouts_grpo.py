@@ -30,12 +30,23 @@ def test_rollout_func_trains_two_grpo_steps_on_gridsim_with_the_servers_rewards(
     with Bundle.local(BUNDLES / "gridsim", split="train", sandbox="local", max_concurrent_envs=GROUP) as env:
         rollout = CorralRollout(env, max_tool_calls=4)
         # A short prompt keeps the tiny model's CPU steps fast; the task it is stays named on it.
-        dataset = rollout.dataset.select(range(2)).map(lambda row: {"prompt": [
-            {"role": "user", "content": f"Submit a schedule for {row['task_id']}.", TASK_KEY: row["task_id"]}]})
+        dataset = rollout.dataset.select(range(2)).map(
+            lambda row: {
+                "prompt": [
+                    {"role": "user", "content": f"Submit a schedule for {row['task_id']}.", TASK_KEY: row["task_id"]}
+                ]
+            }
+        )
         model_dir = make_tiny_model(tmp_path / "model")
         tools = chat_tools(env.toolsets["gridsim"])
-        lessons = [Lesson(prompt=[{"role": "user", "content": m[0]["content"]}], tool="submit_schedule",
-                          arguments={"actions": [0] * 24}) for m in dataset["prompt"]]
+        lessons = [
+            Lesson(
+                prompt=[{"role": "user", "content": m[0]["content"]}],
+                tool="submit_schedule",
+                arguments={"actions": [0] * 24},
+            )
+            for m in dataset["prompt"]
+        ]
         teach_tool_call(model_dir, lessons, tools, steps=150)
 
         played: list[list[Rollout]] = []
@@ -46,12 +57,21 @@ def test_rollout_func_trains_two_grpo_steps_on_gridsim_with_the_servers_rewards(
             return output
 
         args = GRPOConfig(
-            output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=GROUP,
-            num_generations=GROUP, max_completion_length=256, chat_template_kwargs={"enable_thinking": False},
+            output_dir=str(tmp_path / "out"),
+            max_steps=2,
+            per_device_train_batch_size=GROUP,
+            num_generations=GROUP,
+            max_completion_length=256,
+            chat_template_kwargs={"enable_thinking": False},
             **CPU_RUN,
         )
-        trainer = GRPOTrainer(model=str(model_dir), args=args, train_dataset=dataset, reward_funcs=episode_reward,
-                              rollout_func=rollout_func)
+        trainer = GRPOTrainer(
+            model=str(model_dir),
+            args=args,
+            train_dataset=dataset,
+            reward_funcs=episode_reward,
+            rollout_func=rollout_func,
+        )
         with one_cpu_thread():
             trainer.train()
         rollout.close()

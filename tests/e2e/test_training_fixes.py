@@ -70,18 +70,37 @@ class Scripted:
 def fake_trainer(tokenizer, **args: Any) -> SimpleNamespace:
     """What CorralRollout reads of a GRPOTrainer, with TRL 1.16's defaults."""
     settings = {
-        "chat_template_kwargs": {"enable_thinking": False}, "max_completion_length": 256, "use_vllm": False,
-        "vllm_mode": "server", "vllm_server_base_url": None, "vllm_server_host": "0.0.0.0",
-        "vllm_server_port": 8000, "mask_truncated_completions": False, "temperature": 1.0, "top_p": 1.0,
-        "top_k": 0, "off_policy_mask_threshold": None, "vllm_importance_sampling_correction": True,
-        "multi_objective_aggregation": "sum_then_normalize", **args,
+        "chat_template_kwargs": {"enable_thinking": False},
+        "max_completion_length": 256,
+        "use_vllm": False,
+        "vllm_mode": "server",
+        "vllm_server_base_url": None,
+        "vllm_server_host": "0.0.0.0",
+        "vllm_server_port": 8000,
+        "mask_truncated_completions": False,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "off_policy_mask_threshold": None,
+        "vllm_importance_sampling_correction": True,
+        "multi_objective_aggregation": "sum_then_normalize",
+        **args,
     }
     eos = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")]
-    return SimpleNamespace(args=SimpleNamespace(**settings), processing_class=tokenizer, eos_token_ids=eos,
-                           model=SimpleNamespace(training=True), num_generations=2, num_generations_eval=2,
-                           _metrics=defaultdict(lambda: defaultdict(list)), state=SimpleNamespace(global_step=0),
-                           accelerator=SimpleNamespace(process_index=0), reward_funcs=[episode_reward],
-                           reward_weights=torch.ones(1), scale_rewards="group")
+    return SimpleNamespace(
+        args=SimpleNamespace(**settings),
+        processing_class=tokenizer,
+        eos_token_ids=eos,
+        model=SimpleNamespace(training=True),
+        num_generations=2,
+        num_generations_eval=2,
+        _metrics=defaultdict(lambda: defaultdict(list)),
+        state=SimpleNamespace(global_step=0),
+        accelerator=SimpleNamespace(process_index=0),
+        reward_funcs=[episode_reward],
+        reward_weights=torch.ones(1),
+        scale_rewards="group",
+    )
 
 
 def test_the_vllm_generator_asks_the_server_for_the_name_it_serves_the_model_under(model_dir, tokenizer) -> None:
@@ -112,8 +131,9 @@ def test_a_logprob_vllm_does_not_give_is_nan_as_trl_reads_it() -> None:
 def test_a_turn_that_ends_on_another_eos_id_is_read_without_it(toy, tokenizer) -> None:
     endoftext = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     # vLLM also stops on the model's other EOS ids: here the turn ends on <|endoftext|>, not <|im_end|>.
-    generator = Scripted(tokenizer, lambda context: "" if "<tool_response>" in context else say("apple"),
-                         end_id=lambda stops: endoftext)
+    generator = Scripted(
+        tokenizer, lambda context: "" if "<tool_response>" in context else say("apple"), end_id=lambda stops: endoftext
+    )
     rollout_func = CorralRollout(toy, generator=generator)
 
     rollout_func([toy.dataset[0]["prompt"]] * 2, fake_trainer(tokenizer))
@@ -142,14 +162,20 @@ def test_a_truncated_rollout_leaves_the_loss_when_the_trainer_masks_truncated_co
     assert all(1 in mask for mask in kept["env_mask"])
 
 
-@pytest.mark.parametrize(("settings", "expected"), [
-    ({"use_vllm": False}, r"use_vllm=False.*set use_vllm=True, vllm_mode='server'"),
-    ({"use_vllm": True, "vllm_mode": "colocate"}, r"colocated vLLM.*vllm_mode='server'"),
-    ({"use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": "http://other:8000"},
-     r"pushes its weights to http://other:8000.*same server"),
-])
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"use_vllm": False}, r"use_vllm=False.*set use_vllm=True, vllm_mode='server'"),
+        ({"use_vllm": True, "vllm_mode": "colocate"}, r"colocated vLLM.*vllm_mode='server'"),
+        (
+            {"use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": "http://other:8000"},
+            r"pushes its weights to http://other:8000.*same server",
+        ),
+    ],
+)
 def test_a_generator_that_does_not_sample_the_trained_policy_is_refused_with_the_fix(
-        toy, tokenizer, settings: dict[str, Any], expected: str) -> None:
+    toy, tokenizer, settings: dict[str, Any], expected: str
+) -> None:
     rollout_func = CorralRollout(toy, generator=VLLMGenerator("http://gpu-box:8001", model="policy"))
 
     with pytest.raises(ConfigError, match=expected):
@@ -157,10 +183,12 @@ def test_a_generator_that_does_not_sample_the_trained_policy_is_refused_with_the
 
 
 def test_a_weight_sync_to_another_server_than_the_generators_is_refused_with_the_fix(
-        toy, tokenizer, tmp_path: Path) -> None:
+    toy, tokenizer, tmp_path: Path
+) -> None:
     sync = FileWeightSync("http://127.0.0.1:8002", tmp_path / "weights")
-    rollout_func = CorralRollout(toy, generator=VLLMGenerator("http://127.0.0.1:8001", model="policy"),
-                                 weight_sync=sync)
+    rollout_func = CorralRollout(
+        toy, generator=VLLMGenerator("http://127.0.0.1:8001", model="policy"), weight_sync=sync
+    )
 
     with pytest.raises(ConfigError, match=r"pushes to http://127.0.0.1:8002.*VLLMGenerator\('http://127.0.0.1:8002'\)"):
         rollout_func([toy.dataset[0]["prompt"]] * 2, fake_trainer(tokenizer))
@@ -175,12 +203,22 @@ def test_a_tied_model_is_not_synced_through_a_file(model_dir: Path, tmp_path: Pa
 
 
 def test_rollout_metrics_go_through_log_metric_and_count_groups_across_processes(
-        toy, tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
+    toy, tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # One group of four spans two processes: here rank 0 (two rollouts that say apple: 1.0, 1.0);
     # rank 1's two rollouts said pear (0.0, 0.0). Rank-local counting sees two zero-variance groups.
     toolset = toy.split_toolsets[0]
-    other_rank = [SimpleNamespace(toolset=toolset, reward=0.0, status="scored", unscored_reason=None, truncated=None,
-                                  tool_calls=2, tool_errors=0)] * 2
+    other_rank = [
+        SimpleNamespace(
+            toolset=toolset,
+            reward=0.0,
+            status="scored",
+            unscored_reason=None,
+            truncated=None,
+            tool_calls=2,
+            tool_errors=0,
+        )
+    ] * 2
     monkeypatch.setattr(rollouts_module, "gather_object", lambda local: [*local, *other_rank], raising=False)
     generator = Scripted(tokenizer, lambda context: "" if "<tool_response>" in context else say("apple"))
     rollout_func = CorralRollout(toy, generator=generator)
@@ -200,7 +238,8 @@ def test_rollout_metrics_go_through_log_metric_and_count_groups_across_processes
 
 
 def test_the_trainers_model_generates_for_many_episodes_in_one_padded_call(
-        toy, model_dir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    toy, model_dir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     calls: list[int] = []
@@ -211,11 +250,22 @@ def test_the_trainers_model_generates_for_many_episodes_in_one_padded_call(
         return generate(self, *args, **kwargs)
 
     rollout_func = CorralRollout(toy, max_tool_calls=2)
-    args = GRPOConfig(output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=4,
-                      num_generations=4, max_completion_length=48, chat_template_kwargs={"enable_thinking": False},
-                      **CPU_RUN)
-    trainer = GRPOTrainer(model=str(model_dir), args=args, train_dataset=rollout_func.dataset,
-                          reward_funcs=episode_reward, rollout_func=rollout_func)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=1,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=48,
+        chat_template_kwargs={"enable_thinking": False},
+        **CPU_RUN,
+    )
+    trainer = GRPOTrainer(
+        model=str(model_dir),
+        args=args,
+        train_dataset=rollout_func.dataset,
+        reward_funcs=episode_reward,
+        rollout_func=rollout_func,
+    )
     monkeypatch.setattr(type(trainer.model), "generate", counted)
     with one_cpu_thread():
         trainer.train()
@@ -235,8 +285,12 @@ def test_batched_samples_carry_the_models_logprobs_when_asked(toy, model_dir, to
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     generator = BatchedGenerator(model, SamplingParams(temperature=0.7), pad_token_id=tokenizer.pad_token_id)
-    rollout_func = CorralRollout(toy, processor=HermesProcessor.for_trainer(tokenizer, {"enable_thinking": False}),
-                                 generator=generator, max_completion_length=40)
+    rollout_func = CorralRollout(
+        toy,
+        processor=HermesProcessor.for_trainer(tokenizer, {"enable_thinking": False}),
+        generator=generator,
+        max_completion_length=40,
+    )
     torch.manual_seed(0)
     with one_cpu_thread():
         played = rollout_func.play([toy.dataset[0]["prompt"]] * 3)
@@ -247,7 +301,7 @@ def test_batched_samples_carry_the_models_logprobs_when_asked(toy, model_dir, to
     for rollout in played:
         ids = torch.tensor([rollout.prompt_ids + rollout.completion_ids])
         with torch.no_grad():
-            logits = model(ids).logits[0, len(rollout.prompt_ids) - 1: -1] / 0.7
+            logits = model(ids).logits[0, len(rollout.prompt_ids) - 1 : -1] / 0.7
         expected = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(rollout.completion_ids)[:, None])[:, 0]
         mask = torch.tensor(rollout.env_mask, dtype=torch.bool)
         assert torch.allclose(torch.tensor(rollout.logprobs)[mask], expected[mask], atol=1e-4)

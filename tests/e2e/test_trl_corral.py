@@ -43,9 +43,14 @@ def grpo_config(tmp_path: Path, steps: int, num_generations: int = GROUP):
     from trl import GRPOConfig
 
     return GRPOConfig(
-        output_dir=str(tmp_path / "out"), max_steps=steps, per_device_train_batch_size=GROUP,
-        num_generations=num_generations, max_completion_length=160, max_tool_calling_iterations=2,
-        chat_template_kwargs={"enable_thinking": False}, **CPU_RUN,
+        output_dir=str(tmp_path / "out"),
+        max_steps=steps,
+        per_device_train_batch_size=GROUP,
+        num_generations=num_generations,
+        max_completion_length=160,
+        max_tool_calling_iterations=2,
+        chat_template_kwargs={"enable_thinking": False},
+        **CPU_RUN,
     )
 
 
@@ -62,12 +67,17 @@ def test_grpo_trains_two_steps_on_gridsim_with_the_servers_rewards(tmp_path: Pat
         probe = env.factory()
         tools = [probe.end_turn, probe.submit_schedule]  # as TRL lists them: by name
         model_dir = make_tiny_model(tmp_path / "model")
-        lessons = [Lesson(prompt=row["prompt"], tool="submit_schedule", arguments={"actions": [0] * 24})
-                   for row in dataset]
+        lessons = [
+            Lesson(prompt=row["prompt"], tool="submit_schedule", arguments={"actions": [0] * 24}) for row in dataset
+        ]
         teach_tool_call(model_dir, lessons, tools, steps=80)
 
-        trainer = GRPOTrainer(model=str(model_dir), args=grpo_config(tmp_path, steps=2),
-                              train_dataset=dataset, environment_factory=factory)
+        trainer = GRPOTrainer(
+            model=str(model_dir),
+            args=grpo_config(tmp_path, steps=2),
+            train_dataset=dataset,
+            environment_factory=factory,
+        )
         with one_cpu_thread():  # two threads on two busy cores run many times slower
             trainer.train()
 
@@ -79,7 +89,7 @@ def test_grpo_trains_two_steps_on_gridsim_with_the_servers_rewards(tmp_path: Pat
         assert any(reward == pytest.approx(0.2) for reward in log["rewards"]), log["rewards"]
         steps = [entry for entry in trainer.state.log_history if "rewards/gridsim/mean" in entry]
         rewards = log["rewards"]
-        expected = [sum(rewards[i:i + GROUP]) / GROUP for i in range(0, len(rewards), GROUP)]
+        expected = [sum(rewards[i : i + GROUP]) / GROUP for i in range(0, len(rewards), GROUP)]
         assert [entry["rewards/gridsim/mean"] for entry in steps] == pytest.approx(expected)
     assert wait_for_no_env_processes() == []
 
@@ -89,8 +99,12 @@ def test_trl_multi_environment_mode_trains_a_step_on_a_bundle_with_two_toolsets(
 
     with Bundle.local(FIXTURES / "toybox", split="mixed", sandbox="local", max_concurrent_envs=GROUP) as env:
         factories = {name: recording(cls) for name, cls in env.factory.items()}
-        trainer = GRPOTrainer(model=str(make_tiny_model(tmp_path / "model")), args=grpo_config(tmp_path, steps=1, num_generations=2),
-                              train_dataset=env.dataset, environment_factory=factories)
+        trainer = GRPOTrainer(
+            model=str(make_tiny_model(tmp_path / "model")),
+            args=grpo_config(tmp_path, steps=1, num_generations=2),
+            train_dataset=env.dataset,
+            environment_factory=factories,
+        )
         with one_cpu_thread():
             trainer.train()
 

@@ -57,7 +57,9 @@ def serving(records: Path, *options: str) -> Iterator[str]:
             except httpx.TransportError:
                 time.sleep(0.2)
         else:
-            raise AssertionError(f"corral view never answered: {server.stderr.read1().decode() if server.stderr else ''}")
+            raise AssertionError(
+                f"corral view never answered: {server.stderr.read1().decode() if server.stderr else ''}"
+            )
         yield url
     finally:
         server.terminate()
@@ -104,8 +106,10 @@ def test_clicking_from_the_run_to_an_episode_shows_the_records_numbers(grpo_run,
         scored = [r for r in by_step[step] if r.reward is not None]
         expected_means.append(f"{sum(r.reward for r in scored) / len(scored):.3f}")
         tasks = {r.task_id for r in scored}
-        rates = [sum(r.reward >= SUCCESS for r in scored if r.task_id == t) / sum(r.task_id == t for r in scored)
-                 for t in tasks]
+        rates = [
+            sum(r.reward >= SUCCESS for r in scored if r.task_id == t) / sum(r.task_id == t for r in scored)
+            for t in tasks
+        ]
         expected_passes.append(f"{sum(rates) / len(rates):.3f}")
     assert _cells(browser, "#steps td.mean-reward") == expected_means
     assert _cells(browser, "#steps td.pass-at-1") == expected_passes
@@ -127,8 +131,10 @@ def test_clicking_from_the_run_to_an_episode_shows_the_records_numbers(grpo_run,
     # A group, then its first member's episode: its reward and sampled ids are the records'.
     browser.find_element(By.CSS_SELECTOR, "#groups tr.group a").click()
     _no_console_errors(browser)
-    assert "message" in browser.find_element(By.ID, "difference").text or "identical" in \
-        browser.find_element(By.ID, "difference").text
+    assert (
+        "message" in browser.find_element(By.ID, "difference").text
+        or "identical" in browser.find_element(By.ID, "difference").text
+    )
     browser.find_element(By.LINK_TEXT, "member 0").click()
     _no_console_errors(browser)
     first = step0[0]
@@ -162,11 +168,15 @@ def test_a_task_filter_narrows_the_episodes_and_stays_in_the_link(grpo_run, view
     assert set(_cells(browser, "#episodes tr.episode td:nth-child(2)")) == {task}
     _no_console_errors(browser)
     # The filter, downloaded as RL prompts: the one prompt of that task.
-    link = next(a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "a.export")
-                if "kind=prompts" in a.get_attribute("href"))
+    link = next(
+        a.get_attribute("href")
+        for a in browser.find_elements(By.CSS_SELECTOR, "a.export")
+        if "kind=prompts" in a.get_attribute("href")
+    )
     rows = [json.loads(line) for line in httpx.get(link, trust_env=False).text.splitlines()]
-    assert [(row["task_id"], row["prompt"]) for row in rows] == [(task, [
-        {"role": "user", "content": f"Submit a schedule for {task}."}])]
+    assert [(row["task_id"], row["prompt"]) for row in rows] == [
+        (task, [{"role": "user", "content": f"Submit a schedule for {task}."}])
+    ]
 
 
 def test_a_run_page_shows_new_episodes_while_the_trainer_writes(grpo_run, browser, tmp_path) -> None:
@@ -182,7 +192,8 @@ def test_a_run_page_shows_new_episodes_while_the_trainer_writes(grpo_run, browse
             file.write(late.model_dump_json() + "\n")
         # The page polls every 3 s; a minute is far beyond that, and never reached when it works.
         WebDriverWait(browser, 60, ignored_exceptions=(StaleElementReferenceException,)).until(
-            lambda b: b.find_element(By.ID, "episode-count").text == str(before + 1))
+            lambda b: b.find_element(By.ID, "episode-count").text == str(before + 1)
+        )
         assert str(last.step + 1) in _cells(browser, "#steps a.step")
         _no_console_errors(browser)
 
@@ -209,8 +220,12 @@ def test_with_a_tokenizer_each_chip_shows_its_tokens_text(grpo_run, browser, tmp
     decoded = [tokenizer.decode([i], clean_up_tokenization_spaces=False) for i in answered.completion_ids]
     assert any(" " in text or "\n" in text for text in decoded)  # the marks are exercised
     # other control characters (the tiny model samples some) as their code
-    assert shown == ["".join(marks.get(c, c if c.isprintable() else f"\\u{ord(c):04x}") for c in text) or "\u2205"
-                     for text in decoded]
+    assert shown == [
+        "".join(marks.get(c, c if c.isprintable() else f"\\u{ord(c):04x}") for c in text) or "\u2205"
+        for text in decoded
+    ]
     assert prompt_titles == [f"id {i} · prompt" for i in answered.prompt_ids] and answered.prompt_ids
-    assert titles == [f"id {i} · logprob {lp:.3f}" if m else f"id {i} · env token"
-                      for i, m, lp in zip(answered.completion_ids, answered.env_mask, answered.logprobs, strict=True)]
+    assert titles == [
+        f"id {i} · logprob {lp:.3f}" if m else f"id {i} · env token"
+        for i, m, lp in zip(answered.completion_ids, answered.env_mask, answered.logprobs, strict=True)
+    ]

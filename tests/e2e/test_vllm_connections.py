@@ -25,8 +25,10 @@ def says_hello(context: str) -> str:
 
 def test_a_request_the_server_drops_before_answering_is_sent_again(tokenizer) -> None:
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    with serve_standin(None, tokenizer, served_name="scripted", policy=says_hello) as url, \
-            loopback_proxy(url, drop_reused=True) as proxied:
+    with (
+        serve_standin(None, tokenizer, served_name="scripted", policy=says_hello) as url,
+        loopback_proxy(url, drop_reused=True) as proxied,
+    ):
         generator = VLLMGenerator(proxied, sampling=SamplingParams())
         first = generator.generate([1, 2, 3], max_new_tokens=8, stop_token_ids=[end])
         # The connection is reused, and dropped under this request: it goes again on a new one.
@@ -40,8 +42,7 @@ def test_a_request_the_server_drops_before_answering_is_sent_again(tokenizer) ->
 def test_a_connection_idle_for_most_of_the_servers_keep_alive_is_not_reused(tokenizer) -> None:
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     peers: list[int] = []
-    with serve_standin(None, tokenizer, served_name="scripted", policy=says_hello, keep_alive_s=5,
-                       peers=peers) as url:
+    with serve_standin(None, tokenizer, served_name="scripted", policy=says_hello, keep_alive_s=5, peers=peers) as url:
         generator = VLLMGenerator(url, sampling=SamplingParams())
         for pause_s in (0, 0, 3):  # 3 s idle: past the generator's pool expiry, short of the server's 5 s
             time.sleep(pause_s)

@@ -76,9 +76,16 @@ def model_eos_ids(model: Any, tokenizer: Any) -> list[int]:
     return [i for i in (eos if isinstance(eos, list) else [eos]) if i is not None] or [tokenizer.eos_token_id]
 
 
-def app(model: Any, tokenizer: Any, served_name: str, policy: Policy | None = None, *,
-        eos_token_ids: list[int], logprobs_mode: LogprobsMode = "raw_logprobs",
-        peers: list[int] | None = None) -> FastAPI:
+def app(
+    model: Any,
+    tokenizer: Any,
+    served_name: str,
+    policy: Policy | None = None,
+    *,
+    eos_token_ids: list[int],
+    logprobs_mode: LogprobsMode = "raw_logprobs",
+    peers: list[int] | None = None,
+) -> FastAPI:
     api = FastAPI()
     lock = threading.Lock()
 
@@ -100,14 +107,17 @@ def app(model: Any, tokenizer: Any, served_name: str, policy: Policy | None = No
             if request.seed is not None:
                 torch.manual_seed(request.seed % 2**63)
             if policy is not None:
-                sample = scripted(tokenizer, policy, request.prompt, stops,
-                                  (request.stop_token_ids or [tokenizer.eos_token_id])[0])
+                sample = scripted(
+                    tokenizer, policy, request.prompt, stops, (request.stop_token_ids or [tokenizer.eos_token_id])[0]
+                )
             else:
                 sample = TransformersGenerator(model, sampling).generate(
-                    request.prompt, max_new_tokens=request.max_tokens, stop_token_ids=stops)
+                    request.prompt, max_new_tokens=request.max_tokens, stop_token_ids=stops
+                )
                 if logprobs_mode == "raw_logprobs":
-                    sample = Sample(sample.token_ids, raw_logprobs(model, request.prompt, sample.token_ids),
-                                    sample.stopped)
+                    sample = Sample(
+                        sample.token_ids, raw_logprobs(model, request.prompt, sample.token_ids), sample.stopped
+                    )
         last = sample.token_ids[-1] if sample.stopped else None
         choice: dict[str, Any] = {
             "index": 0,
@@ -127,19 +137,33 @@ def app(model: Any, tokenizer: Any, served_name: str, policy: Policy | None = No
             choice["token_ids"] = sample.token_ids
             choice["prompt_token_ids"] = request.prompt
         return {
-            "id": "cmpl-standin", "object": "text_completion", "created": int(time.time()),
-            "model": served_name, "choices": [choice],
-            "usage": {"prompt_tokens": len(request.prompt), "completion_tokens": len(sample.token_ids),
-                      "total_tokens": len(request.prompt) + len(sample.token_ids)},
+            "id": "cmpl-standin",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": served_name,
+            "choices": [choice],
+            "usage": {
+                "prompt_tokens": len(request.prompt),
+                "completion_tokens": len(sample.token_ids),
+                "total_tokens": len(request.prompt) + len(sample.token_ids),
+            },
         }
 
     return api
 
 
 @contextmanager
-def serve_standin(model: Any, tokenizer: Any, served_name: str = "tiny", policy: Policy | None = None, *,
-                  eos_token_ids: list[int] | None = None, logprobs_mode: LogprobsMode = "raw_logprobs",
-                  keep_alive_s: float = 5, peers: list[int] | None = None) -> Iterator[str]:
+def serve_standin(
+    model: Any,
+    tokenizer: Any,
+    served_name: str = "tiny",
+    policy: Policy | None = None,
+    *,
+    eos_token_ids: list[int] | None = None,
+    logprobs_mode: LogprobsMode = "raw_logprobs",
+    keep_alive_s: float = 5,
+    peers: list[int] | None = None,
+) -> Iterator[str]:
     """Serve the stand-in on a free loopback port (a scripted model with `policy`); yields its base URL.
 
     Args:
@@ -150,8 +174,9 @@ def serve_standin(model: Any, tokenizer: Any, served_name: str = "tiny", policy:
         peers: Collects the client's port of each completion request (a new port: a new connection).
     """
     eos_token_ids = model_eos_ids(model, tokenizer) if eos_token_ids is None else eos_token_ids
-    api = app(model, tokenizer, served_name, policy, eos_token_ids=eos_token_ids, logprobs_mode=logprobs_mode,
-              peers=peers)
+    api = app(
+        model, tokenizer, served_name, policy, eos_token_ids=eos_token_ids, logprobs_mode=logprobs_mode, peers=peers
+    )
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))  # bound here and handed over: no race for the port
     port = listener.getsockname()[1]

@@ -54,13 +54,16 @@ def raw_call(name: str, **arguments: object) -> str:
     return json.dumps(frame)
 
 
-@pytest.mark.parametrize(("tool", "arguments"), [
-    ("write_file", {"path": "\udc80.py", "content": "x = 1\n"}),  # answered "wrote \udc80.py ..."
-    ("replace_in_file", {"path": "../\udc80", "old": "a", "new": "b"}),  # refused "../\udc80 is outside ..."
-    ("read_file", {"path": "../\udc80"}),
-    ("bash", {"command": "touch '\udc80' && ls"}),
-    ("\udc80", {}),  # refused: no such tool, named as the call named it
-])
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("write_file", {"path": "\udc80.py", "content": "x = 1\n"}),  # answered "wrote \udc80.py ..."
+        ("replace_in_file", {"path": "../\udc80", "old": "a", "new": "b"}),  # refused "../\udc80 is outside ..."
+        ("read_file", {"path": "../\udc80"}),
+        ("bash", {"command": "touch '\udc80' && ls"}),
+        ("\udc80", {}),  # refused: no such tool, named as the call named it
+    ],
+)
 def test_a_lone_surrogate_in_an_argument_neither_breaks_the_session_nor_dodges_the_0(shellfix, tool, arguments):
     with ws(shellfix) as socket:
         opened(socket, task_id=TASK)
@@ -72,8 +75,15 @@ def test_a_lone_surrogate_in_an_argument_neither_breaks_the_session_nor_dodges_t
 
 
 def test_a_lone_surrogate_in_an_mcp_tools_call_neither_breaks_the_session_nor_dodges_the_0(shellfix):
-    frame = {"type": "mcp", "data": {"jsonrpc": "2.0", "method": "tools/call", "id": 1,
-                                     "params": {"name": "write_file", "arguments": {"path": "\udc80.py", "content": ""}}}}
+    frame = {
+        "type": "mcp",
+        "data": {
+            "jsonrpc": "2.0",
+            "method": "tools/call",
+            "id": 1,
+            "params": {"name": "write_file", "arguments": {"path": "\udc80.py", "content": ""}},
+        },
+    }
     with ws(shellfix) as socket:
         opened(socket, task_id=TASK)
         rpc(send(socket, json.dumps(frame)))  # the socket closing here raises
@@ -113,8 +123,9 @@ def test_odd_files_beside_the_bug_score_0_not_unscored(shellfix, odd):
     assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
 
 
-@pytest.mark.parametrize("odd", ["a folder nobody may read", "a unix socket", "a name that is not UTF-8",
-                                 "a path 1,500 folders deep"])
+@pytest.mark.parametrize(
+    "odd", ["a folder nobody may read", "a unix socket", "a name that is not UTF-8", "a path 1,500 folders deep"]
+)
 def test_odd_files_beside_the_fix_still_score_1(shellfix, odd):
     assert play(shellfix, [bash(ODD_FILES[odd])], fixed=True).reward == 1.0
 
@@ -204,8 +215,9 @@ ODD_NUMBERS = {"NaN": float("nan"), "Infinity": float("inf"), "an integer of 400
 def test_numbers_no_integer_argument_takes_are_refused_or_infeasible_and_score_0(gridsim, number):
     with ws(gridsim) as socket:
         opened(socket, task_id="gridsim-2014-01-02")
-        said = observed(send(socket, raw_call("submit_schedule", actions=[ODD_NUMBERS[number]] * 24)),
-                        CallToolObservation)
+        said = observed(
+            send(socket, raw_call("submit_schedule", actions=[ODD_NUMBERS[number]] * 24)), CallToolObservation
+        )
         ended = called(socket, "end_turn", response="done")
 
     refused = said.error is not None and said.error.error_type == "invalid_args"

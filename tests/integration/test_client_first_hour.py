@@ -32,11 +32,14 @@ def guarded():
     yield from serving(FIXTURES / "toybox", token=TOKEN)
 
 
-@pytest.mark.parametrize(("url", "says"), [
-    ("http://env-host:8000/ws", "names the session route; pass the server's base URL, e.g. http://env-host:8000"),
-    ("env-host:8000", "has no http:// or https:// scheme; pass e.g. http://env-host:8000"),
-    ("ws://env-host:8000", "is a WebSocket URL; pass the server's HTTP URL, e.g. http://env-host:8000"),
-])
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://env-host:8000/ws", "names the session route; pass the server's base URL, e.g. http://env-host:8000"),
+        ("env-host:8000", "has no http:// or https:// scheme; pass e.g. http://env-host:8000"),
+        ("ws://env-host:8000", "is a WebSocket URL; pass the server's HTTP URL, e.g. http://env-host:8000"),
+    ],
+)
 def test_a_url_given_the_wrong_way_is_explained(url, says):
     with pytest.raises(BadURL) as refused:
         Bundle(url)
@@ -53,7 +56,9 @@ def test_a_server_that_is_not_there_says_how_to_start_one():
 
 def test_a_missing_and_a_wrong_token_get_different_messages(guarded, monkeypatch):
     monkeypatch.delenv("CORRAL_TOKEN", raising=False)
-    with pytest.raises(TokenMissing, match="wants a bearer token and none was sent: pass token=... or set CORRAL_TOKEN"):
+    with pytest.raises(
+        TokenMissing, match="wants a bearer token and none was sent: pass token=... or set CORRAL_TOKEN"
+    ):
         Bundle(guarded.url)
     with pytest.raises(TokenRefused, match="refused the bearer token it was sent"):
         Bundle(guarded.url, token="wrong")
@@ -68,7 +73,10 @@ def test_every_route_wants_the_token_the_docs_too(guarded):
         wrong = httpx.get(guarded.url + path, headers={"Authorization": "Bearer nope"}, trust_env=False)
         assert wrong.status_code == 403, path
     assert httpx.post(guarded.url + "/mcp", json={}, trust_env=False).status_code == 401
-    assert httpx.get(guarded.url + "/docs", headers={"Authorization": f"Bearer {TOKEN}"}, trust_env=False).status_code == 200
+    assert (
+        httpx.get(guarded.url + "/docs", headers={"Authorization": f"Bearer {TOKEN}"}, trust_env=False).status_code
+        == 200
+    )
 
 
 def test_corral_token_in_the_environment_is_used(guarded, monkeypatch):
@@ -86,7 +94,10 @@ def test_a_split_without_tasks_says_which_splits_have_some(serve, tmp_path):
     server = serve(root)
     with pytest.raises(UnknownSplit) as refused:
         Bundle(server.url)  # split="train" by default: here every task is an eval task
-    assert "split 'train' of bundle evals-only has no tasks (its splits: all (3 tasks), train (0 tasks), eval (3 tasks))" in str(refused.value)
+    assert (
+        "split 'train' of bundle evals-only has no tasks (its splits: all (3 tasks), train (0 tasks), eval (3 tasks))"
+        in str(refused.value)
+    )
     with pytest.raises(UnknownSplit, match="has no split 'test'; its splits are: all"):
         Bundle(server.url, split="test")
     assert issubclass(UnknownSplit, CorralError)
@@ -97,8 +108,10 @@ def test_a_verifier_that_raises_mid_training_is_named_by_file_and_line_in_the_re
     is the agent's 0 (endings by evidence), and its reason names the verifier's file and line."""
     root = write_starter("raises-late", tmp_path)
     verifier = root / "verifiers" / "reached.py"
-    verifier.write_text("def verify(task, report):\n    if report['calls'] == 0:\n        return 0.0\n"
-                        "    return float(report['missing_key'])\n")  # a fresh report passes corral check
+    verifier.write_text(
+        "def verify(task, report):\n    if report['calls'] == 0:\n        return 0.0\n"
+        "    return float(report['missing_key'])\n"
+    )  # a fresh report passes corral check
     server = serve(root, record_dir=tmp_path / "records")
 
     with Bundle(server.url, split="all") as env:
@@ -109,9 +122,11 @@ def test_a_verifier_that_raises_mid_training_is_named_by_file_and_line_in_the_re
             assert environment.get_reward() == 0.0
     server.stop()
 
-    reason = ("the episode could not be scored: verifier reached raised KeyError: 'missing_key' "
-              f"at {verifier}:4 (return float(report['missing_key'])); the same task played untouched in a fresh "
-              "sandbox was scored, so the failure came from what the agent did")
+    reason = (
+        "the episode could not be scored: verifier reached raised KeyError: 'missing_key' "
+        f"at {verifier}:4 (return float(report['missing_key'])); the same task played untouched in a fresh "
+        "sandbox was scored, so the failure came from what the agent did"
+    )
     assert f"rollout failed by the agent, scored 0.0: {reason}" in caplog.messages  # what the trainer's log says
     with EpisodeStore(tmp_path / "records") as store:
         (row,) = store.find()

@@ -60,7 +60,9 @@ class WireServer:
                 case "garbage":
                     await socket.send('{"type": "observation", "data": 7}')
                 case "full":
-                    await socket.send(ErrorReply.of(ErrorCode.CAPACITY_REACHED, "full", max_sessions=2).model_dump_json())
+                    await socket.send(
+                        ErrorReply.of(ErrorCode.CAPACITY_REACHED, "full", max_sessions=2).model_dump_json()
+                    )
                 case "close":
                     await socket.close()
                     return
@@ -111,7 +113,9 @@ def test_a_reply_later_than_the_request_allows_is_a_reply_timeout_and_the_next_r
 
 
 @pytest.mark.parametrize("sent_after_the_close", [False, True], ids=["sent-first", "sent-after-the-close"])
-def test_a_refusal_the_server_sends_as_it_closes_a_new_socket_is_the_error_raised(wire, monkeypatch, sent_after_the_close):
+def test_a_refusal_the_server_sends_as_it_closes_a_new_socket_is_the_error_raised(
+    wire, monkeypatch, sent_after_the_close
+):
     server = wire(lambda n: "reply", refuse_first=True)
     if sent_after_the_close:  # a busy client: the close is in before the first frame goes, and sending fails
         connected, sockets = Session._connected, []

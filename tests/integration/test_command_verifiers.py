@@ -168,7 +168,7 @@ def write_say_bundle(root: Path, command_verifier: str, then: str | None = None)
     verifiers = 'heard = "heard", file = "file"' + (', then = "then"' if then else "")
     files = {
         "bundle.toml": f'name = "say"\n[defaults]\nenv = "say"\nverifiers = {{ {verifiers} }}\n'
-                       '[serve]\nreward = "file"\n',
+        '[serve]\nreward = "file"\n',
         "envs/say/env.toml": 'entry = "env:Say"\n',
         "envs/say/env.py": SAY_ENV,
         "verifiers/heard.py": "def verify(task, report):\n    return float(report['word'] == task['args']['want'])\n",
@@ -184,11 +184,11 @@ def write_say_bundle(root: Path, command_verifier: str, then: str | None = None)
     return bundle
 
 
-COMPARES_THE_FILE = '''\
+COMPARES_THE_FILE = """\
 command = ["python3", "-c", "import sys; sys.exit(open('said.txt').read() != open(sys.argv[1]).read())", "{files}/expected.txt"]
 files = "answers/{task_id}"
 timeout_s = 30
-'''
+"""
 
 
 def test_command_and_python_verifiers_score_the_same_episode(tmp_path, serve):
@@ -214,8 +214,10 @@ def test_a_command_verifier_that_times_out_scores_0_and_leaves_no_process(tmp_pa
     background, foreground = unique_sleeps()
     # A shell and two sleeps, none holding the output open once the shell is gone: only killing
     # the whole process group at the deadline ends them all.
-    hangs = (f'command = ["sh", "-c", "sleep {background} >/dev/null 2>&1 & sleep {foreground} >/dev/null 2>&1"]\n'
-             'timeout_s = 0.5\n')
+    hangs = (
+        f'command = ["sh", "-c", "sleep {background} >/dev/null 2>&1 & sleep {foreground} >/dev/null 2>&1"]\n'
+        "timeout_s = 0.5\n"
+    )
     # The next command verifier looks for them (the episode's sandbox, closed once every verifier
     # has run, would kill them anyway) and passes when neither is running; `[.]` for the dot
     # keeps grep from matching its own command line.

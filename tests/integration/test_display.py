@@ -14,8 +14,7 @@ from corral.protocol.frames import CallToolObservation
 from tests.conftest import BUNDLES, serving
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
-TICTACTOE_CALLS = [("place", {"row": 2, "col": 2}), ("end_turn", {"response": ""}),
-                   ("place", {"row": 9, "col": 1})]
+TICTACTOE_CALLS = [("place", {"row": 2, "col": 2}), ("end_turn", {"response": ""}), ("place", {"row": 9, "col": 1})]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +49,7 @@ def test_the_markdown_and_the_plain_text_hold_the_same_transcript(finished):
     environment, _ = finished
     markdown, text = environment._repr_markdown_(), str(environment)
     for shown in (markdown, text):
-        assert shown.count("place(row=") == 2 and "end_turn(response=\"\")" in shown
+        assert shown.count("place(row=") == 2 and 'end_turn(response="")' in shown
         assert "(9, 1) is off the board" in shown
     assert "**reward:** 0" in markdown and "\nreward: 0" in text
     assert str(show(environment)) == text  # show() prints the plain text outside Jupyter
@@ -75,8 +74,9 @@ def test_a_tools_answer_is_the_plain_text_trl_reads_and_shows_itself(finished):
 
 def test_displaying_adds_no_tool(tictactoe):
     """TRL offers every public function of the class as a tool: display hides behind `_`."""
-    functions = [name for name, _ in inspect.getmembers(tictactoe.factory, inspect.isfunction)
-                 if not name.startswith("_")]
+    functions = [
+        name for name, _ in inspect.getmembers(tictactoe.factory, inspect.isfunction) if not name.startswith("_")
+    ]
     assert sorted(functions) == ["end_turn", "get_reward", "place", "reset"]
 
 
@@ -91,8 +91,13 @@ def test_dataset_rows_show_their_task_and_prompt(tictactoe):
 
 def test_a_command_verifiers_output_shows_after_the_scores():
     ended = CallToolObservation(
-        tool_name="end_turn", result="The episode has ended.", done=True, reward=0.0, status="scored",
-        scores={"tests": 0.0}, metadata={"verifier_output": {"tests": "FAILED test_sum\n[verifier tests: exit status 1; scored 0]"}},
+        tool_name="end_turn",
+        result="The episode has ended.",
+        done=True,
+        reward=0.0,
+        status="scored",
+        scores={"tests": 0.0},
+        metadata={"verifier_output": {"tests": "FAILED test_sum\n[verifier tests: exit status 1; scored 0]"}},
     )
     text = str(show(ended))
     assert text.index("scores: tests=0") < text.index("reward: 0") < text.index("verifier output (tests):")

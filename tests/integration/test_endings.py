@@ -30,13 +30,22 @@ pytestmark = [pytest.mark.timing, pytest.mark.usefixtures("no_leftover_env_proce
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
-    yield from serving(write_probe_bundle(tmp_path_factory.mktemp("endings")), max_concurrent_envs=4, tool_timeout_s=2,
-                       reset_timeout_s=8)  # far from what a loaded machine takes; the hangs provoked are minutes
+    yield from serving(
+        write_probe_bundle(tmp_path_factory.mktemp("endings")),
+        max_concurrent_envs=4,
+        tool_timeout_s=2,
+        reset_timeout_s=8,
+    )  # far from what a loaded machine takes; the hangs provoked are minutes
 
 
 def episode_on(server, task_id: str = "plain") -> Episode:
-    limits = Limits.model_validate({key: value for key, value in httpx.get(f"{server.url}/metadata", trust_env=False)
-                                    .json().items() if key in Limits.model_fields})
+    limits = Limits.model_validate(
+        {
+            key: value
+            for key, value in httpx.get(f"{server.url}/metadata", trust_env=False).json().items()
+            if key in Limits.model_fields
+        }
+    )
     episode = Episode(Session(server.url), limits)
     episode.start(ResetData(task_id=task_id))
     return episode
@@ -96,7 +105,9 @@ def test_a_time_budget_that_runs_out_while_the_env_takes_the_reply_is_the_budget
     assert (status, reward) == ("failed", -1.0) and reason.startswith("the agent's time ran out while the env was busy")
 
 
-UNTOUCHED_SCORED = "the same task played untouched in a fresh sandbox was scored, so the failure came from what the agent did"
+UNTOUCHED_SCORED = (
+    "the same task played untouched in a fresh sandbox was scored, so the failure came from what the agent did"
+)
 UNTOUCHED_FAILED = "and the same task played untouched in a fresh sandbox failed too"
 
 
@@ -110,9 +121,14 @@ def test_platform_failures_stay_unscored_with_their_reason(probe):
     assert UNTOUCHED_FAILED in reason and reason.count("verifier judge raised RuntimeError") == 2, reason  # both
 
 
-@pytest.mark.parametrize(("word", "cause"), [("raise", "verifier judge raised RuntimeError"),
-                                             ("hang", "the verifiers did not finish within 8s"),
-                                             ("unreportable", "the env's own code failed")])
+@pytest.mark.parametrize(
+    ("word", "cause"),
+    [
+        ("raise", "verifier judge raised RuntimeError"),
+        ("hang", "the verifiers did not finish within 8s"),
+        ("unreportable", "the env's own code failed"),
+    ],
+)
 def test_a_verifier_or_hook_the_agent_made_fail_is_the_agents_failure(probe, word, cause):
     """The agent's own state made the bundle's code fail (a report it shaped, a verifier input it
     chose): an untouched episode of the task scores, so the failure is the agent's."""
@@ -168,8 +184,14 @@ def test_each_ending_is_recorded_with_its_cause_status_and_reward(serve, tmp_pat
     corral reads answers as it should (a test above breaks the reading to see it)."""
     caplog.set_level(logging.WARNING, logger="corral.server")
     records = tmp_path / "records"
-    server = serve(write_probe_bundle(tmp_path), max_concurrent_envs=len(PROVOKED), tool_timeout_s=2,
-                   reset_timeout_s=8, record_dir=records, reward=lambda scores: 1 / scores["judge"])
+    server = serve(
+        write_probe_bundle(tmp_path),
+        max_concurrent_envs=len(PROVOKED),
+        tool_timeout_s=2,
+        reset_timeout_s=8,
+        record_dir=records,
+        reward=lambda scores: 1 / scores["judge"],
+    )
 
     def play(cause: str) -> tuple[str, tuple]:
         task_id, calls, _ = PROVOKED[cause]
@@ -188,14 +210,21 @@ def test_each_ending_is_recorded_with_its_cause_status_and_reward(serve, tmp_pat
     with EpisodeStore(records) as store:
         found = {cause: store.episode(episode_id) for cause, (episode_id, _) in played.items()}
     assert {cause: (record.cause, record.status, record.reward) for cause, record in found.items()} == {
-        cause: (cause, *outcome) for cause, (_, _, outcome) in PROVOKED.items()}
+        cause: (cause, *outcome) for cause, (_, _, outcome) in PROVOKED.items()
+    }
     seen_by_client = {cause: outcome for cause, (_, outcome) in played.items() if cause != "abandoned"}
     assert seen_by_client == {cause: outcome for cause, (_, _, outcome) in PROVOKED.items() if cause != "abandoned"}
     # The operator is warned of each episode the platform failed while a client was there to see it.
-    warned = {record.args[0] for record in caplog.records if record.getMessage().startswith("episode ")
-              and "ended unscored" in record.getMessage()}
-    assert warned == {episode_id for cause, (episode_id, (status, _)) in played.items()
-                      if status == "unscored" and cause != "abandoned"}
+    warned = {
+        record.args[0]
+        for record in caplog.records
+        if record.getMessage().startswith("episode ") and "ended unscored" in record.getMessage()
+    }
+    assert warned == {
+        episode_id
+        for cause, (episode_id, (status, _)) in played.items()
+        if status == "unscored" and cause != "abandoned"
+    }
 
 
 def test_an_agents_ending_while_the_provider_fails_is_the_platforms_and_unscored(serve, tmp_path, monkeypatch):
@@ -232,7 +261,9 @@ def test_get_reward_tells_the_trainers_log_why_a_rollout_has_no_reward_or_a_fail
         assert environment.get_reward() == 1.0
     told = [(record.levelname, record.getMessage()) for record in caplog.records if "rollout" in record.getMessage()]
     assert [(level, message.split(":")[0]) for level, message in told] == [
-        ("WARNING", "rollout left unscored"), ("INFO", "rollout failed by the agent, scored 0.0")]
+        ("WARNING", "rollout left unscored"),
+        ("INFO", "rollout failed by the agent, scored 0.0"),
+    ]
     assert "the reset didn't finish within 8s" in told[0][1] and "the env died during die" in told[1][1]
 
 
@@ -252,8 +283,10 @@ def test_shellfix_a_filled_folder_and_leftover_processes_still_get_the_verdict(s
         environment.reset(task_id="shellfix-median")
         if fixed:
             environment.replace_in_file(**solution("shellfix-median"))
-        environment.bash(command="for i in $(seq 20); do setsid sleep 3600 & done; "
-                                 "head -c 40000000 /dev/zero > filler.bin; echo filled")
+        environment.bash(
+            command="for i in $(seq 20); do setsid sleep 3600 & done; "
+            "head -c 40000000 /dev/zero > filler.bin; echo filled"
+        )
         assert environment.get_reward() == (1.0 if fixed else 0.0)
 
 
@@ -265,15 +298,15 @@ def test_the_docs_list_every_ending():
     assert missing == [], f"docs/bundle-format.md does not describe: {missing}"
 
 
-
 HUNG_CLOSE_S = 300.0  # a close that does not end, as far as any deadline here is concerned
 ANSWER_WAIT_S = 120.0  # far beyond the 8 s reset deadline a bounded close gives up at, far below the hang
 
 
 @pytest.mark.parametrize("fails", ["hangs", "raises"])
 @pytest.mark.parametrize("dies", [True, False], ids=["an early end (the env dies)", "a scored end"])
-def test_a_sandbox_whose_close_hangs_or_raises_does_not_hold_the_episodes_end(serve, tmp_path, monkeypatch, dies,
-                                                                               fails):
+def test_a_sandbox_whose_close_hangs_or_raises_does_not_hold_the_episodes_end(
+    serve, tmp_path, monkeypatch, dies, fails
+):
     """The episode's own sandbox closes (every process gone), then hangs, as a close on a stuck
     engine would, or raises, as one on files the agent left could: the episode still ends, with
     the outcome it had, long before the hang ends. (The untouched replay an early end plays

@@ -55,7 +55,7 @@ class ShellReport(Env):
 JUDGE = "def verify(task, report):\n    return float(report.get('word') == 'apple')\n"
 
 # The env's process: the first ancestor of the agent's shell running corral's env runtime.
-FIND_ENV = '''
+FIND_ENV = """
 import os
 def env_pid():
     pid = os.getpid()
@@ -65,20 +65,26 @@ def env_pid():
             return pid
     raise SystemExit("no env process above this one")
 env = env_pid()
-'''
-PTRACE = FIND_ENV + '''
+"""
+PTRACE = (
+    FIND_ENV
+    + """
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 print("attached" if libc.ptrace(16, env, None, None) == 0 else f"refused {ctypes.get_errno()}")
-'''
-READ_MEMORY = FIND_ENV + '''
+"""
+)
+READ_MEMORY = (
+    FIND_ENV
+    + """
 for what in ("environ", "mem", "maps", "fd"):
     try:
         (os.listdir if what == "fd" else lambda p: open(p, "rb").read(1))(f"/proc/{env}/{what}")
         print(what, "read")
     except OSError as error:
         print(what, "refused", error.errno)
-'''
+"""
+)
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
 def test_an_environment_records_its_episode_beside_the_servers_and_outside_a_run_names_no_place(
-        serve, tmp_path: Path) -> None:
+    serve, tmp_path: Path
+) -> None:
     server = serve(BUNDLES / "gridsim", record_dir=tmp_path / "records")
     with Bundle(server.url, record_dir=tmp_path / "records") as bundle:
         environment = bundle.factory()
@@ -45,7 +46,8 @@ def test_an_environment_records_its_episode_beside_the_servers_and_outside_a_run
 
 
 def test_under_trls_async_rollout_loop_each_episode_takes_its_place_in_trls_groups(
-        serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     loop = _stand_in_loop(monkeypatch, num_generations=3, version=4)
     server = serve(BUNDLES / "gridsim", max_concurrent_envs=2)
     with Bundle(server.url, record_dir=tmp_path) as bundle:
@@ -65,20 +67,29 @@ def test_under_trls_async_rollout_loop_each_episode_takes_its_place_in_trls_grou
             return places
 
         places = run(loop)
-    assert [(place.group, place.group_index) for place in places] == \
-        [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (2, 0)]
+    assert [(place.group, place.group_index) for place in places] == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (1, 0),
+        (1, 1),
+        (1, 2),
+        (2, 0),
+    ]
     # TRL reads the version once per group, at its first reset: group 1 keeps 4 through the sync
     assert [place.policy_version for place in places] == [4, 4, 4, 4, 4, 4, 5]
     assert [place.step for place in places] == [place.policy_version for place in places]
     with EpisodeStore(tmp_path) as store:  # the groups TRL scored, written whole; group 2 is not complete
         records = list(store.records(store.find(kind="rollouts")))
-    assert sorted((r.group, r.group_index, r.policy_version) for r in records) == \
-        [(p.group, p.group_index, p.policy_version) for p in places[:6]]
+    assert sorted((r.group, r.group_index, r.policy_version) for r in records) == [
+        (p.group, p.group_index, p.policy_version) for p in places[:6]
+    ]
     assert all(record.advantage == 0.0 for record in records)  # gridsim scores every idle day alike
 
 
-@pytest.mark.parametrize("rewards", [[1.0, 0.0, 0.5, 0.5], [1.0, None, 0.0, 1.0], [None, None, None, None],
-                                     [0.2, 0.2, 0.2, 0.2]])
+@pytest.mark.parametrize(
+    "rewards", [[1.0, 0.0, 0.5, 0.5], [1.0, None, 0.0, 1.0], [None, None, None, None], [0.2, 0.2, 0.2, 0.2]]
+)
 def test_the_recorded_advantages_are_those_trl_computes_for_the_group(rewards: list[float | None]) -> None:
     from accelerate import PartialState
     from trl.experimental.async_grpo.async_rollout_worker import RolloutGroup, _AsyncRolloutLoop
@@ -87,10 +98,19 @@ def test_the_recorded_advantages_are_those_trl_computes_for_the_group(rewards: l
     loop = object.__new__(_AsyncRolloutLoop)  # what TRL's scoring reads: one environment reward, no function
     loop.reward_funcs, loop.reward_func_names, loop._env_reward_types = [], ["Bundle"], [Bundle]
     n = len(rewards)
-    group = RolloutGroup(prompts=[[]] * n, reward_kwargs={}, completions=[[]] * n, completions_ids=[[]] * n,
-                         completions_sequences=[[_Sequence()] for _ in rewards], tool_call_counts=[0] * n,
-                         tool_failure_counts=[0] * n, model_version=0, group_id=0,
-                         env_rewards=[(Bundle, reward) for reward in rewards], rollout_rewards=[None] * n)
+    group = RolloutGroup(
+        prompts=[[]] * n,
+        reward_kwargs={},
+        completions=[[]] * n,
+        completions_ids=[[]] * n,
+        completions_sequences=[[_Sequence()] for _ in rewards],
+        tool_call_counts=[0] * n,
+        tool_failure_counts=[0] * n,
+        model_version=0,
+        group_id=0,
+        env_rewards=[(Bundle, reward) for reward in rewards],
+        rollout_rewards=[None] * n,
+    )
     samples = asyncio.run(loop._score_group(group))
     assert trl_advantages(rewards) == pytest.approx([sample.advantage for sample in samples], abs=1e-6)
 

@@ -94,8 +94,11 @@ def test_idle_scores_point_two_and_the_optimum_scores_one(gridsim_server):
             assert environment.get_reward() == pytest.approx(0.2)
 
             environment.reset(**row)
-            task = next(json.loads(line) for line in (BUNDLES / "gridsim/tasks.jsonl").open()
-                        if json.loads(line)["id"] == row["task_id"])
+            task = next(
+                json.loads(line)
+                for line in (BUNDLES / "gridsim/tasks.jsonl").open()
+                if json.loads(line)["id"] == row["task_id"]
+            )
             _, best = grader.optimal_schedule(task["args"])
             assert json.loads(environment.submit_schedule(actions=best))["feasible"] is True
             assert environment.end_turn(response="submitted") == "The episode has ended."
@@ -169,13 +172,20 @@ def test_a_game_cut_at_the_tasks_max_turns_ends_there_and_is_scored(serve, tmp_p
 
 def _winner(board: list[str]) -> str | None:
     """The mark that fills a row, a column or a diagonal of `board`, if one does."""
-    lines = [*board, *map("".join, zip(*board, strict=True)), board[0][0] + board[1][1] + board[2][2],
-             board[0][2] + board[1][1] + board[2][0]]
+    lines = [
+        *board,
+        *map("".join, zip(*board, strict=True)),
+        board[0][0] + board[1][1] + board[2][2],
+        board[0][2] + board[1][1] + board[2][0],
+    ]
     return next((line[0] for line in lines if line in ("XXX", "OOO")), None)
 
 
 def _board_from_prompt(prompt: str) -> list[str]:
-    rows = [match.group(1).replace(" ", "") for line in prompt.splitlines()
-            if (match := re.fullmatch(r"[123] ([XO.] [XO.] [XO.])", line.strip()))]
+    rows = [
+        match.group(1).replace(" ", "")
+        for line in prompt.splitlines()
+        if (match := re.fullmatch(r"[123] ([XO.] [XO.] [XO.])", line.strip()))
+    ]
     assert len(rows) == 3, prompt
     return rows

@@ -75,6 +75,7 @@ def test_bad_tool_arguments_answer_the_model_and_the_episode_goes_on(toybox_serv
 
 def test_malformed_frames_get_error_frames_and_the_session_survives(toybox_server):
     with ws(toybox_server) as socket:
+
         def code(frame: str) -> str:
             return error_of(send(socket, frame, timeout_s=30)).code
 
@@ -86,7 +87,9 @@ def test_malformed_frames_get_error_frames_and_the_session_survives(toybox_serve
         assert code('{"type": "reset", "data": {"split": "toy", "index": 99}}') == "VALIDATION_ERROR"
         assert code('{"type": "reset", "data": {"tool_timeout_s": -1}}') == "VALIDATION_ERROR"
         assert code('{"type": "reset", "data": {"tool_timeout_s": Infinity}}') == "VALIDATION_ERROR"
-        assert code('{"type": "step", "data": {"type": "call_tool", "tool_name": "say"}}') == "EXECUTION_ERROR"  # no episode yet
+        assert (
+            code('{"type": "step", "data": {"type": "call_tool", "tool_name": "say"}}') == "EXECUTION_ERROR"
+        )  # no episode yet
         assert opened(socket, split="toy", index=0).done is False
         called(socket, "say", text="apple")
         assert called(socket, "end_turn", response="ok").reward == 1.0
@@ -97,8 +100,7 @@ def test_an_idle_environment_keeps_its_session_and_episode_through_keepalives(se
     server = serve(TOYBOX, keepalive=keepalive)
     # Between the client and the server, a proxy that drops a socket idle for 1 s: only the
     # keepalive pings (every 0.2 s, from both ends) carry the session through a 2 s wait.
-    with loopback_proxy(server.url, idle_s=5 * keepalive) as url, \
-            Bundle(url, split="toy", keepalive=keepalive) as env:
+    with loopback_proxy(server.url, idle_s=5 * keepalive) as url, Bundle(url, split="toy", keepalive=keepalive) as env:
         environment = env.factory()
         environment.reset(**env.dataset[0])
         time.sleep(10 * keepalive)  # the caller is busy (a trainer generating), the socket is not

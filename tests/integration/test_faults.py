@@ -15,10 +15,15 @@ from tests.probe_bundle import write_probe_bundle
 
 pytestmark = [pytest.mark.timing, pytest.mark.usefixtures("no_leftover_env_processes")]
 
+
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
-    yield from serving(write_probe_bundle(tmp_path_factory.mktemp("faults")), max_concurrent_envs=12,
-                       reset_timeout_s=8.0, verifier_workers=2)  # far from what a loaded machine takes
+    yield from serving(
+        write_probe_bundle(tmp_path_factory.mktemp("faults")),
+        max_concurrent_envs=12,
+        reset_timeout_s=8.0,
+        verifier_workers=2,
+    )  # far from what a loaded machine takes
 
 
 def test_a_server_is_up_only_once_its_verifier_workers_can_score(serve, tmp_path):
@@ -50,8 +55,12 @@ def test_eight_hung_verifiers_cost_their_own_episodes_and_a_good_one_still_score
         with ThreadPoolExecutor(8) as pool:
             hung = list(pool.map(lambda _: play(bundle, "hang"), range(8)))
         # The agent's word hung them: the task played untouched scores, so each is the agent's 0.
-        assert all(reward == 0.0 and "the verifiers did not finish within 8s" in reason
-                   and "the failure came from what the agent did" in reason for reward, reason in hung), hung
+        assert all(
+            reward == 0.0
+            and "the verifiers did not finish within 8s" in reason
+            and "the failure came from what the agent did" in reason
+            for reward, reason in hung
+        ), hung
         assert play(bundle, "apple") == (1.0, None)  # a fresh session, served while nothing hangs any more
         assert play(bundle, "pear") == (0.0, None)
     assert probe.served.verifiers.alive == 2  # each hung worker was killed and replaced, none piled up

@@ -31,8 +31,9 @@ def shellfix(request) -> Iterator[object]:
         yield from serving(BUNDLES / "shellfix", sandbox="local")
         return
     if os.geteuid() != 0:
-        skip_or_fail_under_ci("the tests run as another user than root, so no server here can run as another "
-                              "user (CI runs them as root)")
+        skip_or_fail_under_ci(
+            "the tests run as another user than root, so no server here can run as another user (CI runs them as root)"
+        )
     with corral_serve(BUNDLES / "shellfix", "--sandbox", "local", uid=NOBODY) as (url, _):
         yield SimpleNamespace(url=url)
 

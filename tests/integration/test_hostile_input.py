@@ -25,6 +25,7 @@ from tests.wire import call, opened, send, ws
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
 TOKEN = "s3cret"
 
+
 # Named functions, not lambdas: hypothesis reads a lambda's source, racing other threads' imports.
 def containers_of(inner: st.SearchStrategy) -> st.SearchStrategy:
     return st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
@@ -36,33 +37,52 @@ def deeply_nested(depth: int) -> str:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
-    containers_of, max_leaves=20,
+    containers_of,
+    max_leaves=20,
 )
 frame_types = st.sampled_from(["step", "state", "close", "mcp", "dance", "", None, 3])
 # Resets whose data is wrong: a valid reset starts an env, which the good session does often enough.
-bad_resets = st.fixed_dictionaries({"type": st.just("reset"), "data": st.fixed_dictionaries({}, optional={
-    "split": st.sampled_from(["nope", ""]) | st.integers(),
-    "index": st.integers(max_value=-1) | st.text(max_size=5),
-    "seed": st.integers(max_value=-1) | st.floats(),
-    "tool_timeout_s": st.sampled_from([-1, 0, 1e309, "fast"]),
-}).filter(bool)})
-step_data = st.fixed_dictionaries({}, optional={
-    "type": st.sampled_from(["call_tool", "list_tools", "nope"]) | json_values,
-    "tool_name": st.sampled_from(["say", "end_turn", "crash", "nope"]) | json_values,  # not wait: it sleeps
-    "arguments": st.dictionaries(st.sampled_from(["text", "seconds", "response"]), json_values) | json_values,
-})
-jsonrpc_data = st.fixed_dictionaries({}, optional={
-    "jsonrpc": st.sampled_from(["2.0", "1.0"]) | json_values,
-    "id": st.integers() | st.text(max_size=5) | json_values,
-    "method": st.sampled_from(["tools/list", "tools/call", "initialize", "openenv/session/close", "x"]) | json_values,
-    "params": st.fixed_dictionaries({}, optional={"name": json_values, "arguments": json_values,
-                                                   "session_id": json_values}) | json_values,
-})
+bad_resets = st.fixed_dictionaries(
+    {
+        "type": st.just("reset"),
+        "data": st.fixed_dictionaries(
+            {},
+            optional={
+                "split": st.sampled_from(["nope", ""]) | st.integers(),
+                "index": st.integers(max_value=-1) | st.text(max_size=5),
+                "seed": st.integers(max_value=-1) | st.floats(),
+                "tool_timeout_s": st.sampled_from([-1, 0, 1e309, "fast"]),
+            },
+        ).filter(bool),
+    }
+)
+step_data = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": st.sampled_from(["call_tool", "list_tools", "nope"]) | json_values,
+        "tool_name": st.sampled_from(["say", "end_turn", "crash", "nope"]) | json_values,  # not wait: it sleeps
+        "arguments": st.dictionaries(st.sampled_from(["text", "seconds", "response"]), json_values) | json_values,
+    },
+)
+jsonrpc_data = st.fixed_dictionaries(
+    {},
+    optional={
+        "jsonrpc": st.sampled_from(["2.0", "1.0"]) | json_values,
+        "id": st.integers() | st.text(max_size=5) | json_values,
+        "method": st.sampled_from(["tools/list", "tools/call", "initialize", "openenv/session/close", "x"])
+        | json_values,
+        "params": st.fixed_dictionaries(
+            {}, optional={"name": json_values, "arguments": json_values, "session_id": json_values}
+        )
+        | json_values,
+    },
+)
 frames = st.one_of(
     st.text(max_size=200),  # not JSON, mostly
     json_values.map(json.dumps),
-    st.fixed_dictionaries({"type": frame_types}, optional={
-        "data": step_data | jsonrpc_data | json_values}).map(json.dumps),
+    st.fixed_dictionaries({"type": frame_types}, optional={"data": step_data | jsonrpc_data | json_values}).map(
+        json.dumps
+    ),
     bad_resets.map(json.dumps),
     st.integers(1, 60).map(deeply_nested),
 )
@@ -105,7 +125,9 @@ def good_player(toybox):
 
 @pytest.mark.timing
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
-@given(batch=st.lists(frames, min_size=200, max_size=200))  # a thousand in all: two cores loaded 8 deep play them in minutes
+@given(
+    batch=st.lists(frames, min_size=200, max_size=200)
+)  # a thousand in all: two cores loaded 8 deep play them in minutes
 def test_a_thousand_malformed_frames_each_get_an_error_and_a_good_session_plays_on(toybox, good_player, caplog, batch):
     with caplog.at_level(logging.WARNING), contextlib.ExitStack() as sockets:
         socket_ = sockets.enter_context(ws(toybox))
@@ -185,19 +207,22 @@ def guarded():
     yield from serving(FIXTURES / "toybox", token=TOKEN)
 
 
-@pytest.mark.parametrize(("authorization", "status"), [
-    (None, 401),
-    (b"", 403),
-    (b"Bearer", 403),
-    (b"bearer " + TOKEN.encode(), 403),
-    (b"Basic " + TOKEN.encode(), 403),
-    (b"Bearer  " + TOKEN.encode(), 403),  # a second space is inside the value
-    (b"Bearer " + TOKEN.encode() + b" \t", 200),  # around it, whitespace is HTTP's, not the value's
-    (b"Bearer \xc3\xa9t\xc3\xa9", 403),  # UTF-8
-    (b"Bearer \xff\xfe", 403),  # not UTF-8 at all
-    (b"Bearer " + b"x" * 8000, 403),
-    (b"Bearer " + TOKEN.encode(), 200),
-])
+@pytest.mark.parametrize(
+    ("authorization", "status"),
+    [
+        (None, 401),
+        (b"", 403),
+        (b"Bearer", 403),
+        (b"bearer " + TOKEN.encode(), 403),
+        (b"Basic " + TOKEN.encode(), 403),
+        (b"Bearer  " + TOKEN.encode(), 403),  # a second space is inside the value
+        (b"Bearer " + TOKEN.encode() + b" \t", 200),  # around it, whitespace is HTTP's, not the value's
+        (b"Bearer \xc3\xa9t\xc3\xa9", 403),  # UTF-8
+        (b"Bearer \xff\xfe", 403),  # not UTF-8 at all
+        (b"Bearer " + b"x" * 8000, 403),
+        (b"Bearer " + TOKEN.encode(), 200),
+    ],
+)
 def test_odd_authorization_headers_get_401_or_403(guarded, authorization, status, caplog):
     with caplog.at_level(logging.WARNING):
         assert raw_status(guarded.url, authorization) == status

@@ -49,8 +49,10 @@ def test_a_client_may_lower_a_limit(strict_server):
 
 
 def test_a_client_asking_for_more_gets_the_servers_limit_and_is_told(strict_server, caplog):
-    with Bundle(strict_server.url, split="toy", tool_timeout=10) as bundle, \
-            caplog.at_level(logging.WARNING, logger="corral.client"):
+    with (
+        Bundle(strict_server.url, split="toy", tool_timeout=10) as bundle,
+        caplog.at_level(logging.WARNING, logger="corral.client"),
+    ):
         answer, _ = waited(bundle, 10)
     assert "wait didn't answer within 3s" in answer
     assert "capped this episode's limits: tool_timeout_s=10 asked; the server's limit of 3s applies" in caplog.text

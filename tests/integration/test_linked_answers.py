@@ -55,6 +55,8 @@ def test_an_answer_linked_to_what_the_verifier_reads_scores_0_locally(compare_lo
 
 
 def test_the_answer_beside_links_elsewhere_still_scores_1_locally(compare_local):
-    ended = answered(compare_local, "echo the secret answer > answer.txt && ln -s / root && ln -s . up && ln -s ../work w")
+    ended = answered(
+        compare_local, "echo the secret answer > answer.txt && ln -s / root && ln -s . up && ln -s ../work w"
+    )
 
     assert (ended.status, ended.reward) == ("scored", 1.0), ended.metadata

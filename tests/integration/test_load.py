@@ -21,8 +21,9 @@ def run_in_own_group(command: list[str], limit_s: float) -> subprocess.Completed
     """Run `command` in a process group of its own; past `limit_s` stop the whole group (the
     bench's server and its 512 episodes too, which would otherwise load the machine while
     the failure is reported and the next tests run)."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         stdout, stderr = process.communicate(timeout=limit_s)
     except subprocess.TimeoutExpired:
@@ -38,8 +39,19 @@ def run_in_own_group(command: list[str], limit_s: float) -> subprocess.Completed
 
 def test_64_sessions_for_half_a_minute_then_512_at_once_all_served_right():
     run = run_in_own_group(
-        [sys.executable, str(REPO / "bench" / "load.py"), "--json", "--sessions", "64", "--seconds", "30",
-         "--burst", "512"], RUN_LIMIT_S)
+        [
+            sys.executable,
+            str(REPO / "bench" / "load.py"),
+            "--json",
+            "--sessions",
+            "64",
+            "--seconds",
+            "30",
+            "--burst",
+            "512",
+        ],
+        RUN_LIMIT_S,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout)
     sustained, burst = report["sustained"], report["burst"]

@@ -34,7 +34,7 @@ ATTACKS_ON_THE_ENV = {
     "a trace": f"python3 -c '{PTRACE_ATTACH}'",
     "its file": f"echo forged > {KEPT}",
     "its file, replaced": f"rm -f {KEPT}",
-    "its user, taken back": f"u={ENV_UID}; python3 -c \"import os; os.setresuid($u, $u, $u)\"",
+    "its user, taken back": f'u={ENV_UID}; python3 -c "import os; os.setresuid($u, $u, $u)"',
     "root's group": "python3 -c 'import os; os.setresgid(0, 0, 0)'",
     "its program": 'echo "raise SystemExit" > "${PYTHONPATH%%:*}/env.py"',  # the env's folder, first on its path
 }
@@ -46,7 +46,9 @@ def root_with_bubblewrap() -> None:
     if shutil.which("bwrap") is None:
         skip_or_fail_under_ci("bubblewrap is not installed (apt-get install bubblewrap; .ci/run installs it)")
     if os.geteuid() != 0:
-        skip_or_fail_under_ci("a local server gives the agent a uid of its own only as root (CI runs the tests as root)")
+        skip_or_fail_under_ci(
+            "a local server gives the agent a uid of its own only as root (CI runs the tests as root)"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +65,9 @@ def test_the_agent_s_commands_run_as_a_uid_of_their_own_with_no_capability(probe
     with Bundle(probe.url, split="probe") as env:
         environment = env.factory()
         environment.reset(**env.dataset[0])
-        seen = environment.shell(command=f"id -u; id -G; echo {ENV_UID}; grep -E '^Cap(Inh|Prm|Eff|Amb)' /proc/self/status")
+        seen = environment.shell(
+            command=f"id -u; id -G; echo {ENV_UID}; grep -E '^Cap(Inh|Prm|Eff|Amb)' /proc/self/status"
+        )
 
     agent_uid, groups, env_uid, *capabilities, status = seen.split("\n")
     assert status == "[exit status 0]", seen
@@ -91,8 +95,16 @@ def test_the_verifier_runs_as_a_uid_of_its_own(shellfix):
     # The agent notes its uid and the env's; its module, imported by the hidden tests, says whose
     # the verifier runs as. Its fix still scores 1.
     says = "import os, sys; print('uids', open('uids').read().strip(), os.getuid(), file=sys.stderr)"
-    ended = play(shellfix, [bash(f"echo $(id -u) {ENV_UID} > uids && echo \"{says}\" | cat - batching.py > b && "
-                                 "cat b > batching.py && rm b")], fixed=True)
+    ended = play(
+        shellfix,
+        [
+            bash(
+                f'echo $(id -u) {ENV_UID} > uids && echo "{says}" | cat - batching.py > b && '
+                "cat b > batching.py && rm b"
+            )
+        ],
+        fixed=True,
+    )
     output = ended.metadata["verifier_output"]["tests"]
 
     assert ended.reward == 1.0, output
@@ -108,8 +120,12 @@ def test_the_verifier_reads_what_the_agent_made_private_and_nothing_is_left(shel
         opened(agent, task_id=TASK)
         called(agent, "write_file", path="notes/private.txt", content="mine")
         called(agent, "replace_in_file", **FIX)
-        folder = Path(episode_bash(agent, "chmod 600 batching.py notes/private.txt && chmod 700 notes && "
-                                          "mkdir locked && chmod 000 locked && pwd")).parent
+        folder = Path(
+            episode_bash(
+                agent,
+                "chmod 600 batching.py notes/private.txt && chmod 700 notes && mkdir locked && chmod 000 locked && pwd",
+            )
+        ).parent
         ended = called(agent, "end_turn", response="done")
 
     assert ended.reward == 1.0, ended.metadata["verifier_output"]["tests"]

@@ -126,11 +126,16 @@ def test_a_user_other_than_root_checks_a_bundle_and_starts_envs_in_a_folder_of_i
 
     command, environ = python_command("-c", ON_ITS_OWN, str(FIXTURES / "toybox/envs/toy"), uid=NOBODY)
     ran = subprocess.run(command, env=environ, cwd="/", capture_output=True, text=True, timeout=120, check=False)
-    assert (ran.returncode, ran.stdout.splitlines()) == (0, [
-        "True 0o700",
-        ("could not start '/no-such-command' for env missing: [Errno 2] No such file or directory in the sandbox's "
-         "view: '/no-such-command'"),
-    ]), ran.stderr
+    assert (ran.returncode, ran.stdout.splitlines()) == (
+        0,
+        [
+            "True 0o700",
+            (
+                "could not start '/no-such-command' for env missing: [Errno 2] No such file or directory in the sandbox's "
+                "view: '/no-such-command'"
+            ),
+        ],
+    ), ran.stderr
 
 
 def test_a_second_server_of_an_instance_that_is_served_refuses():
@@ -148,5 +153,8 @@ def test_a_second_server_of_an_instance_that_is_served_refuses():
     finally:
         stop(first)
 
-    assert re.fullmatch(rf"error: another corral server holds the instance '{instance}' on this machine .*"
-                        r"serve this one with --instance OTHER_NAME \(or CORRAL_INSTANCE\)", error)
+    assert re.fullmatch(
+        rf"error: another corral server holds the instance '{instance}' on this machine .*"
+        r"serve this one with --instance OTHER_NAME \(or CORRAL_INSTANCE\)",
+        error,
+    )

@@ -67,9 +67,14 @@ def test_an_episode_cannot_connect_to_this_machine_s_loopback(shellfix):
         try:
             with ws(shellfix) as agent:
                 opened(agent, task_id="shellfix-median")
-                tried = {name: bash(agent, f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), "
-                                           "timeout=5); print('connected')\" 2>&1 | tail -1")
-                         for name, port in ports.items()}
+                tried = {
+                    name: bash(
+                        agent,
+                        f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), "
+                        "timeout=5); print('connected')\" 2>&1 | tail -1",
+                    )
+                    for name, port in ports.items()
+                }
         finally:
             stopped.set()
             waiter.join()
@@ -155,11 +160,19 @@ def test_a_server_refuses_a_folder_another_user_made_first(squat, tmp_path):
     else:
         squatted.mkdir()
         os.chown(squatted, NOBODY, NOBODY)
-    command, environ = corral_command("serve", str(SHELLFIX), "--port", str(port), "--sandbox", "local",
-                                      "--instance", instance)
+    command, environ = corral_command(
+        "serve", str(SHELLFIX), "--port", str(port), "--sandbox", "local", "--instance", instance
+    )
     try:
-        ran = subprocess.run(command, env={**environ, "TMPDIR": "/tmp"}, cwd="/", capture_output=True, text=True,
-                             timeout=120, check=False)
+        ran = subprocess.run(
+            command,
+            env={**environ, "TMPDIR": "/tmp"},
+            cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     finally:
         squatted.unlink() if squatted.is_symlink() else squatted.rmdir()
 
@@ -167,7 +180,8 @@ def test_a_server_refuses_a_folder_another_user_made_first(squat, tmp_path):
     assert ran.returncode == 2, ran.stderr
     assert ran.stderr.strip().splitlines()[-1] == (
         f"error: {squatted} {why}, so another user may have made it to read or replace what corral keeps there; "
-        "remove it (and find out who made it), or serve with another --instance")
+        "remove it (and find out who made it), or serve with another --instance"
+    )
 
 
 def test_a_docker_server_refuses_a_socket_folder_another_user_made_first(tmp_path):
@@ -204,13 +218,16 @@ def test_without_bubblewrap_a_shell_is_refused_unless_the_operator_accepts_the_r
     assert refused.stderr.strip().splitlines()[-1] == (
         "error: env shellfix gives the agent a shell or files (agent_shell in its env.toml) and the local sandbox "
         "cannot isolate it here: bubblewrap (bwrap) is not installed; install bubblewrap (apt-get install "
-        "bubblewrap), serve with --sandbox docker, or accept the risk with --unsafe-local-shell")
+        "bubblewrap), serve with --sandbox docker, or accept the risk with --unsafe-local-shell"
+    )
 
     port = free_port()
-    command, _ = corral_command("serve", str(SHELLFIX), "--sandbox", "local", "--port", str(port),
-                                "--unsafe-local-shell")
-    server = subprocess.Popen(command, env=environ, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              start_new_session=True)
+    command, _ = corral_command(
+        "serve", str(SHELLFIX), "--sandbox", "local", "--port", str(port), "--unsafe-local-shell"
+    )
+    server = subprocess.Popen(
+        command, env=environ, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
     try:
         url = wait_until_serving(server, port)
         assert httpx.get(url + "/health", trust_env=False).json()["sandbox"]["isolated"] is False
@@ -224,8 +241,14 @@ def test_without_bubblewrap_a_shell_is_refused_unless_the_operator_accepts_the_r
 def test_without_bubblewrap_an_env_without_a_shell_is_served(without_bubblewrap):
     port = free_port()
     command, environ = corral_command("serve", str(BUNDLES / "gridsim"), "--sandbox", "local", "--port", str(port))
-    server = subprocess.Popen(command, env={**environ, "PATH": without_bubblewrap}, cwd="/",
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    server = subprocess.Popen(
+        command,
+        env={**environ, "PATH": without_bubblewrap},
+        cwd="/",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         url = wait_until_serving(server, port)
         assert httpx.get(url + "/health", trust_env=False).json()["sandbox"]["isolated"] is False

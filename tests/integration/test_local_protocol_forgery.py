@@ -55,7 +55,7 @@ JUDGE = 'def verify(task, report):\n    return float(report["solved"] is True)\n
 
 # In the background, once its own call has been answered: a forged answer to every id corral
 # may ask next, each the report of a solved task; then a word for the test.
-FORGER = r'''
+FORGER = r"""
 import json, time
 time.sleep(1)
 try:
@@ -66,7 +66,7 @@ try:
 except OSError as error:
     word = f"refused {error}"
 open("forger.done", "w").write(word)
-'''
+"""
 
 
 @pytest.fixture
@@ -75,10 +75,13 @@ def forge_bundle():
         skip_or_fail_under_ci("the test starts a server as another user, which takes root (CI runs the tests as root)")
     root = Path(tempfile.mkdtemp(prefix="corral-forge-"))
     root.chmod(0o755)  # the server's user must read the bundle
-    files = {"bundle.toml": 'name = "forge"\n[defaults]\nenv = "forge"\nverifiers = { judge = "judge" }\n',
-             "envs/forge/env.toml": 'entry = "env:Forge"\n', "envs/forge/env.py": ENV,
-             "verifiers/judge.py": JUDGE,
-             "tasks.jsonl": json.dumps({"id": "solve", "args": {}, "prompt": "Solve it."}) + "\n"}
+    files = {
+        "bundle.toml": 'name = "forge"\n[defaults]\nenv = "forge"\nverifiers = { judge = "judge" }\n',
+        "envs/forge/env.toml": 'entry = "env:Forge"\n',
+        "envs/forge/env.py": ENV,
+        "verifiers/judge.py": JUDGE,
+        "tasks.jsonl": json.dumps({"id": "solve", "args": {}, "prompt": "Solve it."}) + "\n",
+    }
     for relative, text in files.items():
         (root / relative).parent.mkdir(parents=True, exist_ok=True)
         (root / relative).write_text(text)
@@ -90,11 +93,22 @@ def forge_bundle():
 
 def test_an_agent_cannot_answer_for_the_env_of_a_server_that_is_not_root(forge_bundle):
     port = free_port()
-    command, environ = python_command("-c", "import sys; sys.modules['uvloop'] = None; from corral.server.cli import app; app()",
-                                      "serve", str(forge_bundle), "--port", str(port), "--sandbox", "local",
-                                      "--instance", f"forge-{os.getpid()}", uid=NOBODY)
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=environ, cwd="/",
-                              start_new_session=True)
+    command, environ = python_command(
+        "-c",
+        "import sys; sys.modules['uvloop'] = None; from corral.server.cli import app; app()",
+        "serve",
+        str(forge_bundle),
+        "--port",
+        str(port),
+        "--sandbox",
+        "local",
+        "--instance",
+        f"forge-{os.getpid()}",
+        uid=NOBODY,
+    )
+    server = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=environ, cwd="/", start_new_session=True
+    )
     try:
         with ws(SimpleNamespace(url=wait_until_serving(server, port))) as socket:
             opened(socket, task_id="solve")

@@ -56,7 +56,9 @@ def test_empty_files_past_the_quota_are_refused_too(small_shellfix):
     # 4 MB hold 4,096 files and folders: each costs the kernel's memory, whatever its size.
     with ws(small_shellfix) as socket:
         opened(socket, task_id=TASK)
-        said = called(socket, "bash", command="mkdir many && cd many && seq 10000 | xargs touch 2>&1 | head -n 1; ls | wc -l")
+        said = called(
+            socket, "bash", command="mkdir many && cd many && seq 10000 | xargs touch 2>&1 | head -n 1; ls | wc -l"
+        )
         ended = called(socket, "end_turn", response="done")
 
     assert "No space left on device" in said.result and int(said.result.splitlines()[1]) < 4096, said.result

@@ -41,6 +41,7 @@ def env_hosts(count: int, *options: str) -> Iterator[list]:
 
 def start_episodes(environments, row) -> None:
     """Reset every environment at once and say the right word in each: 16 episodes in flight."""
+
     def start(environment) -> None:
         environment.reset(**row)
         assert environment.say(text="apple")  # the env's echo
@@ -111,8 +112,12 @@ def test_a_reset_on_a_host_whose_sockets_fail_moves_to_another_host(serve):
     away as the reset is sent): each reset plays on the other host instead."""
     roomy, small = serve(TOYBOX, max_concurrent_envs=8), serve(TOYBOX, max_concurrent_envs=2)
     sockets_fail = threading.Event()
-    with loopback_proxy(roomy.url, refuse=lambda request: sockets_fail.is_set() and request.startswith(b"GET /ws")) \
-            as failing, Bundle([failing, small.url], split="toy") as env:
+    with (
+        loopback_proxy(
+            roomy.url, refuse=lambda request: sockets_fail.is_set() and request.startswith(b"GET /ws")
+        ) as failing,
+        Bundle([failing, small.url], split="toy") as env,
+    ):
         sockets_fail.set()
         for _ in range(2):
             environment = env.factory()
@@ -126,7 +131,9 @@ def test_hosts_that_serve_different_bundles_are_refused_naming_what_differs(serv
     with pytest.raises(BundleMismatch) as refused:
         Bundle([toybox.url, dockerbox.url], split="all")
     message = str(refused.value)
-    assert message.startswith(f"the env hosts {toybox.url} and {dockerbox.url} serve different bundles (their names and versions differ")
+    assert message.startswith(
+        f"the env hosts {toybox.url} and {dockerbox.url} serve different bundles (their names and versions differ"
+    )
     assert message.endswith("serve the same bundle folder, at the same version, on every host")
 
 

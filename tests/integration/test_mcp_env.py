@@ -63,9 +63,7 @@ def echo_bundle(tmp_path: Path) -> Path:
         "envs/echo/env.toml": 'command = ["python3", "-m", "echo_server"]\n',
         "envs/echo/echo_server.py": ECHO_SERVER,
         "verifiers/no_report.py": "def verify(task, report):\n    return 1.0 if report == {} else 0.0\n",
-        "tasks/echo-hi.json": json.dumps(
-            {"env": "echo", "prompt": "Echo hi.", "verifiers": {"done": "no_report"}}
-        ),
+        "tasks/echo-hi.json": json.dumps({"env": "echo", "prompt": "Echo hi.", "verifiers": {"done": "no_report"}}),
     }
     for relative, text in files.items():
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -169,12 +167,8 @@ def sdk_bundle(request, tmp_path: Path) -> Path:
         # With no report hook the report is {}: the verifier is all that scores the episode.
         "verifiers/full.py": "def verify(task, report):\n    return 1.0 if report == {} else 0.5\n",
         "verifiers/nothing.py": "def verify(task, report):\n    return 0.0\n",
-        "tasks/add-full.json": json.dumps(
-            {"env": "calculator", "prompt": "Add.", "verifiers": {"v": "full"}}
-        ),
-        "tasks/add-nothing.json": json.dumps(
-            {"env": "calculator", "prompt": "Add.", "verifiers": {"v": "nothing"}}
-        ),
+        "tasks/add-full.json": json.dumps({"env": "calculator", "prompt": "Add.", "verifiers": {"v": "full"}}),
+        "tasks/add-nothing.json": json.dumps({"env": "calculator", "prompt": "Add.", "verifiers": {"v": "nothing"}}),
     }
     for relative, text in files.items():
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)

@@ -20,12 +20,16 @@ pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
 def scraped(url: str) -> dict[tuple[str, tuple], float]:
     """Every sample of `/metrics`, by name and labels."""
     text = httpx.get(f"{url}/metrics", trust_env=False).text
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def test_metrics_count_episodes_by_how_they_ended_and_each_ends_with_a_log_line(serve, caplog):
     server = serve(FIXTURES / "toybox", max_concurrent_envs=2, tool_timeout_s=1)
+
     def lines() -> list[dict]:
         return [json.loads(record.getMessage()) for record in caplog.records if record.name == "corral.episodes"]
 
@@ -46,7 +50,11 @@ def test_metrics_count_episodes_by_how_they_ended_and_each_ends_with_a_log_line(
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             samples = scraped(server.url)
-            if not samples[("corral_sessions_active", ())] and not samples[("corral_sandboxes_live", ())] and len(lines()) == 3:
+            if (
+                not samples[("corral_sessions_active", ())]
+                and not samples[("corral_sandboxes_live", ())]
+                and len(lines()) == 3
+            ):
                 break
             time.sleep(0.05)
     ended = {labels: value for (name, labels), value in samples.items() if name == "corral_episodes_ended_total"}
@@ -61,8 +69,17 @@ def test_metrics_count_episodes_by_how_they_ended_and_each_ends_with_a_log_line(
     assert samples[("corral_sessions_active", ())] == 0 and samples[("corral_sandboxes_live", ())] == 0
 
     assert [(line["status"], line["cause"], line["reward"]) for line in lines()] == [
-        ("scored", "scored", 1.0), ("failed", "tool_timeout", 0.0), ("unscored", "abandoned", None)]
+        ("scored", "scored", 1.0),
+        ("failed", "tool_timeout", 0.0),
+        ("unscored", "abandoned", None),
+    ]
     timed_out = lines()[1]
     assert "wait didn't answer within 1s" in timed_out["reason"] and timed_out["tool_calls"] == 1
-    assert timed_out["task"] == "say-apple" and set(timed_out["seconds"]) == {"start", "reset", "tools", "verify", "total"}
+    assert timed_out["task"] == "say-apple" and set(timed_out["seconds"]) == {
+        "start",
+        "reset",
+        "tools",
+        "verify",
+        "total",
+    }
     assert timed_out["seconds"]["tools"] >= 1.0

@@ -36,10 +36,12 @@ def executed(gridsim_url):
     server, the local sandbox and a short keepalive."""
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     settings = tagged(notebook, "parameters")
-    settings.source = (f'BUNDLE = "../bundles/gridsim"\nSERVER_URL = "{gridsim_url}"\n'
-                       f'SANDBOX = "local"\nKEEPALIVE = {KEEPALIVE_S}')
-    NotebookClient(notebook, timeout=120, kernel_name="python3",
-                   resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    settings.source = (
+        f'BUNDLE = "../bundles/gridsim"\nSERVER_URL = "{gridsim_url}"\nSANDBOX = "local"\nKEEPALIVE = {KEEPALIVE_S}'
+    )
+    NotebookClient(
+        notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+    ).execute()
     return notebook
 
 
@@ -75,8 +77,12 @@ def test_bundle_url_plays_a_gridsim_day_to_0_2_in_a_kernel(executed):
 
 def test_the_transcripts_display_as_html_with_every_call_and_the_reward(executed):
     local = shown(executed, "local-transcript", "text/html")
-    for call in ("submit_schedule(actions=[0, 0, 0", "expected exactly 24 integers, got 23",
-                 "end_turn", "<b>reward:</b> 0.2"):
+    for call in (
+        "submit_schedule(actions=[0, 0, 0",
+        "expected exactly 24 integers, got 23",
+        "end_turn",
+        "<b>reward:</b> 0.2",
+    ):
         assert call in local
     assert local.count("submit_schedule(actions=") == 2
     assert "<b>reward:</b> 0.2" in shown(executed, "url-transcript", "text/html")

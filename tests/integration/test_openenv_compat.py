@@ -46,32 +46,42 @@ def gridsim() -> Iterator[EmbeddedServer]:
 
 def test_openenv_validate_passes_against_corral_serve(gridsim):
     openenv_cli = Path(sys.executable).parent / "openenv"
-    result = subprocess.run([str(openenv_cli), "validate", gridsim.url, "--json"], capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = subprocess.run(
+        [str(openenv_cli), "validate", gridsim.url, "--json"], capture_output=True, text=True, timeout=120, check=False
+    )
     report = json.loads(result.stdout)
     failed = [c for c in report["criteria"] if not c["passed"]] if "criteria" in report else report
     assert result.returncode == 0, failed
     assert report["passed"] is True
 
 
-@pytest.mark.parametrize("actions", [
-    [{"type": "list_tools"},
-     {"type": "call_tool", "tool_name": "submit_schedule", "arguments": {"actions": IDLE_DAY}},
-     {"type": "call_tool", "tool_name": "nosuch", "arguments": {}},
-     {"type": "call_tool", "tool_name": "submit_schedule", "arguments": {"actions": [0]}},
-     {"type": "call_tool", "tool_name": "end_turn", "arguments": {"response": "done"}}],
-], ids=["a whole episode with a refused call"])
+@pytest.mark.parametrize(
+    "actions",
+    [
+        [
+            {"type": "list_tools"},
+            {"type": "call_tool", "tool_name": "submit_schedule", "arguments": {"actions": IDLE_DAY}},
+            {"type": "call_tool", "tool_name": "nosuch", "arguments": {}},
+            {"type": "call_tool", "tool_name": "submit_schedule", "arguments": {"actions": [0]}},
+            {"type": "call_tool", "tool_name": "end_turn", "arguments": {"response": "done"}},
+        ],
+    ],
+    ids=["a whole episode with a refused call"],
+)
 def test_openenv_runtime_graders_pass(gridsim, actions):
-    plan = RuntimePlan.model_validate({
-        "plan_schema_version": "1",
-        "reset": {"episode_id": "graded-1", "seed": 7, "options": {"split": "eval"}},
-        "actions": actions,
-    })
+    plan = RuntimePlan.model_validate(
+        {
+            "plan_schema_version": "1",
+            "reset": {"episode_id": "graded-1", "seed": 7, "options": {"split": "eval"}},
+            "actions": actions,
+        }
+    )
     evidence = collect_runtime_evidence(gridsim.url, plan, episode_timeout_s=120.0)
     assert evidence.failure_reason is None
     startup = CheckResult(check_id="runtime.startup", status=CheckStatus.PASS, evidence=["ok"], duration_s=0)
-    subject = SimpleNamespace(manifest=SimpleNamespace(reward=SimpleNamespace(range=(0.0, 1.0))),
-                              runtime_evidence=evidence)
+    subject = SimpleNamespace(
+        manifest=SimpleNamespace(reward=SimpleNamespace(range=(0.0, 1.0))), runtime_evidence=evidence
+    )
     graders = [RewardWellFormedGrader(), ObservationSchemaGrader(), StateContractGrader()]
     results = {r.check_id: r for r in execute_graders(graders, subject, prior=[startup])}
     assert {check: r.status for check, r in results.items()} == {
@@ -91,7 +101,9 @@ def test_generic_env_client_plays_a_gridsim_day(gridsim):
         assert [tool["name"] for tool in listed.observation["tools"]] == ["submit_schedule", "end_turn"]
         refused = client.step({"type": "call_tool", "tool_name": "submit_schedule", "arguments": {"actions": "idle"}})
         assert refused.observation["error"]["error_type"] == "invalid_args" and refused.done is False
-        submitted = client.step({"type": "call_tool", "tool_name": "submit_schedule", "arguments": {"actions": IDLE_DAY}})
+        submitted = client.step(
+            {"type": "call_tool", "tool_name": "submit_schedule", "arguments": {"actions": IDLE_DAY}}
+        )
         assert json.loads(submitted.observation["result"])["feasible"] is True and submitted.reward == 0.0
         ended = client.step({"type": "call_tool", "tool_name": "end_turn", "arguments": {"response": "done"}})
         assert ended.done is True and ended.reward == pytest.approx(0.2)
@@ -130,8 +142,9 @@ def test_a_socket_naming_an_unknown_session_is_refused(gridsim):
 
 def test_post_mcp_answers_json_rpc_errors_where_they_belong(gridsim):
     def post(body: str) -> dict:
-        reply = httpx.post(f"{gridsim.url}/mcp", content=body, headers={"content-type": "application/json"},
-                           trust_env=False)
+        reply = httpx.post(
+            f"{gridsim.url}/mcp", content=body, headers={"content-type": "application/json"}, trust_env=False
+        )
         assert reply.status_code == 200
         return reply.json()
 
@@ -140,14 +153,27 @@ def test_post_mcp_answers_json_rpc_errors_where_they_belong(gridsim):
     assert post("[]")["error"]["code"] == -32600
     unknown = post('{"jsonrpc": "2.0", "id": 4, "method": "dance"}')
     assert (unknown["id"], unknown["error"]["code"]) == (4, -32601) and "result" not in unknown
-    assert post('{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "x"}}')["error"]["code"] == -32602
-    assert post('{"jsonrpc": "2.0", "id": 6, "method": "openenv/session/close", "params": {}}')["error"]["code"] == -32602
+    assert (
+        post('{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "x"}}')["error"]["code"] == -32602
+    )
+    assert (
+        post('{"jsonrpc": "2.0", "id": 6, "method": "openenv/session/close", "params": {}}')["error"]["code"] == -32602
+    )
     created = post('{"jsonrpc": "2.0", "id": 7, "method": "openenv/session/create"}')["result"]["session_id"]
-    bad_args = post(json.dumps({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
-                                "params": {"session_id": created, "name": "submit_schedule", "arguments": []}}))
+    bad_args = post(
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 8,
+                "method": "tools/call",
+                "params": {"session_id": created, "name": "submit_schedule", "arguments": []},
+            }
+        )
+    )
     assert bad_args["error"]["code"] == -32602
-    closed = post(json.dumps({"jsonrpc": "2.0", "id": 9, "method": "openenv/session/close",
-                              "params": {"session_id": created}}))
+    closed = post(
+        json.dumps({"jsonrpc": "2.0", "id": 9, "method": "openenv/session/close", "params": {"session_id": created}})
+    )
     assert closed["result"] == {"session_id": created, "closed": True}
 
 
@@ -158,8 +184,9 @@ def test_a_session_created_over_http_and_left_without_a_socket_is_closed_after_i
 
     def create() -> str:
         body = '{"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create"}'
-        reply = httpx.post(f"{server.url}/mcp", content=body, headers={"content-type": "application/json"},
-                           trust_env=False)
+        reply = httpx.post(
+            f"{server.url}/mcp", content=body, headers={"content-type": "application/json"}, trust_env=False
+        )
         return reply.json()["result"]["session_id"]
 
     left, held = create(), create()
@@ -189,13 +216,16 @@ def test_a_session_created_over_http_that_never_plays_frees_its_slot_sooner(serv
     body = '{"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create"}'
 
     def create() -> str:
-        reply = httpx.post(f"{server.url}/mcp", content=body, headers={"content-type": "application/json"},
-                           trust_env=False)
+        reply = httpx.post(
+            f"{server.url}/mcp", content=body, headers={"content-type": "application/json"}, trust_env=False
+        )
         return reply.json()["result"]["session_id"]
 
     def active() -> float:
         metrics = httpx.get(f"{server.url}/metrics", trust_env=False).text
-        return float(next(line.split()[1] for line in metrics.splitlines() if line.startswith("corral_sessions_active ")))
+        return float(
+            next(line.split()[1] for line in metrics.splitlines() if line.startswith("corral_sessions_active "))
+        )
 
     played = create()
     with ws(server, f"?session_id={played}") as socket:

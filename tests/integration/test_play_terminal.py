@@ -32,8 +32,9 @@ class Terminal:
     tests wait for its answer before waiting for the next prompt."""
 
     def __init__(self, *args: str):
-        self.child = pexpect.spawn(CORRAL, ["play", *args], env=TERMINAL, dimensions=(50, COLUMNS),
-                                   encoding="utf-8", timeout=60)
+        self.child = pexpect.spawn(
+            CORRAL, ["play", *args], env=TERMINAL, dimensions=(50, COLUMNS), encoding="utf-8", timeout=60
+        )
         self.raw, self.read_to = "", 0
 
     def wait_for(self, pattern: str, timeout_s: float = 60) -> re.Match:
@@ -47,7 +48,9 @@ class Terminal:
             except pexpect.TIMEOUT:
                 pass
             except pexpect.EOF:
-                raise AssertionError(f"corral play exited before showing {pattern!r}:\n{self.screen()[-3000:]}") from None
+                raise AssertionError(
+                    f"corral play exited before showing {pattern!r}:\n{self.screen()[-3000:]}"
+                ) from None
         self.read_to = found.end()
         return found
 
@@ -120,15 +123,25 @@ def test_a_refused_call_shows_the_envs_message_and_play_goes_on(gridsim_by_hand)
     screen = "\n".join(lines)
     assert '{"submitted":false,"error":"expected exactly 24 integers, got 2"}' in screen
     assert "error: invalid_args: submit_schedule: argument 'actions' must be an array of integers" in screen
-    assert "[4] end_turn(response=\"\")" in screen  # the session went on to the end
+    assert '[4] end_turn(response="")' in screen  # the session went on to the end
 
 
 def test_a_script_replays_the_session_with_the_same_transcript(gridsim_by_hand):
     lines, record = gridsim_by_hand
     assert [json.loads(line)["tool"] for line in record.read_text().splitlines()] == [
-        "submit_schedule", "submit_schedule", "submit_schedule", "end_turn"]
-    replay = subprocess.run([CORRAL, "play", "bundles/gridsim", "--sandbox", "local", "--script", str(record)],
-                            capture_output=True, text=True, env=TERMINAL, timeout=120, check=False)
+        "submit_schedule",
+        "submit_schedule",
+        "submit_schedule",
+        "end_turn",
+    ]
+    replay = subprocess.run(
+        [CORRAL, "play", "bundles/gridsim", "--sandbox", "local", "--script", str(record)],
+        capture_output=True,
+        text=True,
+        env=TERMINAL,
+        timeout=120,
+        check=False,
+    )
     assert replay.returncode == 0, replay.stderr
     transcript = [line for line in screen_lines(replay.stdout) if line]
     assert transcript[0] == "task gridsim-2014-01-02 · episode ID" and transcript[-1] == "reward: 0.2"
@@ -138,12 +151,24 @@ def test_a_script_replays_the_session_with_the_same_transcript(gridsim_by_hand):
 def test_a_script_plays_a_served_url_with_its_token(gridsim_by_hand):
     lines, record = gridsim_by_hand
     for server in serving(BUNDLES / "gridsim", token=TOKEN):
-        refused = subprocess.run([CORRAL, "play", server.url, "--script", str(record)],
-                                 capture_output=True, text=True, env=TERMINAL, timeout=60, check=False)
+        refused = subprocess.run(
+            [CORRAL, "play", server.url, "--script", str(record)],
+            capture_output=True,
+            text=True,
+            env=TERMINAL,
+            timeout=60,
+            check=False,
+        )
         assert refused.returncode == 2 and "wants a bearer token and none was sent" in refused.stderr
         assert "pass --token TOKEN or set CORRAL_TOKEN" in refused.stderr and "token=..." not in refused.stderr
-        replay = subprocess.run([CORRAL, "play", server.url, "--script", str(record)], capture_output=True,
-                                text=True, env={**TERMINAL, "CORRAL_TOKEN": TOKEN}, timeout=60, check=False)
+        replay = subprocess.run(
+            [CORRAL, "play", server.url, "--script", str(record)],
+            capture_output=True,
+            text=True,
+            env={**TERMINAL, "CORRAL_TOKEN": TOKEN},
+            timeout=60,
+            check=False,
+        )
         assert replay.returncode == 0, replay.stderr
         assert is_subsequence([line for line in screen_lines(replay.stdout) if line], lines)
 
@@ -151,8 +176,11 @@ def test_a_script_plays_a_served_url_with_its_token(gridsim_by_hand):
 def test_a_whole_tictactoe_game_typed_turn_by_turn_scores_its_true_outcome():
     """Each turn a careful X from the terminal; the same moves in the env itself, beside the
     session, say what O answers and how the game truly ends."""
-    task = next(json.loads(line) for line in (BUNDLES / "tictactoe" / "tasks.jsonl").read_text().splitlines()
-                if json.loads(line)["id"] == "tictactoe-002")
+    task = next(
+        json.loads(line)
+        for line in (BUNDLES / "tictactoe" / "tasks.jsonl").read_text().splitlines()
+        if json.loads(line)["id"] == "tictactoe-002"
+    )
     game = tictactoe_env().TicTacToe()
     game.reset(task["args"])
     terminal = Terminal("bundles/tictactoe", "--sandbox", "local", "--task", task["id"])
@@ -178,7 +206,9 @@ def test_a_whole_tictactoe_game_typed_turn_by_turn_scores_its_true_outcome():
 
 
 def tictactoe_env():
-    spec = importlib.util.spec_from_file_location("tictactoe_env", BUNDLES / "tictactoe" / "envs" / "tictactoe" / "env.py")
+    spec = importlib.util.spec_from_file_location(
+        "tictactoe_env", BUNDLES / "tictactoe" / "envs" / "tictactoe" / "env.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -205,9 +235,17 @@ def careful(board: list[list[str]]) -> tuple[int, int]:
 def test_a_script_shows_a_command_verifiers_output(tmp_path):
     """A shellfix task left unfixed: its hidden tests fail, and their output follows the score."""
     script = tmp_path / "give-up.jsonl"
-    script.write_text('# end the turn without fixing anything\n{"tool": "end_turn", "arguments": {"response": "done"}}\n')
-    played = subprocess.run([CORRAL, "play", "bundles/shellfix", "--sandbox", "local", "--script", str(script)],
-                            capture_output=True, text=True, env=TERMINAL, timeout=120, check=False)
+    script.write_text(
+        '# end the turn without fixing anything\n{"tool": "end_turn", "arguments": {"response": "done"}}\n'
+    )
+    played = subprocess.run(
+        [CORRAL, "play", "bundles/shellfix", "--sandbox", "local", "--script", str(script)],
+        capture_output=True,
+        text=True,
+        env=TERMINAL,
+        timeout=120,
+        check=False,
+    )
     assert played.returncode == 0, played.stderr  # scored, if 0
     lines = screen_lines(played.stdout)
     assert lines.index("scores: tests=0") < lines.index("reward: 0") < lines.index("verifier output (tests):")

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
 def run(code: str, tmp_path) -> subprocess.CompletedProcess:
     # No engine at DOCKER_HOST: `--sandbox auto` picks local processes, as on a laptop without Docker.
     environ = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=environ, capture_output=True, text=True,
-                          timeout=240, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=environ, capture_output=True, text=True, timeout=240, check=False
+    )
 
 
 def test_the_readme_has_blocks_that_run_and_blocks_marked_not_to():

@@ -67,12 +67,18 @@ def test_an_episodes_record_holds_every_call_in_order_with_answers_errors_and_ti
     assert refused.error is not None and refused.error.error_type == "invalid_args"
     assert submitted.result == json.dumps({"submitted": json.loads(lookup.result)["number"]}, separators=(",", ":"))
     assert ended.arguments == {"response": ""} and ended.result == "The episode has ended."
-    assert all(0 <= c.started_s <= record.seconds["total"] and 0 <= c.seconds <= record.seconds["total"]
-               for c in record.calls)
+    assert all(
+        0 <= c.started_s <= record.seconds["total"] and 0 <= c.seconds <= record.seconds["total"] for c in record.calls
+    )
     assert [c.started_s for c in record.calls] == sorted(c.started_s for c in record.calls)
     assert (record.status, record.cause, record.reward, record.scores) == ("scored", "scored", 1.0, {"grade": 1.0})
     assert (record.bundle, record.split, record.sandbox, record.turns, record.tool_calls) == (
-        "codeword", "eval", "local", 1, 3)
+        "codeword",
+        "eval",
+        "local",
+        1,
+        3,
+    )
     seconds = record.seconds  # the phases in order, each inside the episode's whole time
     assert 0 < seconds["start"] <= seconds["reset"] and 0 < seconds["tools"] and 0 < seconds["verify"]
     assert seconds["reset"] + seconds["tools"] + seconds["verify"] <= seconds["total"] <= played_s
@@ -101,8 +107,11 @@ def free_port() -> int:
 
 def start_server(records: Path, port: int) -> subprocess.Popen:
     corral = Path(sys.executable).parent / "corral"
-    process = subprocess.Popen([str(corral), "serve", str(CODEWORD), "--sandbox", "local", "--port", str(port),
-                                "--record", str(records)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [str(corral), "serve", str(CODEWORD), "--sandbox", "local", "--port", str(port), "--record", str(records)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -143,9 +152,16 @@ def synthetic(i: int, rng: random.Random) -> EpisodeRecord:
     status = rng.choice(["scored", "scored", "scored", "failed", "unscored"])
     reward = None if status == "unscored" else (0.0 if status == "failed" else rng.choice([0.0, 0.3, 0.7, 1.0]))
     call = RecordedCall(tool="lookup", arguments={"word": "amber"}, result='{"number":42}', seconds=0.001)
-    return EpisodeRecord(episode_id=f"ep-{i:05d}", task_id=f"task-{i % 50}", split=rng.choice(["train", "eval"]),
-                         prompt="Code word: \"amber\".", calls=[call] * 3, status=status,
-                         cause="scored" if status == "scored" else "env_died", reward=reward)
+    return EpisodeRecord(
+        episode_id=f"ep-{i:05d}",
+        task_id=f"task-{i % 50}",
+        split=rng.choice(["train", "eval"]),
+        prompt='Code word: "amber".',
+        calls=[call] * 3,
+        status=status,
+        cause="scored" if status == "scored" else "env_died",
+        reward=reward,
+    )
 
 
 def test_a_thousand_episodes_are_indexed_and_queried_in_under_a_second(tmp_path: Path) -> None:
@@ -164,8 +180,11 @@ def test_a_thousand_episodes_are_indexed_and_queried_in_under_a_second(tmp_path:
     took = time.perf_counter() - began
 
     assert took < 1.0, f"the query took {took:.3f}s"
-    expected = [r.episode_id for r in reversed(episodes) if r.split == "eval" and r.status == "scored"
-                and r.reward is not None and r.reward >= 0.7]
+    expected = [
+        r.episode_id
+        for r in reversed(episodes)
+        if r.split == "eval" and r.status == "scored" and r.reward is not None and r.reward >= 0.7
+    ]
     assert [r.episode_id for r in found] == expected
     assert tally.records == 20 and tally.tasks == 1
     assert one == episodes[777].model_copy(update={"run": writer.run})
@@ -189,7 +208,7 @@ def test_corral_episodes_lists_filters_shows_a_transcript_and_exports(tmp_path: 
     assert listed.exit_code == 0 and "unscored" in listed.output and "episodes (" in listed.output
     assert listed.output.count("env_died") == 3
     assert ambiguous.exit_code == 2 and "'ep-0001' begins 10 episodes' ids" in ambiguous.output
-    assert one.exit_code == 0 and "[1] lookup(word=\"amber\")" in one.output and "-> {\"number\":42}" in one.output
+    assert one.exit_code == 0 and '[1] lookup(word="amber")' in one.output and '-> {"number":42}' in one.output
     assert bad.exit_code == 2 and "choose one of: scored, failed, unscored" in bad.output
     assert exported.exit_code == 0 and "conversations to" in exported.output
     rows = [json.loads(line) for line in (tmp_path / "sft.jsonl").read_text().splitlines()]
@@ -209,16 +228,42 @@ def test_an_rl_export_without_the_trainers_rollouts_says_where_they_are(tmp_path
     assert refused.output == (
         f"error: --export rl writes the trainer's rollouts (their token ids), and {server} holds none, only the "
         "server's episodes: pass the folder the trainer recorded in (CorralRollout(record_dir=...), corral eval "
-        "--record) with --rollouts DIR\n")
+        "--record) with --rollouts DIR\n"
+    )
     tokens = RecordWriter(trainer, "rollouts")
-    tokens.write(RolloutRecord(episode_id="ep-00000", task_id="t", prompt_ids=[1], completion_ids=[2], env_mask=[1],
-                               logprobs=[-0.5], reward=1.0, status="scored"))
+    tokens.write(
+        RolloutRecord(
+            episode_id="ep-00000",
+            task_id="t",
+            prompt_ids=[1],
+            completion_ids=[2],
+            env_mask=[1],
+            logprobs=[-0.5],
+            reward=1.0,
+            status="scored",
+        )
+    )
     tokens.close()
-    other_run = runner.invoke(app, ["episodes", str(server), "--rollouts", str(trainer), "--run", "nope",
-                                    "--export", "rl", "--out", str(tmp_path / "rl.jsonl")])
+    other_run = runner.invoke(
+        app,
+        [
+            "episodes",
+            str(server),
+            "--rollouts",
+            str(trainer),
+            "--run",
+            "nope",
+            "--export",
+            "rl",
+            "--out",
+            str(tmp_path / "rl.jsonl"),
+        ],
+    )
     assert other_run.exit_code == 2 and "is of this --run and --split; list the runs with" in other_run.output
-    exported = runner.invoke(app, ["episodes", str(server), "--rollouts", str(trainer), "--export", "rl",
-                                   "--out", str(tmp_path / "rl.jsonl")])
+    exported = runner.invoke(
+        app,
+        ["episodes", str(server), "--rollouts", str(trainer), "--export", "rl", "--out", str(tmp_path / "rl.jsonl")],
+    )
     assert exported.exit_code == 0 and "wrote 1 trajectories" in exported.output
 
 
@@ -227,14 +272,32 @@ def test_sft_export_keeps_the_best_episodes_of_each_task_within_its_quota(tmp_pa
     rewards = {"a": [1.0, 0.3, 1.0, 0.7], "b": [0.3], "c": [0.0]}
     for task, values in rewards.items():
         for i, reward in enumerate(values):
-            writer.write(EpisodeRecord(episode_id=f"{task}{i}", task_id=task, cause="scored", status="scored",
-                                       reward=reward, prompt=f"Task {task}"))
+            writer.write(
+                EpisodeRecord(
+                    episode_id=f"{task}{i}",
+                    task_id=task,
+                    cause="scored",
+                    status="scored",
+                    reward=reward,
+                    prompt=f"Task {task}",
+                )
+            )
     writer.write(EpisodeRecord(episode_id="d0", task_id="d", cause="abandoned", status="unscored", reward=None))
     writer.close()
     tokens = RecordWriter(tmp_path, "rollouts")
-    tokens.write(RolloutRecord(episode_id="a1", task_id="a", prompt_ids=[1, 2], completion_ids=[3, 4],
-                               env_mask=[1, 0], logprobs=[-0.5, 0.0], reward=0.3, status="scored",
-                               messages=[{"role": "user", "content": "Task a"}, {"role": "assistant", "content": "hi"}]))
+    tokens.write(
+        RolloutRecord(
+            episode_id="a1",
+            task_id="a",
+            prompt_ids=[1, 2],
+            completion_ids=[3, 4],
+            env_mask=[1, 0],
+            logprobs=[-0.5, 0.0],
+            reward=0.3,
+            status="scored",
+            messages=[{"role": "user", "content": "Task a"}, {"role": "assistant", "content": "hi"}],
+        )
+    )
     tokens.close()
 
     with EpisodeStore(tmp_path) as store:
@@ -244,8 +307,7 @@ def test_sft_export_keeps_the_best_episodes_of_each_task_within_its_quota(tmp_pa
         rebuilt, _ = conversation(store.episode("b0"))
         exact, _ = conversation(store.episode("a1"), store.rollout("a1"))
 
-    assert sorted(zip(best["task_id"], best["reward"], strict=True)) == [
-        ("a", 1.0), ("a", 1.0), ("b", 0.3), ("c", 0.0)]
+    assert sorted(zip(best["task_id"], best["reward"], strict=True)) == [("a", 1.0), ("a", 1.0), ("b", 0.3), ("c", 0.0)]
     assert list(zip(strict["task_id"], strict["reward"], strict=True)) == [("a", 1.0)]
     assert rl["episode_id"] == ["a1"] and rl[0]["env_mask"] == [1, 0] and rl[0]["reward"] == 0.3
     assert rebuilt == [{"role": "user", "content": "Task b"}, {"role": "assistant", "content": ""}]

@@ -27,11 +27,11 @@ def play_the_starter(url: str) -> None:
         assert env.splits == {"all": 3, "train": 2, "eval": 1}
         assert [row["task_id"] for row in env.dataset] == ["from-2-to-10", "from-3-to-12"]
         e = env.factory()
-        e.reset(**env.dataset[0])                     # the counter is at 2; make it 10
+        e.reset(**env.dataset[0])  # the counter is at 2; make it 10
         assert e.multiply(factor=5) == '{"count":10}'
         assert e.get_reward() == 1.0
 
-        eval_row = env.dataset_for("eval")[0]          # the counter is at 5; make it 9
+        eval_row = env.dataset_for("eval")[0]  # the counter is at 5; make it 9
         assert eval_row["task_id"] == "from-5-to-9"
         e.reset(**eval_row)
         assert e.add(amount=3) == '{"count":8}'

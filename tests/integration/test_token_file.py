@@ -19,11 +19,13 @@ TOKEN = "s3cret-from-a-file"
 def serve(*options: str) -> tuple[subprocess.Popen, str]:
     """`corral serve gridsim OPTIONS`, once it answers (401 without the token counts)."""
     port = free_port()
-    command, environ = corral_command("serve", str(BUNDLES / "gridsim"), "--sandbox", "local", "--port", str(port),
-                                      *options)
+    command, environ = corral_command(
+        "serve", str(BUNDLES / "gridsim"), "--sandbox", "local", "--port", str(port), *options
+    )
     environ.pop("CORRAL_TOKEN", None)
-    server = subprocess.Popen(command, env=environ, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              start_new_session=True)
+    server = subprocess.Popen(
+        command, env=environ, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and server.poll() is None:
@@ -41,8 +43,10 @@ def test_a_token_file_guards_the_server_and_stays_off_its_command_line(tmp_path)
     server, url = serve("--token-file", str(token_file))
     try:
         seen_by_others = Path(f"/proc/{server.pid}/cmdline").read_bytes()
-        statuses = [httpx.get(url + "/metadata", headers=headers, trust_env=False).status_code
-                    for headers in ({}, {"Authorization": f"Bearer {TOKEN}"})]
+        statuses = [
+            httpx.get(url + "/metadata", headers=headers, trust_env=False).status_code
+            for headers in ({}, {"Authorization": f"Bearer {TOKEN}"})
+        ]
     finally:
         stop(server)
 
@@ -59,6 +63,8 @@ def test_a_token_on_the_command_line_is_accepted_with_a_warning():
         stop(server)
 
     assert status == 200
-    assert ("WARNING corral.server: --token on the command line can be read by every process on this machine "
-            "(/proc/PID/cmdline), an env's included where it is not isolated; pass it with --token-file FILE or "
-            "CORRAL_TOKEN instead") in server.stderr.read().decode()
+    assert (
+        "WARNING corral.server: --token on the command line can be read by every process on this machine "
+        "(/proc/PID/cmdline), an env's included where it is not isolated; pass it with --token-file FILE or "
+        "CORRAL_TOKEN instead"
+    ) in server.stderr.read().decode()

@@ -41,8 +41,16 @@ DEADLINE_S = 120.0
 def two_workers(*options: str, token_file: Path | None = None) -> Iterator[tuple[str, object]]:
     port = free_port()
     token = token_file.read_text().strip() if token_file else None
-    server = corral_serve(TOYBOX, port, "--sandbox", "local", "--workers", "2", *options,
-                          *(("--token-file", str(token_file)) if token_file else ()))
+    server = corral_serve(
+        TOYBOX,
+        port,
+        "--sandbox",
+        "local",
+        "--workers",
+        "2",
+        *options,
+        *(("--token-file", str(token_file)) if token_file else ()),
+    )
     try:
         url = wait_until_serving(server, port, token=token)
         wait_for(lambda: all(worker["pid"] for worker in health(url, token)["workers"]), "both workers to serve")
@@ -125,8 +133,12 @@ def test_sessions_over_one_port_reach_both_workers_score_and_share_the_hosts_lim
 
 def metric(url: str, name: str, **labels: str) -> float:
     text = httpx.get(url + "/metrics", timeout=30, trust_env=False).text
-    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
-               if sample.name == name and labels.items() <= sample.labels.items())
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    )
 
 
 def worker_socket(url: str, index: int) -> str:
@@ -159,10 +171,13 @@ def test_a_session_created_over_post_mcp_is_played_through_the_worker_that_does_
             assert post_on(other, "tools/list", "wrong", session_id=session_id).status_code == 403
             with ws_on(other, session_id, TOKEN) as socket:  # joined to the holder's, frame for frame
                 assert opened(socket, task_id="say-apple").task_id == "say-apple"
-                said = post_on(other, "tools/call", TOKEN, session_id=session_id, name="say", arguments={"text": "apple"})
+                said = post_on(
+                    other, "tools/call", TOKEN, session_id=session_id, name="say", arguments={"text": "apple"}
+                )
                 assert json.loads(said.json()["result"]["data"]) == {"heard": "apple"}
-                ended = post_on(other, "tools/call", TOKEN, session_id=session_id, name="end_turn",
-                                arguments={"response": "done"})
+                ended = post_on(
+                    other, "tools/call", TOKEN, session_id=session_id, name="end_turn", arguments={"response": "done"}
+                )
                 assert ended.json()["result"]["structuredContent"]["reward"] == 1.0
             closed = post_on(other, "openenv/session/close", TOKEN, session_id=session_id).json()
             assert closed["result"] == {"session_id": session_id, "closed": True}
@@ -188,8 +203,12 @@ def test_sessions_created_over_post_mcp_play_on_both_workers_with_openenvs_clien
 async def play_one(url: str, client: MCPToolClient) -> float:
     """A tool call with the client's own connection, and the end on a new one (either worker may take it)."""
     assert json.loads(await client.call_tool("say", text="apple")) == {"heard": "apple"}
-    request = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-        "session_id": client._production_session_id, "name": "end_turn", "arguments": {"response": "done"}}}
+    request = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"session_id": client._production_session_id, "name": "end_turn", "arguments": {"response": "done"}},
+    }
     async with httpx.AsyncClient(timeout=60, trust_env=False) as fresh:
         ended = (await fresh.post(url + "/mcp", json=request)).json()
     return ended["result"]["structuredContent"]["reward"]

@@ -39,8 +39,14 @@ print(os.stat(sys.argv[1] + "/mine").st_uid)
 
 def as_the_env(folder: Path, **variables: str) -> list[str]:
     environment = {"PATH": os.environ["PATH"], "PYTHONPATH": str(SDK), **variables}
-    run = subprocess.run([sys.executable, "-c", AS_THE_ENV, str(folder)], check=False, env=environment, capture_output=True,
-                         text=True, timeout=30)
+    run = subprocess.run(
+        [sys.executable, "-c", AS_THE_ENV, str(folder)],
+        check=False,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert run.returncode == 0, run.stderr
     return run.stdout.splitlines()
 
@@ -49,10 +55,20 @@ def as_the_env(folder: Path, **variables: str) -> list[str]:
 def test_the_env_becomes_its_user_and_what_it_runs_and_writes_for_the_agent_is_the_agent_s():
     with tempfile.TemporaryDirectory() as folder:  # pytest's are root's, 0700: no other user may enter
         os.chmod(folder, 0o777)
-        seen = as_the_env(Path(folder), **{ENV_USER_VARIABLE: f"{ENV_UID}:{GID}", AGENT_USER_VARIABLE: f"{AGENT_UID}:{GID}"})
+        seen = as_the_env(
+            Path(folder), **{ENV_USER_VARIABLE: f"{ENV_UID}:{GID}", AGENT_USER_VARIABLE: f"{AGENT_UID}:{GID}"}
+        )
 
-    assert seen == [f"{ENV_UID} {GID} []", str(AGENT_UID), str(GID), str(GID), "CapPrm:\t0000000000000000",
-                    "CapEff:\t0000000000000000", str(AGENT_UID), str(ENV_UID)]
+    assert seen == [
+        f"{ENV_UID} {GID} []",
+        str(AGENT_UID),
+        str(GID),
+        str(GID),
+        "CapPrm:\t0000000000000000",
+        "CapEff:\t0000000000000000",
+        str(AGENT_UID),
+        str(ENV_UID),
+    ]
 
 
 def test_with_no_users_named_the_agent_s_processes_and_files_are_the_env_s(tmp_path):
@@ -63,19 +79,31 @@ def test_with_no_users_named_the_agent_s_processes_and_files_are_the_env_s(tmp_p
 
 
 def spec(**fields) -> SandboxSpec:
-    return SandboxSpec(**{"env_name": "env", "context_dir": Path("/env"), "command": ("python3", "-m", "corral.env", "env:Env"),
-                          "writable": ("/repo",), **fields})
+    return SandboxSpec(
+        **{
+            "env_name": "env",
+            "context_dir": Path("/env"),
+            "command": ("python3", "-m", "corral.env", "env:Env"),
+            "writable": ("/repo",),
+            **fields,
+        }
+    )
 
 
 def config(spec: SandboxSpec) -> dict:
-    return container_config(spec, "image", name="name", labels={}, api=docker.APIClient(base_url="unix:///nowhere", version="1.41"))
+    return container_config(
+        spec, "image", name="name", labels={}, api=docker.APIClient(base_url="unix:///nowhere", version="1.41")
+    )
 
 
 def test_a_corral_env_starts_as_root_with_only_the_capabilities_to_take_on_its_users():
     made = config(spec())
 
-    assert (made["user"], made["host_config"]["CapDrop"], made["host_config"]["CapAdd"]) == ("0:0", ["ALL"],
-                                                                                            ["SETUID", "SETGID", "KILL"])
+    assert (made["user"], made["host_config"]["CapDrop"], made["host_config"]["CapAdd"]) == (
+        "0:0",
+        ["ALL"],
+        ["SETUID", "SETGID", "KILL"],
+    )
     assert (made["environment"][ENV_USER_VARIABLE], made["environment"][AGENT_USER_VARIABLE]) == (ENV_USER, AGENT_USER)
     assert "uid=1001,gid=1000" in made["host_config"]["Tmpfs"]["/repo"]  # the agent's work is the agent's
     assert process_users(spec()) == (AGENT_USER, ENV_USER)

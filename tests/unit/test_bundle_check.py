@@ -41,7 +41,7 @@ class Counter(Env):
         return {"total": self.total}
 '''
 
-UNDOCUMENTED_ENV = '''\
+UNDOCUMENTED_ENV = """\
 from corral.env import Env, tool
 
 
@@ -49,12 +49,12 @@ class Shouter(Env):
     @tool
     def shout(self, text: str) -> str:
         return text.upper()
-'''
+"""
 
-VERIFIER = '''\
+VERIFIER = """\
 def verify(task: dict, report: dict) -> float:
     return 1.0 if report.get("total") == 10 else 0.0
-'''
+"""
 
 
 def write(path: Path, text: str) -> None:
@@ -81,13 +81,17 @@ def write_bundle(root: Path, bundle_toml: str = "") -> Path:
     """A clean bundle `tiny`: env counter (tool add), verifier total, tasks tiny-1 and tiny-2
     (one in tasks/, one in tasks.jsonl), eval train = [tiny-1]."""
     bundle = root / "tiny"
-    write(bundle / "bundle.toml", bundle_toml or (
-        'name = "tiny"\n'
-        'description = "Add up to ten."\n'
-        "[defaults]\n"
-        'env = "counter"\n'
-        'verifiers = { total = "total" }\n'
-    ))
+    write(
+        bundle / "bundle.toml",
+        bundle_toml
+        or (
+            'name = "tiny"\n'
+            'description = "Add up to ten."\n'
+            "[defaults]\n"
+            'env = "counter"\n'
+            'verifiers = { total = "total" }\n'
+        ),
+    )
     add_env(bundle, "counter", COUNTER_ENV, "env:Counter")
     write(bundle / "verifiers" / "total.py", VERIFIER)
     add_task_file(bundle, "tiny-1", args={"start": 3})
@@ -111,9 +115,7 @@ def test_a_clean_bundle_passes_with_a_one_line_summary(tmp_path):
     result = corral_check(bundle)
 
     assert result.exit_code == 0, result.output
-    assert result.output == (
-        "tiny: 2 tasks; splits all (2), train (1); 1 env(s) (counter); tools add, end_turn\n"
-    )
+    assert result.output == ("tiny: 2 tasks; splits all (2), train (1); 1 env(s) (counter); tools add, end_turn\n")
     assert load_bundle(bundle).problems == []
 
 
@@ -137,9 +139,12 @@ def test_the_example_bundles_pass(name):
 def break_everything(bundle: Path) -> None:
     """Ten problems at once, in every file kind a bundle has."""
     # bundle.toml: a key the format does not have.
-    write(bundle / "bundle.toml", (bundle / "bundle.toml").read_text().replace(
-        'description = "Add up to ten."', 'description = "Add up to ten."\ncolour = "blue"'
-    ))
+    write(
+        bundle / "bundle.toml",
+        (bundle / "bundle.toml")
+        .read_text()
+        .replace('description = "Add up to ten."', 'description = "Add up to ten."\ncolour = "blue"'),
+    )
     # tasks: an unknown env, an unknown verifier, a tool the env lacks, a reused id, bad JSON.
     add_task_file(bundle, "lost", env="nowhere", verifiers={"total": "total"})
     add_task_file(bundle, "unjudged", env="counter", verifiers={"total": "judge"})
@@ -207,10 +212,9 @@ def test_a_stray_key_in_bundle_toml_is_its_only_problem(tmp_path):
     problems = [str(problem) for problem in load_bundle(bundle).problems]
 
     # The tasks still get env and verifiers from [defaults].
-    assert problems == [(
-        "tiny/bundle.toml: unknown key 'colour'; remove it "
-        "(see docs/bundle-format.md for the keys of bundle.toml)"
-    )]
+    assert problems == [
+        ("tiny/bundle.toml: unknown key 'colour'; remove it (see docs/bundle-format.md for the keys of bundle.toml)")
+    ]
 
 
 def test_bundle_toml_that_is_not_toml_is_reported_with_its_file(tmp_path):
@@ -230,22 +234,22 @@ def test_a_task_with_two_scores_needs_a_reward_rule(tmp_path):
     result = corral_check(bundle)
 
     assert result.exit_code == 1
-    assert problem_lines(result.output) == [(
-        "task tiny-3: the task records 2 scores (again, total) and no reward was chosen: pick one "
-        "with reward='again' (corral serve --reward again), or combine them with a function of the "
-        "scores, e.g. reward=lambda s: sum(s.values()) / len(s)"
-    )]
+    assert problem_lines(result.output) == [
+        (
+            "task tiny-3: the task records 2 scores (again, total) and no reward was chosen: pick one "
+            "with reward='again' (corral serve --reward again), or combine them with a function of the "
+            "scores, e.g. reward=lambda s: sum(s.values()) / len(s)"
+        )
+    ]
 
 
 def test_a_serve_reward_in_bundle_toml_picks_the_score(tmp_path):
-    bundle = write_bundle(tmp_path, bundle_toml=(
-        'name = "tiny"\n'
-        "[defaults]\n"
-        'env = "counter"\n'
-        'verifiers = { total = "total" }\n'
-        "[serve]\n"
-        'reward = "total"\n'
-    ))
+    bundle = write_bundle(
+        tmp_path,
+        bundle_toml=(
+            'name = "tiny"\n[defaults]\nenv = "counter"\nverifiers = { total = "total" }\n[serve]\nreward = "total"\n'
+        ),
+    )
     add_task_file(bundle, "tiny-3", verifiers={"total": "total", "again": "total"})
 
     result = corral_check(bundle)
@@ -325,10 +329,12 @@ def test_a_missing_verifier_shared_by_fifty_tasks_is_one_line(tmp_path):
     result = corral_check(bundle)
 
     assert result.exit_code == 1
-    assert problem_lines(result.output) == [(
-        "50 tasks (t-01, t-02, t-03 and 47 more): score 'total' names verifier 'totl', but "
-        "verifiers/totl.py does not exist, nor verifiers/totl.toml (verifiers: total)"
-    )]
+    assert problem_lines(result.output) == [
+        (
+            "50 tasks (t-01, t-02, t-03 and 47 more): score 'total' names verifier 'totl', but "
+            "verifiers/totl.py does not exist, nor verifiers/totl.toml (verifiers: total)"
+        )
+    ]
 
 
 def test_a_field_missing_from_every_task_line_is_one_line(tmp_path):
@@ -336,10 +342,12 @@ def test_a_field_missing_from_every_task_line_is_one_line(tmp_path):
 
     problems = [str(problem) for problem in load_bundle(bundle).problems]
 
-    assert problems == [(
-        "50 tasks (tiny/tasks.jsonl:1, tiny/tasks.jsonl:2, tiny/tasks.jsonl:3 and 47 more): "
-        "'verifiers' is missing; add it to the task"
-    )]
+    assert problems == [
+        (
+            "50 tasks (tiny/tasks.jsonl:1, tiny/tasks.jsonl:2, tiny/tasks.jsonl:3 and 47 more): "
+            "'verifiers' is missing; add it to the task"
+        )
+    ]
 
 
 def test_a_tool_missing_from_the_env_for_fifty_tasks_is_one_line(tmp_path):
@@ -348,10 +356,12 @@ def test_a_tool_missing_from_the_env_for_fifty_tasks_is_one_line(tmp_path):
     result = corral_check(bundle)
 
     assert result.exit_code == 1
-    assert problem_lines(result.output) == [(
-        "50 tasks (t-01, t-02, t-03 and 47 more): offers tool(s) subtract that env counter does not "
-        "have (it has: add); fix 'tools'"
-    )]
+    assert problem_lines(result.output) == [
+        (
+            "50 tasks (t-01, t-02, t-03 and 47 more): offers tool(s) subtract that env counter does not "
+            "have (it has: add); fix 'tools'"
+        )
+    ]
 
 
 def test_problems_of_two_tasks_name_both(tmp_path):
@@ -365,8 +375,9 @@ def test_problems_of_two_tasks_name_both(tmp_path):
 def test_an_env_tool_named_as_the_environment_classs_method_is_refused(tmp_path):
     """A tool named get_reward would hide the method TRL calls on the generated class."""
     bundle = write_bundle(tmp_path)
-    add_env(bundle, "counter", COUNTER_ENV.replace("def add(self, n: int)", "def get_reward(self, n: int)"),
-            "env:Counter")
+    add_env(
+        bundle, "counter", COUNTER_ENV.replace("def add(self, n: int)", "def get_reward(self, n: int)"), "env:Counter"
+    )
     write(bundle / "tasks.jsonl", "")
 
     result = corral_check(bundle)

@@ -64,12 +64,26 @@ class CsvFormat:
                 if not row.get("target"):
                     problems.append(Problem(f"tasks.csv:{number}", "no target; give each row one"))
                     continue
-                tasks[row["id"]] = Task(id=row["id"], env="toy", prompt=f"Say {row['target']}.",
-                                        args={"target": row["target"]}, verifiers={"said": "said"})
+                tasks[row["id"]] = Task(
+                    id=row["id"],
+                    env="toy",
+                    prompt=f"Say {row['target']}.",
+                    args={"target": row["target"]},
+                    verifiers={"said": "said"},
+                )
         env = BundleEnv("toy", TOYBOX / "envs" / "toy", EnvConfig(entry="env:Toy", agent_shell=False))
         splits = {RESERVED_SPLIT: list(tasks.values()), TRAIN_SPLIT: list(tasks.values())}
-        return LoadedBundle(folder, Manifest(name=folder.name), "", {"toy": env}, tasks, splits,
-                            {"said": TOYBOX / "verifiers" / "said.py"}, problems, extension=CsvExtension())
+        return LoadedBundle(
+            folder,
+            Manifest(name=folder.name),
+            "",
+            {"toy": env},
+            tasks,
+            splits,
+            {"said": TOYBOX / "verifiers" / "said.py"},
+            problems,
+            extension=CsvExtension(),
+        )
 
 
 @pytest.fixture
@@ -89,7 +103,9 @@ def test_a_third_format_loads_through_load_bundle(tmp_path, with_csv_format):
 
     assert bundle.problems == []
     assert [(task.id, task.args) for task in bundle.splits["train"]] == [
-        ("say-plum", {"target": "plum"}), ("say-fig", {"target": "fig"})]
+        ("say-plum", {"target": "plum"}),
+        ("say-fig", {"target": "fig"}),
+    ]
     assert bundle.where("envs", "toy") == "tasks.csv (its env is toybox's)"  # the format names its files
     assert bundle.where("README.md") == "fruit/README.md"
 
@@ -100,7 +116,10 @@ def test_a_third_format_is_checked_and_served_with_its_own_summary(tmp_path, wit
     result = CliRunner().invoke(app, ["check", str(folder), "--sandbox", "local"])
 
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[0] == "fruit: 2 rows of tasks.csv; splits all (2), train (2); tools crash, end_turn, say, wait"
+    assert (
+        result.output.splitlines()[0]
+        == "fruit: 2 rows of tasks.csv; splits all (2), train (2); tools crash, end_turn, say, wait"
+    )
 
 
 def test_serving_asks_the_format_for_its_provider(tmp_path, with_csv_format):
@@ -132,7 +151,8 @@ def test_a_folder_no_format_recognises_names_the_formats_tried(tmp_path):
     assert problem.message == (
         "no bundle format recognises this folder (tried harbor: task.toml or task.yaml, in the folder or in its "
         "subfolders; corral: bundle.toml, envs/ or tasks/ (corral init NAME writes one)); "
-        "add what one of them looks for")
+        "add what one of them looks for"
+    )
 
 
 def test_the_error_names_a_registered_format_too_and_corral_check_exits_1(tmp_path, with_csv_format):

@@ -35,10 +35,16 @@ STARTER_FILES = [
 ]
 
 
-def corral(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-           timeout_s: float = 120) -> subprocess.CompletedProcess:
+def corral(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout_s: float = 120
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [CORRAL, *args], check=False, cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
+        [CORRAL, *args],
+        check=False,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
         env={**os.environ, **(env or {})},
     )
 
@@ -99,8 +105,7 @@ def test_the_starter_bundle_passes_check_with_its_splits(starter):
 
     assert result.returncode == 0, result.stderr
     assert result.stdout == (
-        "my-bundle: 3 tasks; splits all (3), train (2), eval (1); 1 env(s) (counter); "
-        "tools add, end_turn, multiply\n"
+        "my-bundle: 3 tasks; splits all (3), train (2), eval (1); 1 env(s) (counter); tools add, end_turn, multiply\n"
     )
 
 
@@ -165,8 +170,9 @@ def test_a_port_in_use_is_one_line_and_nothing_is_served(starter):
 
 
 def test_docker_without_an_engine_is_one_line(starter, tmp_path):
-    line = refused(corral("check", str(starter), "--sandbox", "docker",
-                          env={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}))
+    line = refused(
+        corral("check", str(starter), "--sandbox", "docker", env={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
+    )
 
     assert line == (
         "error: --sandbox docker: no Docker engine answers (DOCKER_HOST, else /var/run/docker.sock); "
@@ -201,9 +207,11 @@ def test_check_tries_each_verifier_on_a_fresh_report_and_names_the_line_that_rai
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.splitlines() == [
         f"{starter} has 1 problem(s):",
-        (f"  - my-bundle/verifiers/reached.py: verifier reached raised KeyError: 'missing_key' at {verifier}:2 "
-        "(return float(report['missing_key'] == 1)), scoring task from-2-to-10 right after its reset (the report "
-        '{"count": 2, "calls": 0}); a verifier must score every report its env gives, the do-nothing agent\'s too'),
+        (
+            f"  - my-bundle/verifiers/reached.py: verifier reached raised KeyError: 'missing_key' at {verifier}:2 "
+            "(return float(report['missing_key'] == 1)), scoring task from-2-to-10 right after its reset (the report "
+            '{"count": 2, "calls": 0}); a verifier must score every report its env gives, the do-nothing agent\'s too'
+        ),
     ]
 
 
@@ -236,5 +244,6 @@ def test_check_says_when_an_envs_reset_fails_on_the_task_its_verifiers_are_tried
     assert result.returncode == 1
     assert result.stderr.startswith(
         f"{starter} has 1 problem(s):\n  - my-bundle/envs/counter: its reset to task from-2-to-10, to try the "
-        "task's verifiers on its report, failed: ")
+        "task's verifiers on its report, failed: "
+    )
     assert "KeyError" in result.stderr and "'begin'" in result.stderr

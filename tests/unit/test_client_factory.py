@@ -86,7 +86,8 @@ Studio = environment_class(SPEC)
 def tool_names(cls: type) -> list[str]:
     """The methods TRL offers as tools: public functions other than reset and get_reward."""
     return [
-        name for name, _ in inspect.getmembers(cls, inspect.isfunction)
+        name
+        for name, _ in inspect.getmembers(cls, inspect.isfunction)
         if not name.startswith("_") and name not in ("reset", "get_reward")
     ]
 
@@ -100,7 +101,9 @@ def schema_of(cls: type, name: str) -> dict:
 @pytest.mark.parametrize("tool", [*TOOLS, END_TURN_TOOL], ids=lambda tool: tool.name)
 def test_each_method_renders_as_the_tool_the_env_described(tool):
     assert schema_of(Studio, tool.name) == {
-        "name": tool.name, "description": tool.description, "parameters": tool.input_schema,
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.input_schema,
     }
 
 
@@ -256,17 +259,20 @@ def test_closing_the_environments_of_one_server_leaves_the_others_open(monkeypat
     del here, there
 
 
-@pytest.mark.parametrize(("schema", "hint"), [
-    ({"type": "array"}, list),
-    ({"type": "array", "items": {"type": "integer"}}, list[int]),
-    ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}]}, tuple[int, str]),
-    ({"type": "object"}, dict),
-    ({"type": "object", "additionalProperties": {"type": "number"}}, dict[str, float]),
-    ({"type": "object", "additionalProperties": True}, dict),
-    ({"type": ["integer", "null"]}, Optional[int]),  # noqa: UP045
-    ({"type": "string", "nullable": True}, Optional[str]),  # noqa: UP045
-    ({"enum": ["s", "m"]}, Literal["s", "m"]),
-    ({}, Any),
-])
+@pytest.mark.parametrize(
+    ("schema", "hint"),
+    [
+        ({"type": "array"}, list),
+        ({"type": "array", "items": {"type": "integer"}}, list[int]),
+        ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}]}, tuple[int, str]),
+        ({"type": "object"}, dict),
+        ({"type": "object", "additionalProperties": {"type": "number"}}, dict[str, float]),
+        ({"type": "object", "additionalProperties": True}, dict),
+        ({"type": ["integer", "null"]}, Optional[int]),  # noqa: UP045
+        ({"type": "string", "nullable": True}, Optional[str]),  # noqa: UP045
+        ({"enum": ["s", "m"]}, Literal["s", "m"]),
+        ({}, Any),
+    ],
+)
 def test_each_json_schema_type_becomes_the_hint_transformers_reads_back(schema, hint):
     assert python_type(schema) == hint

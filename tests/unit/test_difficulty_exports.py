@@ -40,11 +40,30 @@ def index(tmp_path: Path) -> RunIndex:
                     episode_id = f"{run}-{task}-{step}-{member}"
                     reward = 1.0 if _passes(task, step, member) else 0.0
                     calls = [RecordedCall(tool="lookup", arguments={"n": n}, result="ok") for n in range(member * 5)]
-                    server.write(EpisodeRecord(episode_id=episode_id, task_id=task, split="train", prompt=f"do {task}",
-                                               status="scored", cause="scored", reward=reward, calls=calls,
-                                               tool_calls=len(calls)))
-                    trainer.write(RolloutRecord(episode_id=episode_id, task_id=task, reward=reward, step=step,
-                                                group=group, group_index=member, policy_version=step))
+                    server.write(
+                        EpisodeRecord(
+                            episode_id=episode_id,
+                            task_id=task,
+                            split="train",
+                            prompt=f"do {task}",
+                            status="scored",
+                            cause="scored",
+                            reward=reward,
+                            calls=calls,
+                            tool_calls=len(calls),
+                        )
+                    )
+                    trainer.write(
+                        RolloutRecord(
+                            episode_id=episode_id,
+                            task_id=task,
+                            reward=reward,
+                            step=step,
+                            group=group,
+                            group_index=member,
+                            policy_version=step,
+                        )
+                    )
         trainer.close()
     server.close()
     return RunIndex(tmp_path)
@@ -72,8 +91,10 @@ def test_the_rows_for_a_seed_are_exactly_these(index: RunIndex) -> None:
     # Each prompt's first row, then each one's second: learnt's from its passing steps (5-9), hard's member 0.
     assert chosen == ["run-a-learnt-7-2", "run-a-hard-2-0", "run-a-learnt-6-3", "run-a-hard-4-0"]
     assert chosen == [c.episode_id for c in choose(index, choice, passed_only=True)]  # the same again
-    assert chosen != [c.episode_id for c in choose(index, Difficulty(min_pass=0.1, max_pass=0.9, per_prompt=2, seed=8),
-                                                  passed_only=True)]
+    assert chosen != [
+        c.episode_id
+        for c in choose(index, Difficulty(min_pass=0.1, max_pass=0.9, per_prompt=2, seed=8), passed_only=True)
+    ]
 
 
 def test_the_target_gives_every_prompt_its_first_row_before_any_its_second(index: RunIndex) -> None:
@@ -94,8 +115,12 @@ def test_prompts_are_unique_across_runs(index: RunIndex) -> None:
 
 def test_weighting_by_tool_calls_draws_the_busier_episodes_first(index: RunIndex) -> None:
     def mean_calls(by_tool_calls: bool) -> float:
-        chosen = [c for seed in range(30) for c in choose(index, Difficulty(seed=seed, by_tool_calls=by_tool_calls),
-                                                          runs=["run-a"], passed_only=True) if c.task_id == "easy"]
+        chosen = [
+            c
+            for seed in range(30)
+            for c in choose(index, Difficulty(seed=seed, by_tool_calls=by_tool_calls), runs=["run-a"], passed_only=True)
+            if c.task_id == "easy"
+        ]
         return sum(c.tool_calls for c in chosen) / len(chosen)
 
     assert mean_calls(True) > mean_calls(False) + 2  # calls are 0, 5, 10, 15 by member
@@ -120,8 +145,23 @@ def test_corral_episodes_exports_the_prompts_by_difficulty(index: RunIndex, tmp_
     from corral.server.cli import app
 
     out = tmp_path / "prompts.jsonl"
-    result = CliRunner().invoke(app, ["episodes", str(index.root), "--export", "prompts", "--out", str(out),
-                                      "--min-pass", "0.1", "--max-pass", "0.9", "--max-step", "4"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "episodes",
+            str(index.root),
+            "--export",
+            "prompts",
+            "--out",
+            str(out),
+            "--min-pass",
+            "0.1",
+            "--max-pass",
+            "0.9",
+            "--max-step",
+            "4",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "wrote 1 prompts" in result.output
     assert [json.loads(line)["task_id"] for line in out.read_text().splitlines()] == ["hard"]

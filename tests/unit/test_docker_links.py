@@ -24,31 +24,37 @@ def resolved(folder: bytes, target: bytes, links: dict[bytes, bytes]) -> bytes |
         return done.value
 
 
-@pytest.mark.parametrize(("folder", "target", "links"), [
-    (b"/app", b"/tests/data/expected.json", {}),
-    (b"/app", b"../tests/data/expected.json", {}),
-    (b"/app", b"e", {b"/app/e": b"/tmp/f", b"/tmp/f": b"../tests/data"}),
-    (b"/app", b"d/expected.json", {b"/app/d": b"/tests/data"}),
-    (b"/app", b"root/tests", {b"/app/root": b"/"}),
-    (b"/app", b"/tmp/up/tests", {}),
-    (b"/app", b"/proc/self/cwd/x", {}),
-    (b"/app", b"/dev/fd/3", {}),
-    (b"/app", b"/logs/verifier/reward.txt", {}),
-    (b"/app", b"a", {b"/app/a": b"b", b"/app/b": b"a"}),
-    (b"/app", b"/x\xff", {}),
-])
+@pytest.mark.parametrize(
+    ("folder", "target", "links"),
+    [
+        (b"/app", b"/tests/data/expected.json", {}),
+        (b"/app", b"../tests/data/expected.json", {}),
+        (b"/app", b"e", {b"/app/e": b"/tmp/f", b"/tmp/f": b"../tests/data"}),
+        (b"/app", b"d/expected.json", {b"/app/d": b"/tests/data"}),
+        (b"/app", b"root/tests", {b"/app/root": b"/"}),
+        (b"/app", b"/tmp/up/tests", {}),
+        (b"/app", b"/proc/self/cwd/x", {}),
+        (b"/app", b"/dev/fd/3", {}),
+        (b"/app", b"/logs/verifier/reward.txt", {}),
+        (b"/app", b"a", {b"/app/a": b"b", b"/app/b": b"a"}),
+        (b"/app", b"/x\xff", {}),
+    ],
+)
 def test_a_link_that_leads_into_the_verifiers_folders_or_proc_is_named(folder, target, links):
     why = resolved(folder, target, {**IMAGE, **links})
     assert isinstance(why, str), why
 
 
-@pytest.mark.parametrize(("folder", "target", "where"), [
-    (b"/app", b"/etc/hostname", b"/etc/hostname"),
-    (b"/app", b".", b"/app"),
-    (b"/app", b"/bin/python3", b"/usr/bin/python3"),
-    (b"/app", b"/nowhere/at/all", b"/nowhere/at/all"),
-    (b"/app", b"../../..//testsx", b"/testsx"),
-])
+@pytest.mark.parametrize(
+    ("folder", "target", "where"),
+    [
+        (b"/app", b"/etc/hostname", b"/etc/hostname"),
+        (b"/app", b".", b"/app"),
+        (b"/app", b"/bin/python3", b"/usr/bin/python3"),
+        (b"/app", b"/nowhere/at/all", b"/nowhere/at/all"),
+        (b"/app", b"../../..//testsx", b"/testsx"),
+    ],
+)
 def test_any_other_link_resolves_where_the_kernel_would(folder, target, where):
     assert resolved(folder, target, IMAGE) == where
 

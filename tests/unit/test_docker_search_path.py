@@ -52,8 +52,12 @@ def test_the_image_s_lists_are_judged_and_the_task_s_own_choice_is_kept(judged):
 
 
 def test_a_change_in_the_tests_python_folders_is_found_but_not_its_bytecode_cache(judged):
-    changed = [{"Path": "/usr/lib/python3.11/__pycache__/x.pyc", "Kind": 1}, {"Path": "/usr/lib/python3.11/x.pth", "Kind": 1},
-               {"Path": "/usr/lib/python3.11-other/y.py", "Kind": 1}, {"Path": "/usr/lib/python3.11/gone.py", "Kind": 2}]
+    changed = [
+        {"Path": "/usr/lib/python3.11/__pycache__/x.pyc", "Kind": 1},
+        {"Path": "/usr/lib/python3.11/x.pth", "Kind": 1},
+        {"Path": "/usr/lib/python3.11-other/y.py", "Kind": 1},
+        {"Path": "/usr/lib/python3.11/gone.py", "Kind": 2},
+    ]
 
     assert search("worker", {}, changed).planted == ["/usr/lib/python3.11/x.pth"]
 

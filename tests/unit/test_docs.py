@@ -11,15 +11,22 @@ from pathlib import Path
 from tests.conftest import REPO
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-SCRIPTS = [*sorted((REPO / "bench").glob("*.py")), *sorted((REPO / "examples").glob("*.py")),
-           REPO / "examples" / "play.ipynb"]
+SCRIPTS = [
+    *sorted((REPO / "bench").glob("*.py")),
+    *sorted((REPO / "examples").glob("*.py")),
+    REPO / "examples" / "play.ipynb",
+]
 PLACEHOLDER = re.compile(r"\b(?:[A-Z_]*PLACEHOLDER|TODO|TBD|XXX|FIXME)\b")
 EXTRAS = re.compile(r"(?:\.|corral)\[([a-z0-9_,-]+)\]")
 
 
 def lines_matching(pattern: re.Pattern[str], paths: list[Path]) -> list[str]:
-    return [f"{path.relative_to(REPO)}:{number}: {line.strip()}" for path in paths
-            for number, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    return [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+        for path in paths
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
 
 
 def test_no_doc_holds_a_placeholder():
@@ -34,8 +41,9 @@ def test_no_doc_or_script_runs_a_venv_the_readme_never_makes():
 
 def test_every_extra_the_docs_install_is_in_pyproject():
     extras = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"])
-    named = {extra for path in [*DOCS, *SCRIPTS] for group in EXTRAS.findall(path.read_text())
-             for extra in group.split(",")}
+    named = {
+        extra for path in [*DOCS, *SCRIPTS] for group in EXTRAS.findall(path.read_text()) for extra in group.split(",")
+    }
     assert named and named <= extras, named - extras
 
 

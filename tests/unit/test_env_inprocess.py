@@ -39,8 +39,14 @@ class Container(Sandbox):
     def stderr_tail(self, max_chars: int = 4000) -> str:
         return f"the container exceeded its memory limit ({self.stopped})" if self.stopped else ""
 
-    async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
-                     timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
+    async def verify(
+        self,
+        files: Mapping[str, bytes],
+        command: Callable[[str], Sequence[str]],
+        *,
+        timeout_s: float,
+        max_output_chars: int = 20_000,
+    ) -> CommandResult:
         raise AssertionError("not verified here")
 
     async def exec(self, command: Sequence[str], *, stdin: bool = False) -> SandboxProcess:
@@ -81,8 +87,11 @@ def test_a_tool_answer_reaches_the_episode_as_its_text_and_a_failure_as_its_kind
 
     async def calls() -> list[Any]:
         await connection.initialize()
-        return [await connection.list_tools(), await connection.call_tool("echo", {"text": "hi"}),
-                await connection.call_tool("fail", {})]
+        return [
+            await connection.list_tools(),
+            await connection.call_tool("echo", {"text": "hi"}),
+            await connection.call_tool("fail", {}),
+        ]
 
     listed, answered, failed = asyncio.run(calls())
     assert listed == [SCHEMA]
@@ -104,7 +113,9 @@ def test_a_sandbox_that_stopped_says_why_and_every_later_call_is_refused_without
     tools = Tools()
     connection = InProcessConnection(Container(stopped="exit 137"), tools)
 
-    with pytest.raises(EnvDied, match=r"the env's sandbox stopped: the container exceeded its memory limit \(exit 137\)"):
+    with pytest.raises(
+        EnvDied, match=r"the env's sandbox stopped: the container exceeded its memory limit \(exit 137\)"
+    ):
         asyncio.run(connection.call_tool("gone", {}))
     with pytest.raises(EnvDied, match="memory limit"):
         asyncio.run(connection.call_tool("echo", {"text": "hi"}))
@@ -139,8 +150,11 @@ def test_a_harbor_task_s_terminal_tools_are_served_in_process_for_its_container(
     connection = connect(container)
 
     async def calls() -> list[Any]:
-        return [await connection.list_tools(), await connection.call_tool("bash", {"command": 3}),
-                await connection.call_tool("ls", {})]
+        return [
+            await connection.list_tools(),
+            await connection.call_tool("bash", {"command": 3}),
+            await connection.call_tool("ls", {}),
+        ]
 
     listed, wrong, unknown = asyncio.run(calls())
     assert [tool["name"] for tool in listed] == list(TOOLS)

@@ -24,7 +24,7 @@ def test_an_env_module_that_raises_as_it_loads_exits_2_with_its_traceback(tmp_pa
     assert stderr.strip().endswith("cannot serve crashing:Env: the error above was raised while loading it")
 
 
-ENVS = '''
+ENVS = """
 from corral.env import Env
 
 
@@ -43,19 +43,28 @@ def not_a_class():
 
 class NotAnEnv:
     pass
-'''
+"""
 
 
-@pytest.mark.parametrize(("entry", "error"), [
-    ("plainenv", "expected MODULE:CLASS, e.g. env:GridSim"),
-    ("plainenv:", "expected MODULE:CLASS, e.g. env:GridSim"),
-    (":Plain", "expected MODULE:CLASS, e.g. env:GridSim"),
-    ("nosuchenv:Plain", "no module named 'nosuchenv' in {cwd} or a --path folder; run from the env's folder or pass --path DIR"),
-    ("plainenv:Missing", "module 'plainenv' has no 'Missing'; check env.toml's entry"),
-    ("plainenv:Outer.Missing", "module 'plainenv' has no 'Outer.Missing'; check env.toml's entry"),
-    ("plainenv:not_a_class", "'not_a_class' is not a subclass of corral.env.Env; subclass it: 'class not_a_class(Env):'"),
-    ("plainenv:NotAnEnv", "'NotAnEnv' is not a subclass of corral.env.Env; subclass it: 'class NotAnEnv(Env):'"),
-])
+@pytest.mark.parametrize(
+    ("entry", "error"),
+    [
+        ("plainenv", "expected MODULE:CLASS, e.g. env:GridSim"),
+        ("plainenv:", "expected MODULE:CLASS, e.g. env:GridSim"),
+        (":Plain", "expected MODULE:CLASS, e.g. env:GridSim"),
+        (
+            "nosuchenv:Plain",
+            "no module named 'nosuchenv' in {cwd} or a --path folder; run from the env's folder or pass --path DIR",
+        ),
+        ("plainenv:Missing", "module 'plainenv' has no 'Missing'; check env.toml's entry"),
+        ("plainenv:Outer.Missing", "module 'plainenv' has no 'Outer.Missing'; check env.toml's entry"),
+        (
+            "plainenv:not_a_class",
+            "'not_a_class' is not a subclass of corral.env.Env; subclass it: 'class not_a_class(Env):'",
+        ),
+        ("plainenv:NotAnEnv", "'NotAnEnv' is not a subclass of corral.env.Env; subclass it: 'class NotAnEnv(Env):'"),
+    ],
+)
 def test_an_entry_that_names_no_env_class_says_what_to_fix(tmp_path, monkeypatch, entry, error):
     (tmp_path / "plainenv.py").write_text(ENVS)
     monkeypatch.chdir(tmp_path)
@@ -66,7 +75,9 @@ def test_an_entry_that_names_no_env_class_says_what_to_fix(tmp_path, monkeypatch
     assert str(refused.value) == error.format(cwd=tmp_path)
 
 
-def test_an_entry_may_name_a_nested_class_and_a_missing_import_of_the_env_is_not_blamed_on_the_entry(tmp_path, monkeypatch):
+def test_an_entry_may_name_a_nested_class_and_a_missing_import_of_the_env_is_not_blamed_on_the_entry(
+    tmp_path, monkeypatch
+):
     (tmp_path / "plainenv.py").write_text(ENVS)
     (tmp_path / "needy.py").write_text("import nosuchdependency\n")
     monkeypatch.chdir(tmp_path)
@@ -130,16 +141,29 @@ def test_path_adds_a_folder_to_import_the_env_from(tmp_path):
     (tmp_path / "envs").mkdir()
     (tmp_path / "envs" / "gridenv.py").write_text(GRID)
     environ = {**os.environ, "PYTHONPATH": str(SANDBOXES)}
-    process = subprocess.run([sys.executable, "-m", "corral.env", "gridenv:Grid", "--path", "envs"], cwd=tmp_path,
-                             input=b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}\n', capture_output=True, env=environ,
-                             timeout=30, check=False)
+    process = subprocess.run(
+        [sys.executable, "-m", "corral.env", "gridenv:Grid", "--path", "envs"],
+        cwd=tmp_path,
+        input=b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}\n',
+        capture_output=True,
+        env=environ,
+        timeout=30,
+        check=False,
+    )
     assert (process.returncode, json.loads(process.stdout)) == (0, {"jsonrpc": "2.0", "id": 1, "result": {}})
 
 
 def test_a_channel_socket_that_cannot_be_reached_exits_2_saying_so(tmp_path):
     (tmp_path / "gridenv.py").write_text(GRID)
     environ = {**os.environ, "PYTHONPATH": str(SANDBOXES), "CORRAL_CHANNEL": str(tmp_path / "gone.sock")}
-    process = subprocess.run([sys.executable, "-m", "corral.env", "gridenv:Grid"], cwd=tmp_path, capture_output=True,
-                             env=environ, timeout=30, stdin=subprocess.DEVNULL, check=False)
+    process = subprocess.run(
+        [sys.executable, "-m", "corral.env", "gridenv:Grid"],
+        cwd=tmp_path,
+        capture_output=True,
+        env=environ,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
     assert process.returncode == 2
     assert f"corral.env: cannot connect to the server's socket {tmp_path / 'gone.sock'}" in process.stderr.decode()

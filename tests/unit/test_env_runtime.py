@@ -1,7 +1,6 @@
 """The env runtime (`python -m corral.env MODULE:CLASS`) as the server sees it: JSON-RPC lines
 (loading the env: tests/unit/test_env_loading.py)."""
 
-
 import pytest
 
 from tests.env_process import GRID, EnvProcess
@@ -46,9 +45,7 @@ def test_initialize_names_the_env_class_and_declares_tools_and_corral_hooks(grid
         "protocolVersion": "2025-06-18",
         "capabilities": {
             "tools": {},
-            "experimental": {
-                "corral": {"hooks": ["corral/reset", "corral/end_turn", "corral/report"]}
-            },
+            "experimental": {"corral": {"hooks": ["corral/reset", "corral/end_turn", "corral/report"]}},
         },
         "serverInfo": {"name": "Grid", "version": "corral-env/1"},
     }
@@ -64,9 +61,7 @@ def test_initialize_names_the_env_class_and_declares_tools_and_corral_hooks(grid
         (None, "2025-06-18"),
     ],
 )
-def test_initialize_echoes_a_protocol_version_it_speaks_and_else_offers_its_own(
-    grid, asked, answered
-):
+def test_initialize_echoes_a_protocol_version_it_speaks_and_else_offers_its_own(grid, asked, answered):
     params = {} if asked is None else {"protocolVersion": asked}
 
     assert grid.request("initialize", params)["result"]["protocolVersion"] == answered
@@ -74,9 +69,7 @@ def test_initialize_echoes_a_protocol_version_it_speaks_and_else_offers_its_own(
 
 def test_params_null_is_taken_as_no_params(grid):
     listed = grid.send_line('{"jsonrpc":"2.0","id":7,"method":"tools/list","params":null}')
-    called = grid.send_line(
-        '{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"price","arguments":null}}'
-    )
+    called = grid.send_line('{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"price","arguments":null}}')
 
     assert listed["result"]["tools"][0]["name"] == "submit_schedule"
     assert called["result"]["content"][0]["text"].startswith("price: argument 'hour' is missing")
@@ -190,9 +183,7 @@ def test_a_tool_that_returns_a_value_json_cannot_hold_gives_an_execution_error(g
     result = grid.call("shapeless")
 
     assert result["isError"] is True
-    assert result["content"][0]["text"].startswith(
-        "shapeless failed: it returned a value that is not JSON"
-    )
+    assert result["content"][0]["text"].startswith("shapeless failed: it returned a value that is not JSON")
     assert result["_meta"] == {"corral/error_type": "execution_error"}
 
 
@@ -256,9 +247,7 @@ def test_tools_that_cannot_be_described_exit_2_with_every_fix_on_stderr(tmp_path
     process.process.stdout.close()
     process.process.stdin.close()
     header, *lines = process.stderr().strip().splitlines()
-    assert header == (
-        "corral.env: cannot serve brokenenv:Broken: Broken has 3 tool(s) that cannot be described:"
-    )
+    assert header == ("corral.env: cannot serve brokenenv:Broken: Broken has 3 tool(s) that cannot be described:")
     assert lines == [
         "    tool submit_schedule: it has no docstring; add one that says what the tool does, "
         + "with an 'Args:' section that describes each parameter",

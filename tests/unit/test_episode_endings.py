@@ -20,12 +20,23 @@ from tests.episode_fakes import FAILURE_SCORE, FakeRuntime, play, replays
 def test_an_episode_ends_with_its_verifiers_reward_and_hands_its_record_over_once():
     runtime = FakeRuntime()
     opened, answered, ended = play(runtime, ("say", {"text": "polly"}), ("end_turn", {"response": "said it"}))
-    assert not opened.done and [tool.name for tool in opened.offered_tools] == ["say", "crash", "hang", "refuse", "end_turn"]
+    assert not opened.done and [tool.name for tool in opened.offered_tools] == [
+        "say",
+        "crash",
+        "hang",
+        "refuse",
+        "end_turn",
+    ]
     assert answered.result == "polly" and not answered.done
     assert (ended.done, ended.status, ended.reward, ended.scores) == (True, "scored", 1.0, {"said": 1.0})
     [record] = runtime.ended
     assert (record.status, record.cause, record.reward, record.bundle, record.sandbox) == (
-        "scored", "scored", 1.0, "parrots", "in-process")
+        "scored",
+        "scored",
+        1.0,
+        "parrots",
+        "in-process",
+    )
     assert [call.tool for call in record.calls] == ["say", "end_turn"] and record.tool_calls == 1
     assert runtime.connections[0].closed
 
@@ -100,15 +111,19 @@ def test_a_verifier_that_raises_on_every_report_leaves_the_episode_unscored():
     runtime = FakeRuntime(verify=broken)
     _, _, ended = play(runtime, ("say", {"text": "polly"}), ("end_turn", {"response": ""}))
     assert (ended.status, ended.reward) == ("unscored", None)
-    assert "verifier said raised KeyError: 'score'" in ended.reason and "played untouched in a fresh sandbox failed too" in ended.reason
+    assert (
+        "verifier said raised KeyError: 'score'" in ended.reason
+        and "played untouched in a fresh sandbox failed too" in ended.reason
+    )
     assert (runtime.ended[0].status, runtime.ended[0].cause) == ("unscored", "scoring_failed")
     assert replays(runtime, "broken") == 1
 
 
 def test_a_verifier_error_raised_by_the_runtime_is_judged_like_one_raised_by_the_verifier():
     class Raising(FakeRuntime):
-        async def score(self, task: Task, report: dict[str, Any], verifiers: Mapping[str, str], *,
-                        timeout_s: float) -> dict[str, float]:
+        async def score(
+            self, task: Task, report: dict[str, Any], verifiers: Mapping[str, str], *, timeout_s: float
+        ) -> dict[str, float]:
             raise VerifierError("the verifier's worker process died: EOFError()")
 
     runtime = Raising()
@@ -129,7 +144,10 @@ def test_a_call_the_env_answers_with_an_error_is_the_agents_to_read_and_the_epis
     runtime = FakeRuntime()
     _, refused, ended = play(runtime, ("refuse", {}), ("end_turn", {"response": ""}))
     assert refused.error is not None and not refused.done
-    assert (refused.error.error_type, refused.error.message) == ("execution_error", "tools/call failed in the env: the parrot refuses")
+    assert (refused.error.error_type, refused.error.message) == (
+        "execution_error",
+        "tools/call failed in the env: the parrot refuses",
+    )
     assert (ended.status, ended.reward) == ("scored", 0.5)
 
 
@@ -138,14 +156,18 @@ def test_an_env_whose_own_end_turn_raises_on_the_agents_reply_fails_the_episode_
     _, ended = play(runtime, ("end_turn", {"response": "boom"}))
     assert (ended.status, ended.reward) == ("failed", FAILURE_SCORE)
     assert ended.reason.startswith("the env's own code failed: corral/end_turn failed in the env")
-    assert "the parrot chokes on boom" in ended.reason and "was scored, so the failure came from what the agent did" in ended.reason
+    assert (
+        "the parrot chokes on boom" in ended.reason
+        and "was scored, so the failure came from what the agent did" in ended.reason
+    )
     assert (runtime.ended[0].cause, replays(runtime, "sound")) == ("env_hook_failed", 1)
 
 
 def test_verifiers_past_their_deadline_end_the_episode_with_a_timeout_judged_by_the_replay():
     class Slow(FakeRuntime):
-        async def score(self, task: Task, report: dict[str, Any], verifiers: Mapping[str, str], *,
-                        timeout_s: float) -> dict[str, float]:
+        async def score(
+            self, task: Task, report: dict[str, Any], verifiers: Mapping[str, str], *, timeout_s: float
+        ) -> dict[str, float]:
             raise TimeoutError  # as the verifier pool raises it past timeout_s
 
     runtime = Slow()

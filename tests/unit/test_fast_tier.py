@@ -32,16 +32,20 @@ print(json.dumps({"code": int(code), "tests": tier.tests,
 
 
 def collect(*args: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", COLLECT, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=600, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", COLLECT, *args], cwd=REPO, capture_output=True, text=True, timeout=600, check=False
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_no_test_outside_the_fast_folders_is_marked_fast():
     """`-m fast` does not collect the other folders: a `fast` marker there would be a test lost."""
-    marked = [str(path.relative_to(REPO)) for path in (REPO / "tests").rglob("test_*.py")
-              if path.relative_to(REPO / "tests").parts[0] not in FAST_FOLDERS and "mark.fast" in path.read_text()]
+    marked = [
+        str(path.relative_to(REPO))
+        for path in (REPO / "tests").rglob("test_*.py")
+        if path.relative_to(REPO / "tests").parts[0] not in FAST_FOLDERS and "mark.fast" in path.read_text()
+    ]
     assert marked == [], f"tests marked fast outside tests/{{{','.join(sorted(FAST_FOLDERS))}}}: {marked}"
 
 
@@ -55,7 +59,8 @@ def test_the_fast_tier_holds_only_tests_that_start_nothing_slow():
     assert marked, "no test carries the fast marker: tests/conftest.py gives it to tests/unit"
     assert {test["id"] for test in fast["tests"]} == marked, (
         "`pytest -m fast` skips a folder or module (tests/conftest.py's FAST_FOLDERS, NOT_FAST_MODULES) "
-        "that holds a test marked fast")
+        "that holds a test marked fast"
+    )
     wrong = []
     for test in everything["tests"]:
         slow = SLOW_FIXTURES & set(test["fixtures"]) | NOT_FAST_MARKERS & set(test["markers"])
@@ -64,4 +69,5 @@ def test_the_fast_tier_holds_only_tests_that_start_nothing_slow():
     assert wrong == [], "tests in the fast tier that are not fast (drop their `fast` marker):\n" + "\n".join(wrong)
     assert fast["heavy"] == [], (
         f"collecting the fast tier imports {fast['heavy']}: mark the unit module that imports it as it loads "
-        "`slow` or `trl` and add it to NOT_FAST_MODULES in tests/conftest.py")
+        "`slow` or `trl` and add it to NOT_FAST_MODULES in tests/conftest.py"
+    )

@@ -52,17 +52,27 @@ def small_day(seed: int) -> dict:
     start = rng.randint(0, capacity)
     return {
         "prices_usd_per_mwh": [round(rng.uniform(-40, 400), 2) for _ in range(rng.randint(4, 6))],
-        "battery": {"capacity_mwh": capacity, "power_mw": power, "start_soc_mwh": start,
-                    "end_soc_mwh": rng.randint(0, start),
-                    "efficiency": rng.choice([0.85, 0.86, 0.88, 0.9, 0.92])},
+        "battery": {
+            "capacity_mwh": capacity,
+            "power_mw": power,
+            "start_soc_mwh": start,
+            "end_soc_mwh": rng.randint(0, start),
+            "efficiency": rng.choice([0.85, 0.86, 0.88, 0.9, 0.92]),
+        },
     }
 
 
-def day(prices: list[float], capacity: int = 4, power: int = 2, start: int = 1,
-        end: int = 1) -> dict:
-    return {"prices_usd_per_mwh": prices,
-            "battery": {"capacity_mwh": capacity, "power_mw": power, "start_soc_mwh": start,
-                        "end_soc_mwh": end, "efficiency": 0.9}}
+def day(prices: list[float], capacity: int = 4, power: int = 2, start: int = 1, end: int = 1) -> dict:
+    return {
+        "prices_usd_per_mwh": prices,
+        "battery": {
+            "capacity_mwh": capacity,
+            "power_mw": power,
+            "start_soc_mwh": start,
+            "end_soc_mwh": end,
+            "efficiency": 0.9,
+        },
+    }
 
 
 def played(task: dict, *submissions: list[int]) -> tuple[list[dict], dict]:
@@ -77,8 +87,9 @@ def played(task: dict, *submissions: list[int]) -> tuple[list[dict], dict]:
 def test_the_optimum_equals_the_best_of_every_schedule(seed: int) -> None:
     args = small_day(seed)
     power, hours = args["battery"]["power_mw"], len(args["prices_usd_per_mwh"])
-    every = (battery.simulate(args, list(actions))
-             for actions in itertools.product(range(-power, power + 1), repeat=hours))
+    every = (
+        battery.simulate(args, list(actions)) for actions in itertools.product(range(-power, power + 1), repeat=hours)
+    )
     best = max(result["profit_usd"] for result in every if result["feasible"])
     profit, actions = grade.optimal_schedule(args)
     assert profit == best
@@ -119,7 +130,8 @@ def test_a_wrong_length_answer_says_how_many_and_is_not_counted() -> None:
     task = BY_ID[split("eval")[0]]
     answers, report = played(task, [0] * 24, [1] * 23)
     assert json.dumps(answers[1], separators=(",", ":")) == (
-        '{"submitted":false,"error":"expected exactly 24 integers, got 23"}')
+        '{"submitted":false,"error":"expected exactly 24 integers, got 23"}'
+    )
     assert report["actions"] == [0] * 24
     assert grade.verify(task, report) == pytest.approx(0.2)
 
@@ -139,19 +151,24 @@ def test_the_last_valid_submission_counts() -> None:
 
 def test_charging_and_discharging_cost_and_earn_by_the_rules() -> None:
     result = battery.simulate(day([-10.0, 20.0, 50.0, 100.0]), [2, 1, -2, -1])
-    assert result == {"feasible": True, "truncated_at": None, "violation": None,
-                      "soc_path": [1, 3, 4, 2, 1],
-                      "profit_usd": 180.0}  # +20 paid to charge at -10, -20, +90, +90
+    assert result == {
+        "feasible": True,
+        "truncated_at": None,
+        "violation": None,
+        "soc_path": [1, 3, 4, 2, 1],
+        "profit_usd": 180.0,
+    }  # +20 paid to charge at -10, -20, +90, +90
 
 
-@pytest.mark.parametrize(("actions", "hour", "violation"), [
-    ([1, 3, 0, 0], 1, "hour 1: |3| MW exceeds the battery's power of 2 MW"),
-    ([2, 2, 0, 0], 1,
-     "hour 1: charging 2 MWh from 3 MWh would exceed the capacity of 4 MWh"),
-    ([-1, -1, 0, 0], 1, "hour 1: discharging 1 MWh from 0 MWh would go below 0 MWh"),
-])
-def test_a_breaking_hour_truncates_the_schedule(actions: list[int], hour: int,
-                                                violation: str) -> None:
+@pytest.mark.parametrize(
+    ("actions", "hour", "violation"),
+    [
+        ([1, 3, 0, 0], 1, "hour 1: |3| MW exceeds the battery's power of 2 MW"),
+        ([2, 2, 0, 0], 1, "hour 1: charging 2 MWh from 3 MWh would exceed the capacity of 4 MWh"),
+        ([-1, -1, 0, 0], 1, "hour 1: discharging 1 MWh from 0 MWh would go below 0 MWh"),
+    ],
+)
+def test_a_breaking_hour_truncates_the_schedule(actions: list[int], hour: int, violation: str) -> None:
     result = battery.simulate(day([10.0, 20.0, 30.0, 40.0]), actions)
     assert result["truncated_at"] == hour and result["violation"] == violation
     assert not result["feasible"]
@@ -184,8 +201,7 @@ def test_the_committed_tasks_and_splits_are_what_generate_writes() -> None:
     for name, chosen in splits.items():
         assert split(name) == [f"gridsim-{day.isoformat()}" for day in chosen]
     lines = (BUNDLE / "tasks.jsonl").read_text().splitlines()
-    assert lines == [json.dumps(generate.task(day), separators=(",", ":"))
-                     for day in splits["train"] + splits["eval"]]
+    assert lines == [json.dumps(generate.task(day), separators=(",", ":")) for day in splits["train"] + splits["eval"]]
 
 
 def test_splits_are_2000_train_days_to_2024_and_200_eval_days_in_2025() -> None:
@@ -210,8 +226,7 @@ def test_prices_look_like_a_market_with_spikes_negatives_and_an_evening_peak() -
 def test_batteries_vary_and_an_idle_day_is_always_feasible() -> None:
     batteries = [task["args"]["battery"] for task in TASKS]
     assert len({(b["capacity_mwh"], b["power_mw"]) for b in batteries}) > 5
-    assert all(0 <= b["end_soc_mwh"] <= b["start_soc_mwh"] <= b["capacity_mwh"]
-               for b in batteries)
+    assert all(0 <= b["end_soc_mwh"] <= b["start_soc_mwh"] <= b["capacity_mwh"] for b in batteries)
     assert all(0.85 <= b["efficiency"] <= 0.92 for b in batteries)
 
 

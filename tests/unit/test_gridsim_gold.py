@@ -52,8 +52,9 @@ def test_an_unknown_split_names_the_splits_there_are() -> None:
 
 
 def test_the_script_prints_one_json_line_per_task_of_the_split() -> None:
-    out = subprocess.run([sys.executable, str(BUNDLE / "gold.py"), "eval"], capture_output=True, text=True,
-                         check=True).stdout.splitlines()
+    out = subprocess.run(
+        [sys.executable, str(BUNDLE / "gold.py"), "eval"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
 
     assert len(out) == 200
     first = json.loads(out[0])

@@ -29,8 +29,16 @@ from corral.server.verifiers import reward_file_score
 from tests.conftest import FIXTURES
 
 HARBOR = FIXTURES / "harbor"
-SERVED = ["c-build", "csv-stats", "git-repair", "legacy-wordcount", "multi-step", "shell-only", "two-scores",
-          "yaml-config"]
+SERVED = [
+    "c-build",
+    "csv-stats",
+    "git-repair",
+    "legacy-wordcount",
+    "multi-step",
+    "shell-only",
+    "two-scores",
+    "yaml-config",
+]
 
 
 @pytest.fixture
@@ -63,8 +71,11 @@ def test_what_an_agent_may_write_to_its_root_is_the_task_s_storage_mb_or_the_bun
 
     bundle = load_bundle(copy)
 
-    assert (bundle.envs["csv-stats"].spec.resources.disk_mb, bundle.envs["two-scores"].spec.resources.disk_mb,
-            load_bundle(HARBOR).envs["csv-stats"].spec.resources.disk_mb) == (300, 700, 10240)
+    assert (
+        bundle.envs["csv-stats"].spec.resources.disk_mb,
+        bundle.envs["two-scores"].spec.resources.disk_mb,
+        load_bundle(HARBOR).envs["csv-stats"].spec.resources.disk_mb,
+    ) == (300, 700, 10240)
 
 
 def test_a_task_that_asks_for_a_network_is_left_out_with_the_reason_unless_the_operator_allows_it():
@@ -115,8 +126,11 @@ def test_broken_tasks_are_problems_naming_the_task_and_the_fix(copy: Path):
 
 def test_what_corral_cannot_play_as_harbor_would_is_left_out(copy: Path):
     toml = copy / "csv-stats" / "task.toml"
-    toml.write_text(toml.read_text().replace("[environment]\n", "[environment]\ngpus = 1\n").replace(
-        'TOTALS = "/app/totals.json"', 'OPENAI_API_KEY = "${OPENAI_API_KEY}"'))
+    toml.write_text(
+        toml.read_text()
+        .replace("[environment]\n", "[environment]\ngpus = 1\n")
+        .replace('TOTALS = "/app/totals.json"', 'OPENAI_API_KEY = "${OPENAI_API_KEY}"')
+    )
     (copy / "bundle.toml").write_text('exclude = ["yaml-config"]\n')
 
     left_out = {problem.file: problem.message for problem in load_bundle(copy).extension.left_out}
@@ -163,25 +177,31 @@ def scored(exit_code: int | None = 0, **results: bytes) -> tuple[dict[str, float
     return score.scores_for("reward"), score.output_tail
 
 
-@pytest.mark.parametrize(("results", "scores"), [
-    ({"txt": b"1\n"}, {"reward": 1.0}),
-    ({"txt": b"0.25"}, {"reward": 0.25}),
-    ({"json": b'{"reward": 1, "lines": 0.5}', "txt": b"0"}, {"reward": 1.0, "lines": 0.5}),  # JSON wins
-    ({"json": b"0.75"}, {"reward": 0.75}),
-])
+@pytest.mark.parametrize(
+    ("results", "scores"),
+    [
+        ({"txt": b"1\n"}, {"reward": 1.0}),
+        ({"txt": b"0.25"}, {"reward": 0.25}),
+        ({"json": b'{"reward": 1, "lines": 0.5}', "txt": b"0"}, {"reward": 1.0, "lines": 0.5}),  # JSON wins
+        ({"json": b"0.75"}, {"reward": 0.75}),
+    ],
+)
 def test_a_reward_file_gives_the_scores_harbor_reads_from_it(results, scores):
     assert scored(**results)[0] == scores
 
 
-@pytest.mark.parametrize(("exit_code", "results", "why"), [
-    (0, {}, "it wrote no reward.json nor reward.txt"),
-    (0, {"txt": b"pass"}, "its reward.txt is not a number"),
-    (0, {"txt": b"nan"}, "its reward.txt is not a finite number"),
-    (0, {"json": b'{"reward": "1"}'}, "values that are not finite numbers (reward)"),
-    (0, {"json": b"{}"}, "an empty object"),
-    (0, {"json": b"reward: 1"}, "its reward.json is not JSON"),
-    (None, {"txt": b"1"}, "it timed out after 60s"),
-])
+@pytest.mark.parametrize(
+    ("exit_code", "results", "why"),
+    [
+        (0, {}, "it wrote no reward.json nor reward.txt"),
+        (0, {"txt": b"pass"}, "its reward.txt is not a number"),
+        (0, {"txt": b"nan"}, "its reward.txt is not a finite number"),
+        (0, {"json": b'{"reward": "1"}'}, "values that are not finite numbers (reward)"),
+        (0, {"json": b"{}"}, "an empty object"),
+        (0, {"json": b"reward: 1"}, "its reward.json is not JSON"),
+        (None, {"txt": b"1"}, "it timed out after 60s"),
+    ],
+)
 def test_a_missing_or_garbled_reward_file_scores_0_saying_why(exit_code, results, why):
     scores, output = scored(exit_code, **results)
 
@@ -218,8 +238,11 @@ def test_long_output_keeps_its_head_and_tail_with_a_visible_note():
 
 def test_the_tools_are_described_for_the_model():
     assert {name: sorted(tool["inputSchema"]["properties"]) for name, tool in TOOLS.items()} == {
-        "bash": ["command", "timeout_s"], "read_file": ["path"], "write_file": ["content", "path"],
-        "replace_in_file": ["new", "old", "path"]}
+        "bash": ["command", "timeout_s"],
+        "read_file": ["path"],
+        "write_file": ["content", "path"],
+        "replace_in_file": ["new", "old", "path"],
+    }
     assert json.dumps(TOOLS)  # plain JSON, as tools/list sends it
 
 
@@ -258,8 +281,12 @@ def test_a_mapped_from_image_is_built_from_its_base_folder_once_for_every_task_u
     prepared = [prepare(bundle, task_id, engine) for task_id in ("csv-stats", "two-scores", "shell-only")]
 
     froms = [next(line for line in built.splitlines() if line.startswith("FROM")) for built in engine.built]
-    assert froms == ["FROM debian:bookworm-slim",  # the base, built once: then the tasks on it
-                     "FROM built/base-shared", "FROM built/base-shared", "FROM debian:bookworm-slim"]
+    assert froms == [
+        "FROM debian:bookworm-slim",  # the base, built once: then the tasks on it
+        "FROM built/base-shared",
+        "FROM built/base-shared",
+        "FROM debian:bookworm-slim",
+    ]
     assert [item.image for item in prepared] == ["built/csv-stats", "built/two-scores", "built/shell-only"]
     assert dict(bundle.extension.images.used) == {"python:3.12-slim": 2, "ubuntu:24.04": 1}
 
@@ -272,8 +299,9 @@ def test_a_docker_image_is_used_when_the_engine_has_it_else_the_dockerfile_is_bu
     assert prepare(bundle, "yaml-config", Engine(present={"team/yaml-config:1"})).image == "team/yaml-config:1"
     assert prepare(load_bundle(copy), "yaml-config", Engine(present=set())).image == "built/yaml-config"
     (copy / "yaml-config" / "environment" / "Dockerfile").unlink()
-    with pytest.raises(ImageError, match="docker_image team/yaml-config:1 is not on this engine and it has no "
-                                         "environment/Dockerfile"):
+    with pytest.raises(
+        ImageError, match="docker_image team/yaml-config:1 is not on this engine and it has no environment/Dockerfile"
+    ):
         prepare(load_bundle(copy), "yaml-config", Engine(present=set()))
 
 
@@ -281,8 +309,10 @@ def test_check_on_the_local_sandbox_says_harbor_tasks_need_docker():
     result = CliRunner().invoke(app, ["check", str(HARBOR), "--sandbox", "local"])
 
     assert result.exit_code == 1
-    assert ("harbor/csv-stats: task csv-stats runs in its own image, as a whole machine, which the local sandbox "
-            "does not run; serve Harbor tasks with --sandbox docker") in result.output
+    assert (
+        "harbor/csv-stats: task csv-stats runs in its own image, as a whole machine, which the local sandbox "
+        "does not run; serve Harbor tasks with --sandbox docker"
+    ) in result.output
 
 
 def test_check_refuses_an_unknown_network_policy_and_the_oracle_on_a_corral_bundle():
@@ -314,8 +344,11 @@ def test_check_names_the_tasks_whose_tests_run_as_their_agent_s_user(copy):
     toml = root / "yaml-config" / "task.toml"  # ...unless the task runs them as root
     toml.write_text(toml.read_text().replace("[verifier]\n", '[verifier]\nuser = "root"\n'))
     toml = root / "two-scores" / "task.toml"  # both phases as the same user, named in task.toml
-    toml.write_text(toml.read_text().replace("[verifier]\n", '[verifier]\nuser = "1000"\n')
-                    .replace("[agent]\n", '[agent]\nuser = "1000"\n'))
+    toml.write_text(
+        toml.read_text()
+        .replace("[verifier]\n", '[verifier]\nuser = "1000"\n')
+        .replace("[agent]\n", '[agent]\nuser = "1000"\n')
+    )
     notes = load_bundle(root).extension.notes
     (shared,) = [note for note in notes if "run their tests as their agent's user" in note]
     assert shared.startswith("3 task(s) run their tests as their agent's user (csv-stats, shell-only, two-scores)")
@@ -327,7 +360,8 @@ def test_check_names_the_tasks_whose_agent_runs_as_root_and_says_the_fix(copy):
     let it, as far as task.toml and the Dockerfile tell, and how to stop it."""
     root = copy
     (root / "csv-stats" / "task.toml").write_text(
-        (root / "csv-stats" / "task.toml").read_text().replace("[agent]\n", '[agent]\nuser = "nobody"\n'))
+        (root / "csv-stats" / "task.toml").read_text().replace("[agent]\n", '[agent]\nuser = "nobody"\n')
+    )
     dockerfile = root / "yaml-config" / "environment" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text() + "USER 1000:1000\n")
     notes = load_bundle(root).extension.notes

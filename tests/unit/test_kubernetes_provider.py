@@ -33,15 +33,20 @@ def cluster(tmp_path, monkeypatch):
 
 
 def test_a_pod_gets_the_docker_hardening_that_kubernetes_can_express():
-    spec = dataclasses.replace(SPEC, writable=("/data",), scratch_mb=32,
-                               resources=Resources(cpus=0.5, memory_mb=256))
+    spec = dataclasses.replace(SPEC, writable=("/data",), scratch_mb=32, resources=Resources(cpus=0.5, memory_mb=256))
     pod = pod_manifest(spec, IMAGE, name="corral-contract-1", labels={"corral.instance": "i"}, runtime_class="gvisor")
     body = pod["spec"]
     (container,) = body["containers"]
     assert container["securityContext"] == {
-        "runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "readOnlyRootFilesystem": True,
-        "allowPrivilegeEscalation": False, "privileged": False, "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"}}
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 1000,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     assert container["resources"]["limits"] == {"cpu": "500m", "memory": "256Mi"}
     assert container["resources"]["requests"] == container["resources"]["limits"]
     assert (container["stdin"], container["stdinOnce"], container["tty"]) == (True, True, False)
@@ -110,7 +115,9 @@ def test_a_pod_too_large_for_the_cluster_says_why_and_leaves_no_pod(cluster):
     async def check() -> None:
         provider = KubernetesProvider()
         try:
-            with pytest.raises(SandboxError, match="cannot schedule it: 0/1 nodes are available: 1 Insufficient memory"):
+            with pytest.raises(
+                SandboxError, match="cannot schedule it: 0/1 nodes are available: 1 Insufficient memory"
+            ):
                 await provider.start(huge)
             assert cluster.labelled("corral-test", **{"corral.run": provider.run_id}) == []
         finally:
@@ -157,8 +164,10 @@ def test_a_held_lease_is_renewed(cluster, monkeypatch):
 def test_the_policy_allows_no_traffic_either_way_to_the_runs_pods_without_network():
     policy = network_policy("0123abcd", {"corral.instance": "host:8000", "corral.run": "0123abcd"})
     assert policy["kind"] == "NetworkPolicy" and policy["apiVersion"] == "networking.k8s.io/v1"
-    assert policy["metadata"] == {"name": "corral-no-network-0123abcd",
-                                  "labels": {"corral.instance": "host-8000", "corral.run": "0123abcd"}}
+    assert policy["metadata"] == {
+        "name": "corral-no-network-0123abcd",
+        "labels": {"corral.instance": "host-8000", "corral.run": "0123abcd"},
+    }
     assert policy["spec"] == {
         "podSelector": {"matchLabels": {"corral.run": "0123abcd", "corral.network": "none"}},
         "policyTypes": ["Ingress", "Egress"],  # both listed, neither with a rule: nothing in, nothing out
@@ -174,7 +183,10 @@ def test_a_pod_without_network_is_isolated_and_one_that_opts_in_is_not(cluster):
             offline, online = await provider.start(SPEC), await provider.start(EGRESS)
             (policy,) = cluster.policies_of(NAMESPACE, offline.name)
             assert (policy["spec"]["policyTypes"], policy["spec"]["ingress"], policy["spec"]["egress"]) == (
-                ["Ingress", "Egress"], [], [])
+                ["Ingress", "Egress"],
+                [],
+                [],
+            )
             assert cluster.policies_of(NAMESPACE, online.name) == []
             assert len(cluster.policies) == 1  # one per run, however many pods
             await provider.start(SPEC)

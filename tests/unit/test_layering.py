@@ -55,9 +55,11 @@ def test_every_part_of_corral_imports_only_the_parts_below_it(graph):
     TopologicalSorter(LAYERS).prepare()  # raises CycleError on a circle among the packages
     crossing = sorted(
         f"{module} -> {imported}"
-        for module in graph.modules if module != "corral"
+        for module in graph.modules
+        if module != "corral"
         for imported in graph.find_modules_directly_imported_by(module)
-        if _part(imported) != _part(module) and _part(imported) not in LAYERS[_part(module)]
+        if _part(imported) != _part(module)
+        and _part(imported) not in LAYERS[_part(module)]
         and (module, imported) not in LAZY
     )
     assert crossing == []

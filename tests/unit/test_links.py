@@ -15,8 +15,16 @@ def test_links_into_the_verifier_s_files_or_proc_are_found_and_others_not(tmp_pa
     work = tmp_path / "work"
     deep = work / os.path.join(*["d"] * 300)  # deeper (1,500): tests/integration/test_adversary.py
     deep.mkdir(parents=True)
-    for name, target in {"up": "../files/expected.txt", "fd": "/proc/self/fd/3", "dev": "/dev/fd/3", "chain": "up",
-                         "root": "/", "self": ".", "dangling": "nowhere", "etc": "/etc/hostname"}.items():
+    for name, target in {
+        "up": "../files/expected.txt",
+        "fd": "/proc/self/fd/3",
+        "dev": "/dev/fd/3",
+        "chain": "up",
+        "root": "/",
+        "self": ".",
+        "dangling": "nowhere",
+        "etc": "/etc/hostname",
+    }.items():
         (work / name).symlink_to(target)
     (deep / "far").symlink_to(tmp_path / "files")
 

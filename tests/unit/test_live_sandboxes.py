@@ -41,4 +41,5 @@ def test_a_failed_removal_is_logged_once_and_close_still_waits_for_the_others(ca
         asyncio.run(check())
     assert sorted(removed) == ["b", "c"]
     assert [record.getMessage() for record in caplog.records] == [
-        "a sandbox's removal (or other background call) failed: the pod a could not be deleted"]
+        "a sandbox's removal (or other background call) failed: the pod a could not be deleted"
+    ]

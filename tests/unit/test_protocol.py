@@ -37,7 +37,9 @@ from corral.protocol.frames import (
     schemas,
 )
 
-TOOL = ToolSpec(name="submit", description="Submit.", input_schema={"type": "object", "properties": {"x": {"type": "integer"}}})
+TOOL = ToolSpec(
+    name="submit", description="Submit.", input_schema={"type": "object", "properties": {"x": {"type": "integer"}}}
+)
 
 
 def openenv_frames() -> list[dict]:
@@ -52,7 +54,9 @@ def openenv_frames() -> list[dict]:
     ]
 
 
-@pytest.mark.parametrize("frame", openenv_frames(), ids=lambda frame: frame["type"] + "/" + str(frame.get("data", {}).get("type", "")))
+@pytest.mark.parametrize(
+    "frame", openenv_frames(), ids=lambda frame: frame["type"] + "/" + str(frame.get("data", {}).get("type", ""))
+)
 def test_every_openenv_client_frame_parses_and_round_trips(frame):
     parsed = CLIENT_FRAMES.validate_python(frame)
     assert parsed.type == frame["type"]
@@ -64,7 +68,10 @@ def test_every_openenv_client_frame_parses_and_round_trips(frame):
 
 
 def test_corral_frames_are_the_ones_openenv_sends():
-    assert json.loads(ResetRequest(data=ResetData(seed=3)).model_dump_json(exclude_none=True)) == {"type": "reset", "data": {"seed": 3}}
+    assert json.loads(ResetRequest(data=ResetData(seed=3)).model_dump_json(exclude_none=True)) == {
+        "type": "reset",
+        "data": {"seed": 3},
+    }
     assert StateRequest().model_dump() == oe.WSStateMessage().model_dump()
     assert CloseRequest().model_dump() == oe.WSCloseMessage().model_dump()
     call = StepRequest(data=CallTool(tool_name="submit", arguments={"x": 1}))
@@ -81,41 +88,89 @@ def test_reset_data_takes_a_dataset_row_and_refuses_unusable_limits():
         ResetData.model_validate_json('{"tool_timeout_s": Infinity}')
 
 
-@pytest.mark.parametrize("observation", [
-    ResetObservation(task_id="t", episode_id="e", prompt="Go.", offered_tools=[TOOL, END_TURN_TOOL],
-                     limits=Limits(tool_timeout_s=3, reset_timeout_s=600)),
-    ListToolsObservation(tools=[TOOL], reward=0.0),
-    CallToolObservation(tool_name="submit", result="ok", reward=0.0),
-    CallToolObservation(tool_name="submit", error=ToolError(error_type="invalid_args", message="x: not an integer"), reward=0.0),
-    CallToolObservation(tool_name="end_turn", result="The episode has ended.", done=True, reward=0.2, status="scored",
-                        scores={"grade": 0.2}, metadata={"verifier_output": {"grade": "ok"}}),
-    CallToolObservation(tool_name="wait", error=ToolError(error_type="timeout", message="late"), done=True,
-                        status="unscored", reason="late"),
-], ids=["reset", "list_tools", "call_tool", "refused", "scored", "unscored"])
+@pytest.mark.parametrize(
+    "observation",
+    [
+        ResetObservation(
+            task_id="t",
+            episode_id="e",
+            prompt="Go.",
+            offered_tools=[TOOL, END_TURN_TOOL],
+            limits=Limits(tool_timeout_s=3, reset_timeout_s=600),
+        ),
+        ListToolsObservation(tools=[TOOL], reward=0.0),
+        CallToolObservation(tool_name="submit", result="ok", reward=0.0),
+        CallToolObservation(
+            tool_name="submit", error=ToolError(error_type="invalid_args", message="x: not an integer"), reward=0.0
+        ),
+        CallToolObservation(
+            tool_name="end_turn",
+            result="The episode has ended.",
+            done=True,
+            reward=0.2,
+            status="scored",
+            scores={"grade": 0.2},
+            metadata={"verifier_output": {"grade": "ok"}},
+        ),
+        CallToolObservation(
+            tool_name="wait",
+            error=ToolError(error_type="timeout", message="late"),
+            done=True,
+            status="unscored",
+            reason="late",
+        ),
+    ],
+    ids=["reset", "list_tools", "call_tool", "refused", "scored", "unscored"],
+)
 def test_an_observation_travels_as_openenv_serialises_it_and_parses_back(observation):
     sent = json.loads(ObservationReply.of(observation).model_dump_json())
     assert sent["type"] == "observation"
     # OpenEnv's own serialisation of an observation with the same fields gives the same data.
     fields = sent["data"]["observation"]
-    assert sent["data"] == {"observation": fields, "reward": observation.reward, "done": observation.done,
-                            **({"metadata": observation.metadata} if observation.metadata else {})}
+    assert sent["data"] == {
+        "observation": fields,
+        "reward": observation.reward,
+        "done": observation.done,
+        **({"metadata": observation.metadata} if observation.metadata else {}),
+    }
     assert "tools" not in fields if not isinstance(observation, ListToolsObservation) else "tools" in fields
     reply = SERVER_FRAMES.validate_python(sent)
     assert reply.data.parse(type(observation)) == observation
 
 
-@pytest.mark.parametrize("observation", [
-    CallToolObservation(tool_name="say", result="plain", reward=0.0),
-    CallToolObservation(tool_name="say", result={"nested": [1, 2.5, None, "\u00e9\u2028\U0001f600"]}, reward=0.0),
-    CallToolObservation(tool_name="end_turn", result="x", done=True, reward=1e-7, status="scored", scores={"a": 1e16},
-                        metadata={"verifier_output": {"a": "ok"}, "odd": [float("inf"), float("nan")]}),
-    # Set without validation, as the episode ends one: an int reward, a NaN score.
-    CallToolObservation(tool_name="end_turn").model_copy(update={"done": True, "reward": 1, "scores": {"a": float("nan")}}),
-    CallToolObservation(tool_name="wait", error=ToolError(error_type="timeout", message="late"), done=True, reward=None),
-    ResetObservation(task_id="t", episode_id="e", prompt="Go.", offered_tools=[TOOL, END_TURN_TOOL],
-                     limits=Limits(tool_timeout_s=3, reset_timeout_s=600), metadata={"limits": "lowered"}),
-    ListToolsObservation(tools=[TOOL], reward=0.0),
-], ids=["call_tool", "structured", "scored", "unvalidated", "unscored", "reset", "list_tools"])
+@pytest.mark.parametrize(
+    "observation",
+    [
+        CallToolObservation(tool_name="say", result="plain", reward=0.0),
+        CallToolObservation(tool_name="say", result={"nested": [1, 2.5, None, "\u00e9\u2028\U0001f600"]}, reward=0.0),
+        CallToolObservation(
+            tool_name="end_turn",
+            result="x",
+            done=True,
+            reward=1e-7,
+            status="scored",
+            scores={"a": 1e16},
+            metadata={"verifier_output": {"a": "ok"}, "odd": [float("inf"), float("nan")]},
+        ),
+        # Set without validation, as the episode ends one: an int reward, a NaN score.
+        CallToolObservation(tool_name="end_turn").model_copy(
+            update={"done": True, "reward": 1, "scores": {"a": float("nan")}}
+        ),
+        CallToolObservation(
+            tool_name="wait", error=ToolError(error_type="timeout", message="late"), done=True, reward=None
+        ),
+        ResetObservation(
+            task_id="t",
+            episode_id="e",
+            prompt="Go.",
+            offered_tools=[TOOL, END_TURN_TOOL],
+            limits=Limits(tool_timeout_s=3, reset_timeout_s=600),
+            metadata={"limits": "lowered"},
+        ),
+        ListToolsObservation(tools=[TOOL], reward=0.0),
+    ],
+    ids=["call_tool", "structured", "scored", "unvalidated", "unscored", "reset", "list_tools"],
+)
 def test_the_servers_one_pass_observation_frame_is_the_models_own_text(observation):
     assert ObservationReply.json_of(observation) == ObservationReply.of(observation).model_dump_json()
 
@@ -123,7 +178,9 @@ def test_the_servers_one_pass_observation_frame_is_the_models_own_text(observati
 def test_openenv_parses_corral_observations_with_its_own_models():
     listed = ObservationData.of(ListToolsObservation(tools=[TOOL], reward=0.0))
     assert oe_mcp.ListToolsObservation.model_validate({**listed.observation, "reward": 0.0}).tools[0].name == "submit"
-    called = ObservationData.of(CallToolObservation(tool_name="submit", error=ToolError(error_type="invalid_args", message="no")))
+    called = ObservationData.of(
+        CallToolObservation(tool_name="submit", error=ToolError(error_type="invalid_args", message="no"))
+    )
     ours = {key: value for key, value in called.observation.items() if key in oe_mcp.CallToolObservation.model_fields}
     theirs = oe_mcp.CallToolObservation.model_validate(ours)
     assert theirs.error.error_type == oe_mcp.ToolErrorType.INVALID_ARGS and theirs.error.message == "no"
@@ -140,8 +197,12 @@ def test_server_frames_round_trip():
     for frame in frames:
         assert SERVER_FRAMES.validate_json(frame.model_dump_json()) == frame
     error = json.loads(frames[1].model_dump_json())
-    assert oe.WSErrorResponse.model_validate(error).data == {"message": "full", "code": "CAPACITY_REACHED",
-                                                              "active_sessions": 8, "max_sessions": 8}
+    assert oe.WSErrorResponse.model_validate(error).data == {
+        "message": "full",
+        "code": "CAPACITY_REACHED",
+        "active_sessions": 8,
+        "max_sessions": 8,
+    }
     assert "result" not in json.loads(frames[3].model_dump_json())["data"]
     assert "error" not in json.loads(frames[2].model_dump_json())["data"]
 

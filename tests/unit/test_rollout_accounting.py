@@ -23,24 +23,30 @@ class Outcome:
 def test_a_step_counts_unscored_rollouts_with_reasons_and_groups_without_signal() -> None:
     outcomes = [
         # group 1: rewards differ, the only group GRPO learns from
-        Outcome("gridsim", 1.0), Outcome("gridsim", 0.2, truncated="completion_length"),
+        Outcome("gridsim", 1.0),
+        Outcome("gridsim", 0.2, truncated="completion_length"),
         # group 2: one scored rollout, nothing to compare it with
-        Outcome("gridsim", 0.5), Outcome("gridsim", None, "the env died during submit_schedule", tool_errors=1),
+        Outcome("gridsim", 0.5),
+        Outcome("gridsim", None, "the env died during submit_schedule", tool_errors=1),
         # group 3: equal rewards, zero advantage
-        Outcome("tictactoe", 0.0, truncated="tool_calls", tool_calls=16), Outcome("tictactoe", 0.0),
+        Outcome("tictactoe", 0.0, truncated="tool_calls", tool_calls=16),
+        Outcome("tictactoe", 0.0),
         # group 4: nothing scored
         Outcome("tictactoe", None, "the reset didn't finish within 600s"),
         Outcome("tictactoe", None, "the reset didn't finish within 600s"),
         # group 5: one the agent made fail (its tool ran past the deadline) scores 0, and counts apart
-        Outcome("tictactoe", 0.0, "place didn't answer within 60s", status="failed"), Outcome("tictactoe", 1.0),
+        Outcome("tictactoe", 0.0, "place didn't answer within 60s", status="failed"),
+        Outcome("tictactoe", 1.0),
     ]
 
     account = StepAccount.of(outcomes, group_size=2)
 
     assert (account.rollouts, account.scored, account.unscored, account.failed, account.groups) == (10, 7, 3, 1, 5)
     assert account.failed_reasons == {"place didn't answer within 60s": 1}
-    assert account.unscored_reasons == {"the reset didn't finish within 600s": 2,
-                                        "the env died during submit_schedule": 1}
+    assert account.unscored_reasons == {
+        "the reset didn't finish within 600s": 2,
+        "the env died during submit_schedule": 1,
+    }
     assert (account.groups_under_two_scored, account.groups_zero_variance) == (2, 1)
     assert account.reward_by_toolset == pytest.approx({"gridsim": (1.0 + 0.2 + 0.5) / 3, "tictactoe": 0.25})
     assert account.truncated == {"completion_length": 1, "tool_calls": 1}

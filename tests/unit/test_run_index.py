@@ -21,11 +21,29 @@ def _record(records: Path, run: str = "run-a") -> None:
         for number, (task, rewards) in enumerate(groups):
             for member, reward in enumerate(rewards):
                 episode_id = f"{run}-{step}-{number}-{member}"
-                server.write(EpisodeRecord(episode_id=episode_id, task_id=task, status="scored", cause="scored",
-                                           reward=reward, split="train", seconds={"total": 2.0}))
-                trainer.write(RolloutRecord(episode_id=episode_id, task_id=task, reward=reward, step=step,
-                                            policy_version=step, group=number, group_index=member,
-                                            advantage=reward - sum(rewards) / 2))
+                server.write(
+                    EpisodeRecord(
+                        episode_id=episode_id,
+                        task_id=task,
+                        status="scored",
+                        cause="scored",
+                        reward=reward,
+                        split="train",
+                        seconds={"total": 2.0},
+                    )
+                )
+                trainer.write(
+                    RolloutRecord(
+                        episode_id=episode_id,
+                        task_id=task,
+                        reward=reward,
+                        step=step,
+                        policy_version=step,
+                        group=number,
+                        group_index=member,
+                        advantage=reward - sum(rewards) / 2,
+                    )
+                )
     server.close()
     trainer.close()
 
@@ -47,8 +65,9 @@ def test_the_heatmap_marks_tasks_never_solved_and_too_easy(tmp_path: Path) -> No
     assert grid.marks == {}
     _record(tmp_path, run="run-b")  # the same plan, but only task "sub" at step 0 in a filter below
     index = RunIndex(tmp_path)
-    assert [(e.task_id, e.step) for e in run_views.episodes(index, EpisodeFilter(run="run-b", max_step=0, task="sub"))] \
-        == [("sub", 0)] * 2
+    assert [
+        (e.task_id, e.step) for e in run_views.episodes(index, EpisodeFilter(run="run-b", max_step=0, task="sub"))
+    ] == [("sub", 0)] * 2
 
 
 def test_a_group_lists_its_members_with_rewards_and_advantages_and_loads_one_on_demand(tmp_path: Path) -> None:
@@ -81,11 +100,14 @@ def test_the_index_follows_a_file_being_written_and_rebuilds_one_rewritten(tmp_p
     assert run_views.count(index, EpisodeFilter(run="run-a", min_step=0)) == 2
 
 
-@pytest.mark.parametrize(("tool", "arguments", "flag"), [
-    ("write_file", {"path": "tests/test_solution.py", "content": "pass"}, "writes_tests"),
-    ("bash", {"command": "echo ok > verifier/expected.txt"}, "writes_tests"),
-    ("bash", {"command": "cat tests/test_solution.py"}, None),
-])
+@pytest.mark.parametrize(
+    ("tool", "arguments", "flag"),
+    [
+        ("write_file", {"path": "tests/test_solution.py", "content": "pass"}, "writes_tests"),
+        ("bash", {"command": "echo ok > verifier/expected.txt"}, "writes_tests"),
+        ("bash", {"command": "cat tests/test_solution.py"}, None),
+    ],
+)
 def test_writes_to_test_paths_are_flagged(tmp_path: Path, tool: str, arguments: dict, flag: str | None) -> None:
     writer = RecordWriter(tmp_path, "episodes", run="server")
     calls = [RecordedCall(tool=tool, arguments=arguments)] * 2

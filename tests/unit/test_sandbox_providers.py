@@ -38,7 +38,9 @@ def without_the_docker_package(monkeypatch) -> None:
 
 
 def test_an_unknown_sandbox_is_refused_naming_the_choices():
-    with pytest.raises(ConfigError, match=r"^unknown sandbox 'dokcer'; choose one of: auto, docker, local, modal, kubernetes$"):
+    with pytest.raises(
+        ConfigError, match=r"^unknown sandbox 'dokcer'; choose one of: auto, docker, local, modal, kubernetes$"
+    ):
         make_provider("dokcer")
 
 
@@ -125,8 +127,11 @@ def test_a_local_env_that_cannot_start_is_refused_saying_why_and_leaves_nothing(
                 await provider.start(missing)
             with monkeypatch.context() as patched:
                 patched.setattr(LocalSandbox, "own", disk_full)
-                with pytest.raises(SandboxError, match=r"could not make the folders of an episode of env toy in "
-                                                       r".*No space left on device"):
+                with pytest.raises(
+                    SandboxError,
+                    match=r"could not make the folders of an episode of env toy in "
+                    r".*No space left on device",
+                ):
                     await provider.start(TOY_SPEC)
             assert provider.status().live == 0
             assert {entry.name for entry in provider.root.iterdir()} <= {"shared"}  # no episode's folder
@@ -181,7 +186,9 @@ while True:
 
 
 def test_a_local_verifier_runs_once_every_process_the_agent_left_is_gone(no_leftover_env_processes):
-    code = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {FORGER!r}], start_new_session=True); input()"
+    code = (
+        f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {FORGER!r}], start_new_session=True); input()"
+    )
     spec = SandboxSpec("leaves", TOY, ("python3", "-c", code))
 
     async def check() -> None:
@@ -224,7 +231,9 @@ def test_as_root_the_env_s_files_are_copied_readable_by_every_uid_keeping_what_r
 
 def test_a_line_sent_to_an_exited_env_raises_even_while_a_process_it_left_holds_its_stdin(no_leftover_env_processes):
     # Without namespaces nothing ends the child with the env, and the pipe stays open.
-    spec = SandboxSpec("leaver", TOY, ("python3", "-c", "import subprocess, sys; subprocess.Popen(['sleep', '60']); sys.exit(3)"))
+    spec = SandboxSpec(
+        "leaver", TOY, ("python3", "-c", "import subprocess, sys; subprocess.Popen(['sleep', '60']); sys.exit(3)")
+    )
 
     async def check() -> None:
         provider = LocalProvider(unsafe_local_shell=True)
@@ -265,8 +274,12 @@ def test_the_sdk_sent_into_containers_carries_corral_errors_and_imports_on_its_o
     archive.extractall(tmp_path)
     # -S -I: no site-packages, no PYTHONPATH: only the standard library and the zip's files.
     code = "import corral.env, corral.errors; print(corral.errors.__file__)"
-    ran = subprocess.run([sys.executable, "-S", "-I", "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); {code}"],
-                         capture_output=True, text=True, check=False)
+    ran = subprocess.run(
+        [sys.executable, "-S", "-I", "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); {code}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == str(tmp_path / "corral/errors.py")
 

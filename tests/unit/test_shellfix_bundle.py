@@ -75,21 +75,35 @@ def test_a_clean_command_verifier_passes(tmp_path):
     assert loaded.command_verifiers["tests"].command_for("tiny-2", "/tmp/x") == ["python3", "/tmp/x/check.py"]
 
 
-@pytest.mark.parametrize(("toml", "says"), [
-    ('command = ["true"\n', "tiny/verifiers/tests.toml: not valid TOML"),
-    ('command = ["true"]\ntimeout = 5\n', "tiny/verifiers/tests.toml: unknown key 'timeout'; remove it"),
-    ('files = "checks"\n', "tiny/verifiers/tests.toml: 'command' is missing; add it to a command verifier"),
-    ('command = []\n', "tiny/verifiers/tests.toml: 'command': List should have at least 1 item"),
-    ('command = ["true"]\ntimeout_s = 0\n', "tiny/verifiers/tests.toml: 'timeout_s': Input should be greater than 0"),
-    ('command = ["python3", "{file}/check.py"]\nfiles = "checks/{task_id}"\n',
-     "tiny/verifiers/tests.toml: command has an unknown placeholder {file}; it may use {files} and {task_id}"),
-    ('command = ["python3", "{files}/check.py"]\nfiles = "checks/{task}"\n',
-     "tiny/verifiers/tests.toml: files has an unknown placeholder {task}; it may use {task_id}"),
-    ('command = ["python3", "{files}/check.py"]\nfiles = "../elsewhere"\n',
-     "tiny/verifiers/tests.toml: files entry '../elsewhere' is not inside the bundle"),
-    ('command = ["python3", "check.py"]\nfiles = "checks/{task_id}"\n',
-     "tiny/verifiers/tests.toml: files are copied in, but command never names them; use {files}"),
-])
+@pytest.mark.parametrize(
+    ("toml", "says"),
+    [
+        ('command = ["true"\n', "tiny/verifiers/tests.toml: not valid TOML"),
+        ('command = ["true"]\ntimeout = 5\n', "tiny/verifiers/tests.toml: unknown key 'timeout'; remove it"),
+        ('files = "checks"\n', "tiny/verifiers/tests.toml: 'command' is missing; add it to a command verifier"),
+        ("command = []\n", "tiny/verifiers/tests.toml: 'command': List should have at least 1 item"),
+        (
+            'command = ["true"]\ntimeout_s = 0\n',
+            "tiny/verifiers/tests.toml: 'timeout_s': Input should be greater than 0",
+        ),
+        (
+            'command = ["python3", "{file}/check.py"]\nfiles = "checks/{task_id}"\n',
+            "tiny/verifiers/tests.toml: command has an unknown placeholder {file}; it may use {files} and {task_id}",
+        ),
+        (
+            'command = ["python3", "{files}/check.py"]\nfiles = "checks/{task}"\n',
+            "tiny/verifiers/tests.toml: files has an unknown placeholder {task}; it may use {task_id}",
+        ),
+        (
+            'command = ["python3", "{files}/check.py"]\nfiles = "../elsewhere"\n',
+            "tiny/verifiers/tests.toml: files entry '../elsewhere' is not inside the bundle",
+        ),
+        (
+            'command = ["python3", "check.py"]\nfiles = "checks/{task_id}"\n',
+            "tiny/verifiers/tests.toml: files are copied in, but command never names them; use {files}",
+        ),
+    ],
+)
 def test_a_broken_command_verifier_is_reported_once_with_its_fix(tmp_path, toml, says):
     bundle = with_command_verifier(tmp_path, toml, **{"checks/tiny-1/check.py": "", "checks/tiny-2/check.py": ""})
 
@@ -113,10 +127,15 @@ def test_a_task_whose_files_folder_is_missing_is_named(tmp_path):
 
 
 def test_a_python_and_a_command_verifier_of_one_name_are_a_problem(tmp_path):
-    bundle = with_command_verifier(tmp_path, GOOD, **{
-        "checks/tiny-1/check.py": "", "checks/tiny-2/check.py": "",
-        "verifiers/tests.py": "def verify(task, report):\n    return 1.0\n",
-    })
+    bundle = with_command_verifier(
+        tmp_path,
+        GOOD,
+        **{
+            "checks/tiny-1/check.py": "",
+            "checks/tiny-2/check.py": "",
+            "verifiers/tests.py": "def verify(task, report):\n    return 1.0\n",
+        },
+    )
 
     problems = [str(problem) for problem in load_bundle(bundle).problems]
 
@@ -128,8 +147,11 @@ def shellfix_env(tmp_path, monkeypatch):
     """ShellFix, reset on the paginate task in a fresh working directory."""
     monkeypatch.chdir(tmp_path)
     env = load_module("shellfix_env", SHELLFIX / "envs" / "shellfix" / "env.py").ShellFix()
-    task = next(json.loads(line) for line in (SHELLFIX / "tasks.jsonl").read_text().splitlines()
-                if json.loads(line)["id"] == "shellfix-paginate")
+    task = next(
+        json.loads(line)
+        for line in (SHELLFIX / "tasks.jsonl").read_text().splitlines()
+        if json.loads(line)["id"] == "shellfix-paginate"
+    )
     env.reset(task["args"])
     return env
 
@@ -149,7 +171,9 @@ def test_file_tools_stay_inside_the_repository(shellfix_env):
 def test_replace_in_file_wants_exactly_one_occurrence(shellfix_env):
     with pytest.raises(ValueError, match="the old text does not occur in paginate.py"):
         shellfix_env.replace_in_file("paginate.py", "no such text", "x")
-    with pytest.raises(ValueError, match=r"the old text occurs \d+ times in paginate.py; give a piece that occurs exactly once"):
+    with pytest.raises(
+        ValueError, match=r"the old text occurs \d+ times in paginate.py; give a piece that occurs exactly once"
+    ):
         shellfix_env.replace_in_file("paginate.py", "size", "n")
     assert shellfix_env.replace_in_file("paginate.py", "- 1]", "]") == "replaced 1 occurrence in paginate.py"
 

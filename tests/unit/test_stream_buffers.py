@@ -18,7 +18,7 @@ def test_lines_come_whole_however_the_chunks_split_them():
         await output.add_stdout(b'{"id": ')
         await asyncio.sleep(0)
         assert not reading.done()  # half a line is not a line
-        await output.add_stdout(b'1}\nsecond\nthi')
+        await output.add_stdout(b"1}\nsecond\nthi")
         return [await reading, await output.read_line("ended")]
 
     assert asyncio.run(check()) == [b'{"id": 1}', b"second"]

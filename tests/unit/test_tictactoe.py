@@ -120,13 +120,15 @@ def test_the_next_prompt_shows_o_move_and_the_board() -> None:
     assert prompt.endswith("Your move: call place(row, col), then end_turn.")
 
 
-@pytest.mark.parametrize(("moves", "reason"), [
-    ([(2, 2), (2, 2)], "a second place in one turn"),
-    ([(0, 2)], "(0, 2) is off the board; rows and columns are 1-3"),
-    ([(2, 4)], "(2, 4) is off the board; rows and columns are 1-3"),
-])
-def test_an_illegal_move_ends_the_game_as_a_loss(moves: list[tuple[int, int]],
-                                                 reason: str) -> None:
+@pytest.mark.parametrize(
+    ("moves", "reason"),
+    [
+        ([(2, 2), (2, 2)], "a second place in one turn"),
+        ([(0, 2)], "(0, 2) is off the board; rows and columns are 1-3"),
+        ([(2, 4)], "(2, 4) is off the board; rows and columns are 1-3"),
+    ],
+)
+def test_an_illegal_move_ends_the_game_as_a_loss(moves: list[tuple[int, int]], reason: str) -> None:
     env = game(0, "tactical")
     *_, answer = [env.place(*move) for move in moves]
     assert answer["legal"] is False and answer["game_over"] and answer["outcome"] == "illegal"
@@ -148,8 +150,11 @@ def test_placing_on_a_taken_square_is_illegal() -> None:
 def test_ending_a_turn_without_a_move_loses() -> None:
     env = game(0, "random")
     assert env.end_turn("I pass") is None
-    assert env.report() == {"outcome": "illegal", "reason": "the turn ended without a move",
-                            "board": ["...", "...", "..."]}
+    assert env.report() == {
+        "outcome": "illegal",
+        "reason": "the turn ended without a move",
+        "board": ["...", "...", "..."],
+    }
 
 
 def test_a_finished_game_keeps_its_outcome() -> None:
@@ -181,8 +186,9 @@ def test_the_tasks_are_300_seeds_split_250_and_50() -> None:
     tasks = [json.loads(line) for line in (BUNDLE / "tasks.jsonl").read_text().splitlines()]
     assert tasks == [generate.task(seed) for seed in range(300)]
     assert {t["args"]["opponent"] for t in tasks} == {"random", "tactical"}
-    splits = {name: tomllib.loads((BUNDLE / "evals" / f"{name}.toml").read_text())["tasks"]
-              for name in ("train", "eval")}
+    splits = {
+        name: tomllib.loads((BUNDLE / "evals" / f"{name}.toml").read_text())["tasks"] for name in ("train", "eval")
+    }
     assert len(splits["train"]) == 250 and len(splits["eval"]) == 50
     assert set(splits["train"]) | set(splits["eval"]) == {t["id"] for t in tasks}
     empty = env_module.render([["."] * 3 for _ in range(3)])

@@ -20,13 +20,23 @@ def test_an_answer_within_the_limit_is_whole_and_a_limit_below_the_note_keeps_th
 
 def test_a_result_without_text_answers_with_its_structured_content_as_json():
     assert tool_answer("t", {"content": [], "structuredContent": {"a": 1}}, 100).result == '{"a":1}'
-    assert tool_answer("t", {"content": [{"type": "text", "text": "hi"}], "structuredContent": {"a": 1}}, 100).result == "hi"
+    assert (
+        tool_answer("t", {"content": [{"type": "text", "text": "hi"}], "structuredContent": {"a": 1}}, 100).result
+        == "hi"
+    )
     assert tool_answer("t", {"content": []}, 100).result == ""
 
 
 MALFORMED = [
-    [], "text", 7, None, {"content": 7}, {"content": "abc"}, {"content": [7, None, "x", {"type": "text"}]},
-    {"content": [{"type": "text", "text": ["a"]}]}, {"content": [], "isError": True, "_meta": "not an object"},
+    [],
+    "text",
+    7,
+    None,
+    {"content": 7},
+    {"content": "abc"},
+    {"content": [7, None, "x", {"type": "text"}]},
+    {"content": [{"type": "text", "text": ["a"]}]},
+    {"content": [], "isError": True, "_meta": "not an object"},
     {"content": [{"type": 1, "text": "a"}], "isError": True, "_meta": {"corral/error_type": ["a"]}},
 ]
 

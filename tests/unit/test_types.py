@@ -17,4 +17,5 @@ def test_the_library_type_checks_clean():
     done = subprocess.run([sys.executable, "-m", "mypy"], cwd=REPO, capture_output=True, text=True, check=False)
     errors = [line for line in done.stdout.splitlines() if ": error:" in line]
     assert done.returncode == 0 and errors == [], "mypy finds type errors; fix them:\n" + (
-        "\n".join(errors) or done.stdout + done.stderr)
+        "\n".join(errors) or done.stdout + done.stderr
+    )

@@ -30,10 +30,14 @@ def write(folder: Path, name: str, source: str) -> Path:
 
 
 def test_a_number_is_the_score_and_a_dict_gives_one_score_per_key(tmp_path):
-    loaded = load_verifiers({
-        "exact": write(tmp_path, "exact", "def verify(task, report):\n    return int(report['word'] == task['word'])\n"),
-        "parts": write(tmp_path, "parts", "def verify(task, report):\n    return {'said': 1, 'short': 0.25}\n"),
-    })
+    loaded = load_verifiers(
+        {
+            "exact": write(
+                tmp_path, "exact", "def verify(task, report):\n    return int(report['word'] == task['word'])\n"
+            ),
+            "parts": write(tmp_path, "parts", "def verify(task, report):\n    return {'said': 1, 'short': 0.25}\n"),
+        }
+    )
     scores = score_episode({"word": "apple"}, {"word": "apple"}, {"grade": "exact", "style": "parts"}, loaded)
     assert scores == {"grade": 1.0, "style/said": 1.0, "style/short": 0.25}
     assert all(type(score) is float for score in scores.values())
@@ -42,7 +46,9 @@ def test_a_number_is_the_score_and_a_dict_gives_one_score_per_key(tmp_path):
 
 @pytest.mark.parametrize("returned", ["True", "'1'", "None", "math.nan", "math.inf", "{'ok': -math.inf}", "10 ** 400"])
 def test_a_verifier_that_returns_no_finite_number_is_an_error_naming_it(tmp_path, returned):
-    loaded = load_verifiers({"odd": write(tmp_path, "odd", f"import math\ndef verify(task, report):\n    return {returned}\n")})
+    loaded = load_verifiers(
+        {"odd": write(tmp_path, "odd", f"import math\ndef verify(task, report):\n    return {returned}\n")}
+    )
     with pytest.raises(VerifierError, match=r"verifier odd returned .*; return a finite number \(or a dict of them\)"):
         score_episode({}, {}, {"grade": "odd"}, loaded)
 
@@ -57,28 +63,42 @@ def test_a_verifier_that_raises_is_an_error_with_its_exception_file_and_line(tmp
 
 def test_a_raise_in_a_verifiers_helper_names_the_helpers_line(tmp_path):
     helper = write(tmp_path, "_parse", "def count(report):\n    text = report['text']\n    return int(text)\n")
-    loaded = load_verifiers({"counted": write(tmp_path, "counted", "from _parse import count\n"
-                                              "def verify(task, report):\n    return count(report) == 3\n")})
+    loaded = load_verifiers(
+        {
+            "counted": write(
+                tmp_path,
+                "counted",
+                "from _parse import count\ndef verify(task, report):\n    return count(report) == 3\n",
+            )
+        }
+    )
     with pytest.raises(VerifierError) as raised:
         score_episode({}, {"text": "three"}, {"grade": "counted"}, loaded)
-    assert str(raised.value) == ("verifier counted raised ValueError: invalid literal for int() with base 10: "
-                                 f"'three' at {helper}:3 (return int(text))")
+    assert str(raised.value) == (
+        "verifier counted raised ValueError: invalid literal for int() with base 10: "
+        f"'three' at {helper}:3 (return int(text))"
+    )
 
 
 def test_a_verifier_imports_its_private_helpers_from_its_folder_and_leaves_sys_path_as_it_was(tmp_path):
     write(tmp_path, "_words", "FRUIT = {'apple', 'pear'}\n")
-    path = write(tmp_path, "fruit", "from _words import FRUIT\ndef verify(task, report):\n    return report['word'] in FRUIT\n")
+    path = write(
+        tmp_path, "fruit", "from _words import FRUIT\ndef verify(task, report):\n    return report['word'] in FRUIT\n"
+    )
     before = list(sys.path)
     loaded = load_verifiers({"fruit": path})
     assert sys.path == before
     assert math.isclose(loaded["fruit"]({}, {"word": "pear"}), 1.0)
 
 
-@pytest.mark.parametrize(("source", "error"), [
-    ("x = 1 / 0\n", "importing it failed: ZeroDivisionError: division by zero"),
-    ("def check(task, report):\n    return 1.0\n", "defines no function verify(task, report); add one"),
-    ("verify = 1.0\n", "defines no function verify(task, report); add one"),
-])
+@pytest.mark.parametrize(
+    ("source", "error"),
+    [
+        ("x = 1 / 0\n", "importing it failed: ZeroDivisionError: division by zero"),
+        ("def check(task, report):\n    return 1.0\n", "defines no function verify(task, report); add one"),
+        ("verify = 1.0\n", "defines no function verify(task, report); add one"),
+    ],
+)
 def test_a_verifier_that_cannot_be_loaded_is_an_error_naming_its_file_and_the_fix(tmp_path, source, error):
     path = write(tmp_path, "bad", source)
     before = list(sys.path)
@@ -90,8 +110,11 @@ def test_a_verifier_that_cannot_be_loaded_is_an_error_naming_its_file_and_the_fi
 
 def test_a_command_verifiers_output_keeps_its_end_and_the_verdict_within_the_limit():
     output = "".join(f"line {n}\n" for n in range(1000))
-    score = reward_file_score("tests", RewardFileVerifier(command=["true"], files=[], timeout_s=60),
-                              CommandResult(0, output, {"/logs/verifier/reward.txt": b"1"}))
+    score = reward_file_score(
+        "tests",
+        RewardFileVerifier(command=["true"], files=[], timeout_s=60),
+        CommandResult(0, output, {"/logs/verifier/reward.txt": b"1"}),
+    )
     assert len(score.output_tail) == OUTPUT_TAIL_CHARS
     kept, verdict = score.output_tail.rsplit("\n", 1)
     assert verdict == "[verifier tests: exit status 0; reward.txt: reward=1]"
@@ -123,11 +146,14 @@ class FinishedSandbox:
         return self.result
 
 
-@pytest.mark.parametrize(("exit_code", "score", "verdict"), [
-    (0, 1.0, "[verifier unit: exit status 0; scored 1]"),
-    (3, 0.0, "[verifier unit: exit status 3; scored 0]"),
-    (None, 0.0, "[verifier unit: timed out after 5s; scored 0]"),
-])
+@pytest.mark.parametrize(
+    ("exit_code", "score", "verdict"),
+    [
+        (0, 1.0, "[verifier unit: exit status 0; scored 1]"),
+        (3, 0.0, "[verifier unit: exit status 3; scored 0]"),
+        (None, 0.0, "[verifier unit: timed out after 5s; scored 0]"),
+    ],
+)
 def test_a_command_verifier_scores_its_exit_status_and_says_so_after_its_output(tmp_path, exit_code, score, verdict):
     (tmp_path / "run.sh").write_text("exit 0")
     config = CommandVerifier(command=["sh", "{files}/run.sh"], files=["run.sh"], timeout_s=5)
@@ -144,28 +170,44 @@ def test_a_verifiers_own_helper_wins_over_a_module_of_the_same_name_elsewhere(tm
     monkeypatch.syspath_prepend(str(elsewhere))
     monkeypatch.delitem(sys.modules, "_words", raising=False)
     write(tmp_path, "_words", "FRUIT = {'apple'}\n")
-    path = write(tmp_path, "fruit", "from _words import FRUIT\ndef verify(task, report):\n    return float(report['word'] in FRUIT)\n")
+    path = write(
+        tmp_path,
+        "fruit",
+        "from _words import FRUIT\ndef verify(task, report):\n    return float(report['word'] in FRUIT)\n",
+    )
     loaded = load_verifiers({"fruit": path})
     monkeypatch.delitem(sys.modules, "_words", raising=False)
     assert score_episode({}, {"word": "apple"}, {"grade": "fruit"}, loaded) == {"grade": 1.0}
 
 
 def test_a_reward_txt_that_is_no_number_is_quoted_in_the_verdict_up_to_40_bytes():
-    score = reward_file_score("tests", RewardFileVerifier(command=["true"], files=[], timeout_s=60),
-                              CommandResult(0, "", {"/logs/verifier/reward.txt": b"x" * 100}))
-    assert score.output_tail == f"[verifier tests: exit status 0; its reward.txt is not a number ({b'x' * 40!r}); scored 0]"
+    score = reward_file_score(
+        "tests",
+        RewardFileVerifier(command=["true"], files=[], timeout_s=60),
+        CommandResult(0, "", {"/logs/verifier/reward.txt": b"x" * 100}),
+    )
+    assert (
+        score.output_tail
+        == f"[verifier tests: exit status 0; its reward.txt is not a number ({b'x' * 40!r}); scored 0]"
+    )
 
 
-@pytest.mark.parametrize(("written", "why"), [
-    (b"[" * 100_000 + b"]" * 100_000, "its reward.json is not JSON that can be read"),  # too deep to parse
-    (b'{"reward": 1' + b"0" * 400 + b"}", "its reward.json holds values that are not finite numbers (reward)"),
-    (b'{"reward": NaN}', "its reward.json holds values that are not finite numbers (reward)"),
-    (b'{"reward": 1e999}', "its reward.json holds values that are not finite numbers (reward)"),
-    (b"\xff\xfe", "its reward.json is not JSON that can be read"),
-])
+@pytest.mark.parametrize(
+    ("written", "why"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "its reward.json is not JSON that can be read"),  # too deep to parse
+        (b'{"reward": 1' + b"0" * 400 + b"}", "its reward.json holds values that are not finite numbers (reward)"),
+        (b'{"reward": NaN}', "its reward.json holds values that are not finite numbers (reward)"),
+        (b'{"reward": 1e999}', "its reward.json holds values that are not finite numbers (reward)"),
+        (b"\xff\xfe", "its reward.json is not JSON that can be read"),
+    ],
+)
 def test_a_reward_json_shaped_to_break_its_reader_scores_0_and_never_raises(written, why):
     """The reward file comes out of the sandbox: whatever ran there wrote it, so no content may
     raise (an exception would end the episode as corral's failure instead of the agent's 0)."""
-    score = reward_file_score("tests", RewardFileVerifier(command=["true"], files=[], timeout_s=60),
-                              CommandResult(0, "", {"/logs/verifier/reward.json": written}))
+    score = reward_file_score(
+        "tests",
+        RewardFileVerifier(command=["true"], files=[], timeout_s=60),
+        CommandResult(0, "", {"/logs/verifier/reward.json": written}),
+    )
     assert score.scores == {"reward": 0.0} and f"{why}; scored 0]" in score.output_tail

@@ -18,8 +18,7 @@ from corral.protocol.records import RolloutRecord
 from corral.server.cli import app
 from corral.server.viewer.tokens import TokenText, token_chips
 
-HOSTILE = ["<script>alert(1)</script>", '"><img src=x onerror=alert(1)>', "' onmouseover='alert(1)", "&lt;b&gt;",
-           " \n"]
+HOSTILE = ["<script>alert(1)</script>", '"><img src=x onerror=alert(1)>', "' onmouseover='alert(1)", "&lt;b&gt;", " \n"]
 # What a chip shows for each: the text itself, its spaces and newline as marks.
 SHOWN = ["<script>alert(1)</script>", '"><img·src=x·onerror=alert(1)>', "'·onmouseover='alert(1)", "&lt;b&gt;", "·↵"]
 
@@ -63,8 +62,13 @@ class Tokenizer:
 
 
 def _rollout(ids: list[int]) -> RolloutRecord:
-    return RolloutRecord(episode_id="e", task_id="t", completion_ids=ids, env_mask=[i % 2 for i in range(len(ids))],
-                         logprobs=[-0.5] * len(ids))
+    return RolloutRecord(
+        episode_id="e",
+        task_id="t",
+        completion_ids=ids,
+        env_mask=[i % 2 for i in range(len(ids))],
+        logprobs=[-0.5] * len(ids),
+    )
 
 
 def test_a_token_whose_text_is_markup_renders_as_text() -> None:
@@ -73,8 +77,13 @@ def test_a_token_whose_text_is_markup_renders_as_text() -> None:
     assert {tag for tag, _ in chips.tags} <= {"h2", "p", "span", "div", "br", "details", "summary"}
     assert {name for _, attrs in chips.tags for name in attrs} <= {"class", "id", "title"}
     titles = [attrs["title"] for tag, attrs in chips.tags if tag == "span" and attrs.get("title")]
-    assert titles == ["id 0 · env token", "id 1 · logprob -0.500", "id 2 · env token", "id 3 · logprob -0.500",
-                      "id 4 · env token"]
+    assert titles == [
+        "id 0 · env token",
+        "id 1 · logprob -0.500",
+        "id 2 · env token",
+        "id 3 · logprob -0.500",
+        "id 4 · env token",
+    ]
 
 
 def test_the_prompt_s_ids_show_as_chips_of_their_own_escaped_too() -> None:
@@ -84,8 +93,11 @@ def test_the_prompt_s_ids_show_as_chips_of_their_own_escaped_too() -> None:
     assert chips.texts == SHOWN[:4]
     spans = [attrs for tag, attrs in chips.tags if tag == "span" and attrs.get("title")]
     assert [(attrs["class"], attrs["title"]) for attrs in spans] == [
-        ("tok prompt", "id 0 · prompt"), ("tok prompt", "id 1 · prompt"),
-        ("tok env", "id 2 · env token"), ("tok sampled", "id 3 · logprob -0.500")]
+        ("tok prompt", "id 0 · prompt"),
+        ("tok prompt", "id 1 · prompt"),
+        ("tok env", "id 2 · env token"),
+        ("tok sampled", "id 3 · logprob -0.500"),
+    ]
     assert "2 prompt ids" in fragment
 
 
@@ -114,10 +126,12 @@ def _records(folder: Path) -> Path:
 
 @pytest.mark.slow  # the viewer in a fresh interpreter
 def test_the_viewer_imports_no_transformers_without_a_tokenizer(tmp_path: Path) -> None:
-    code = ("import sys; from fastapi.testclient import TestClient; from corral.server.viewer.app import create_viewer; "
-            f"page = TestClient(create_viewer({str(_records(tmp_path))!r})).get('/episodes/e'); "
-            "assert page.status_code == 200 and '--tokenizer' in page.text, page.text; "
-            "assert 'transformers' not in sys.modules")
+    code = (
+        "import sys; from fastapi.testclient import TestClient; from corral.server.viewer.app import create_viewer; "
+        f"page = TestClient(create_viewer({str(_records(tmp_path))!r})).get('/episodes/e'); "
+        "assert page.status_code == 200 and '--tokenizer' in page.text, page.text; "
+        "assert 'transformers' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -133,8 +147,9 @@ def test_a_folder_with_no_tokenizer_is_one_line(tmp_path: Path) -> None:
     if os.environ.get("CI") != "true":  # CI installs transformers: there, its absence fails the test
         pytest.importorskip("transformers")
     (tmp_path / "empty").mkdir()
-    result = CliRunner().invoke(app, ["view", str(_records(tmp_path / "records")), "--tokenizer",
-                                      str(tmp_path / "empty")])
+    result = CliRunner().invoke(
+        app, ["view", str(_records(tmp_path / "records")), "--tokenizer", str(tmp_path / "empty")]
+    )
     assert result.exit_code == 2
     assert len(result.stderr.strip().splitlines()) == 1
     assert f"--tokenizer {tmp_path / 'empty'}" in result.stderr
@@ -150,12 +165,13 @@ def test_the_episode_page_shows_a_real_tokenizers_text_escaped(tmp_path: Path) -
 
     vocab = {text: i for i, text in enumerate(HOSTILE)}
     PreTrainedTokenizerFast(tokenizer_object=Rust(WordLevel(vocab, unk_token=HOSTILE[0]))).save_pretrained(
-        tmp_path / "tokenizer")
+        tmp_path / "tokenizer"
+    )
     from corral.server.viewer.app import create_viewer
 
     viewer = create_viewer(_records(tmp_path / "records"), tokenizer=str(tmp_path / "tokenizer"))
     page = TestClient(viewer).get("/episodes/e").text
-    fragment = page[page.index("<h2>Tokens</h2>"):page.index("</body>")]
+    fragment = page[page.index("<h2>Tokens</h2>") : page.index("</body>")]
     assert Chips(fragment).texts == SHOWN[:2]
     assert "<script>alert" not in page and "<img" not in page, json.dumps(page)
 

@@ -23,8 +23,11 @@ def worker_text(scored: int, unscored: int, calls: list[float], sessions: int) -
 
 
 def samples(text: bytes) -> dict[tuple[str, tuple], float]:
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text.decode()) for sample in family.samples}
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text.decode())
+        for sample in family.samples
+    }
 
 
 def test_every_workers_counts_add_up_and_a_label_only_one_has_is_kept():

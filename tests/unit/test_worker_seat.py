@@ -20,6 +20,16 @@ def test_an_id_names_its_worker_to_the_others_and_to_itself_is_its_own():
 
 def test_an_id_no_worker_of_the_host_minted_is_answered_where_it_arrives():
     unmarked = "0123456789abcdef0123456789abcdef"
-    for session_id in (unmarked, f"{unmarked}-w3", f"{unmarked}-w", f"{unmarked}-w1/../x", f"x{unmarked}-w1",
-                       f"{unmarked}-w00001", "nope", None, 7, ["-w1"]):
+    for session_id in (
+        unmarked,
+        f"{unmarked}-w3",
+        f"{unmarked}-w",
+        f"{unmarked}-w1/../x",
+        f"x{unmarked}-w1",
+        f"{unmarked}-w00001",
+        "nope",
+        None,
+        7,
+        ["-w1"],
+    ):
         assert seat(0).holder(session_id) is None, session_id

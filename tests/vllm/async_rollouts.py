@@ -35,10 +35,21 @@ def main(url: str, vllm_url: str, model_dir: str, out_dir: str) -> None:
     with Bundle(url, split="train", record_dir=Path(out_dir) / "records") as bundle:
         dataset = bundle.dataset.select(range(2))
         worker = AsyncRolloutWorker(
-            model_name="tiny", dataset=dataset, reward_funcs=[], processing_class=tokenizer,
-            eos_token_ids=[tokenizer.eos_token_id], environment_factory=bundle.factory, num_generations=GROUP,
-            max_inflight_tasks=GROUP, vllm_server_url=vllm_url, max_tokens=16, max_tool_calling_iterations=1,
-            chat_template_kwargs={"enable_thinking": False}, queue_maxsize=GROUP, child_ready_timeout=600)
+            model_name="tiny",
+            dataset=dataset,
+            reward_funcs=[],
+            processing_class=tokenizer,
+            eos_token_ids=[tokenizer.eos_token_id],
+            environment_factory=bundle.factory,
+            num_generations=GROUP,
+            max_inflight_tasks=GROUP,
+            vllm_server_url=vllm_url,
+            max_tokens=16,
+            max_tool_calling_iterations=1,
+            chat_template_kwargs={"enable_thinking": False},
+            queue_maxsize=GROUP,
+            child_ready_timeout=600,
+        )
         worker.model_version = VERSIONS[0]
         worker.start()
         try:
@@ -46,8 +57,14 @@ def main(url: str, vllm_url: str, model_dir: str, out_dir: str) -> None:
                 worker.model_version = version
                 while sum(s["model_version"] == version for s in samples) < GROUP * GROUPS_PER_VERSION:
                     sample = worker.rollout_buffer.get(timeout=300)
-                    samples.append({"group": sample.group_id, "model_version": sample.model_version,
-                                    "advantage": sample.advantage, "prompt": sample.prompt[-1]["content"]})
+                    samples.append(
+                        {
+                            "group": sample.group_id,
+                            "model_version": sample.model_version,
+                            "advantage": sample.advantage,
+                            "prompt": sample.prompt[-1]["content"],
+                        }
+                    )
         finally:
             worker.stop()
         tasks = {row["task_id"]: row["prompt"][-1]["content"] for row in dataset}

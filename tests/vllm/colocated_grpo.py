@@ -54,15 +54,30 @@ def main(url: str, model_dir: str, out_dir: str) -> None:
 
         Gridsim.__name__ = base.__name__
         dataset = bundle.dataset.select(range(2)).map(
-            lambda row: {"prompt": [{"role": "user", "content": f"Submit a schedule for {row['task_id']}."}]})
+            lambda row: {"prompt": [{"role": "user", "content": f"Submit a schedule for {row['task_id']}."}]}
+        )
         args = GRPOConfig(
-            output_dir=out_dir, max_steps=2, per_device_train_batch_size=GROUP, num_generations=GROUP,
-            max_completion_length=64, max_tool_calling_iterations=2, learning_rate=0.05, beta=0.0,
-            chat_template_kwargs={"enable_thinking": False}, logging_steps=1, save_strategy="no", seed=0,
-            use_vllm=True, vllm_mode="colocate", vllm_max_model_length=4096, vllm_gpu_memory_utilization=0.1,
-            **CPU_RUN_SETTINGS)
-        trainer = GRPOTrainer(model=model_dir, args=args, train_dataset=dataset, environment_factory=Gridsim,
-                              reward_funcs=[scattered])
+            output_dir=out_dir,
+            max_steps=2,
+            per_device_train_batch_size=GROUP,
+            num_generations=GROUP,
+            max_completion_length=64,
+            max_tool_calling_iterations=2,
+            learning_rate=0.05,
+            beta=0.0,
+            chat_template_kwargs={"enable_thinking": False},
+            logging_steps=1,
+            save_strategy="no",
+            seed=0,
+            use_vllm=True,
+            vllm_mode="colocate",
+            vllm_max_model_length=4096,
+            vllm_gpu_memory_utilization=0.1,
+            **CPU_RUN_SETTINGS,
+        )
+        trainer = GRPOTrainer(
+            model=model_dir, args=args, train_dataset=dataset, environment_factory=Gridsim, reward_funcs=[scattered]
+        )
         with one_cpu_thread():
             trainer.train()
     result = {**seen, "global_step": trainer.state.global_step, "log_history": trainer.state.log_history}

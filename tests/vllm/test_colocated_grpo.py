@@ -23,13 +23,23 @@ MEAN_GAP, MAX_GAP = 0.02, 0.1
 
 
 def test_colocated_grpo_plays_served_episodes_and_samples_the_weights_it_trains(
-        vllm_venv_python: str, vllm_model_dir: Path, serve, tmp_path: Path) -> None:
+    vllm_venv_python: str, vllm_model_dir: Path, serve, tmp_path: Path
+) -> None:
     bundle = serve(BUNDLES / "gridsim", max_concurrent_envs=4)
     model = shutil.copytree(vllm_model_dir, tmp_path / "model")  # the trainer's, apart from the served one
-    environ = {**os.environ, "PYTHONPATH": os.pathsep.join(str(REPO / root) for root in SOURCE_ROOTS),
-               "VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB, as the tier's server: beside it, not in its place
-    done = subprocess.run([vllm_venv_python, str(REPO / "tests/vllm/colocated_grpo.py"), bundle.url, str(model),
-                           str(tmp_path)], check=False, capture_output=True, text=True, timeout=900, env=environ)
+    environ = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(str(REPO / root) for root in SOURCE_ROOTS),
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+    }  # GiB, as the tier's server: beside it, not in its place
+    done = subprocess.run(
+        [vllm_venv_python, str(REPO / "tests/vllm/colocated_grpo.py"), bundle.url, str(model), str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=environ,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((tmp_path / "result.json").read_text())
 

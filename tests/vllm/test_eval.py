@@ -20,14 +20,36 @@ pytestmark = [pytest.mark.vllm, pytest.mark.trl, pytest.mark.timeout(1500)]
 
 
 def test_corral_eval_through_vllm_plays_every_episode_and_ends_turns_on_every_eos(
-        vllm_url: str, vllm_model_dir: Path, vllm_tokenizer, serve, tmp_path: Path) -> None:
+    vllm_url: str, vllm_model_dir: Path, vllm_tokenizer, serve, tmp_path: Path
+) -> None:
     bundle = serve(BUNDLES / "gridsim", max_concurrent_envs=8)
     numbers, records = tmp_path / "eval.json", tmp_path / "records"
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "corral"), "eval", vllm_url, bundle.url, "--tokenizer",
-         str(vllm_model_dir), "--split", "eval", "-k", "4", "--limit", "8", "--max-tokens", "1024",
-         "--record", str(records), "--json", str(numbers)],
-        check=False, capture_output=True, text=True, timeout=1200, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        [
+            str(Path(sys.executable).parent / "corral"),
+            "eval",
+            vllm_url,
+            bundle.url,
+            "--tokenizer",
+            str(vllm_model_dir),
+            "--split",
+            "eval",
+            "-k",
+            "4",
+            "--limit",
+            "8",
+            "--max-tokens",
+            "1024",
+            "--record",
+            str(records),
+            "--json",
+            str(numbers),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
 
     assert done.returncode == 0, done.stderr[-3000:]

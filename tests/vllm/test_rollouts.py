@@ -51,9 +51,11 @@ def trainer_logprobs(model, rollout: Rollout, temperature: float) -> torch.Tenso
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_rollouts_through_vllm_keep_its_ids_with_the_trainers_logprobs(
-        vllm_url: str, vllm_model_dir: Path, vllm_tokenizer, gridsim: Bundle, temperature: float) -> None:
-    processor = HermesProcessor.for_trainer(vllm_tokenizer, {"enable_thinking": False},
-                                            stop_token_ids=eos_token_ids(vllm_model_dir, vllm_tokenizer))
+    vllm_url: str, vllm_model_dir: Path, vllm_tokenizer, gridsim: Bundle, temperature: float
+) -> None:
+    processor = HermesProcessor.for_trainer(
+        vllm_tokenizer, {"enable_thinking": False}, stop_token_ids=eos_token_ids(vllm_model_dir, vllm_tokenizer)
+    )
     generator = Recording(VLLMGenerator(vllm_url, sampling=SamplingParams(temperature=temperature)))
     rollout_func = CorralRollout(gridsim, processor=processor, generator=generator, max_completion_length=256)
     rollouts = rollout_func.play([row["prompt"] for row in rollout_func.dataset.select(range(4))])

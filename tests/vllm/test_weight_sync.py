@@ -54,7 +54,8 @@ def sync(vllm_url: str, vllm_model_dir: Path, tmp_path: Path) -> Iterator[FileWe
 
 
 def test_weights_pushed_through_a_file_are_the_ones_vllm_samples_with(
-        vllm_url: str, vllm_model_dir: Path, vllm_tokenizer, sync: FileWeightSync) -> None:
+    vllm_url: str, vllm_model_dir: Path, vllm_tokenizer, sync: FileWeightSync
+) -> None:
     model = AutoModelForCausalLM.from_pretrained(vllm_model_dir, dtype=torch.float32).eval()
     prompt = vllm_tokenizer.encode("Schedule the battery for the day.")
     assert served_gap(vllm_url, model, prompt) < TOLERANCE
@@ -71,18 +72,37 @@ def test_weights_pushed_through_a_file_are_the_ones_vllm_samples_with(
 
 
 def test_grpo_with_a_vllm_server_samples_the_weights_it_trains(
-        vllm_url: str, vllm_model_dir: Path, vllm_tokenizer, sync: FileWeightSync, tmp_path: Path) -> None:
+    vllm_url: str, vllm_model_dir: Path, vllm_tokenizer, sync: FileWeightSync, tmp_path: Path
+) -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     with Bundle.local(BUNDLES / "gridsim", split="train", sandbox="local", max_concurrent_envs=4) as env:
         rollout = CorralRollout(env, generator=VLLMGenerator(vllm_url), weight_sync=sync, max_tool_calls=2)
-        dataset = rollout.dataset.select(range(2)).map(lambda row: {"prompt": [
-            {"role": "user", "content": f"Submit a schedule for {row['task_id']}.", TASK_KEY: row["task_id"]}]})
-        args = GRPOConfig(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=4,
-                          num_generations=4, max_completion_length=64, learning_rate=0.05, beta=0.0,
-                          chat_template_kwargs={"enable_thinking": False}, **CPU_RUN)
-        trainer = GRPOTrainer(model=str(vllm_model_dir), args=args, train_dataset=dataset,
-                              reward_funcs=[episode_reward, sampled_length], rollout_func=rollout)
+        dataset = rollout.dataset.select(range(2)).map(
+            lambda row: {
+                "prompt": [
+                    {"role": "user", "content": f"Submit a schedule for {row['task_id']}.", TASK_KEY: row["task_id"]}
+                ]
+            }
+        )
+        args = GRPOConfig(
+            output_dir=str(tmp_path / "out"),
+            max_steps=2,
+            per_device_train_batch_size=4,
+            num_generations=4,
+            max_completion_length=64,
+            learning_rate=0.05,
+            beta=0.0,
+            chat_template_kwargs={"enable_thinking": False},
+            **CPU_RUN,
+        )
+        trainer = GRPOTrainer(
+            model=str(vllm_model_dir),
+            args=args,
+            train_dataset=dataset,
+            reward_funcs=[episode_reward, sampled_length],
+            rollout_func=rollout,
+        )
         with one_cpu_thread():
             trainer.train()
         rollout.close()

@@ -1,9 +1,9 @@
 """`Bundle`: a served bundle as a Hugging Face dataset and TRL environment classes.
 
-    env = Bundle("http://env-host:8000", split="train")     # a remote server
-    env = Bundle(["http://a:8000", "http://b:8000"])        # many env hosts, one dataset (hosts.py)
-    env = Bundle.local("bundles/gridsim", split="train")    # served in this process
-    trainer = GRPOTrainer(..., train_dataset=env.dataset, environment_factory=env.factory)
+env = Bundle("http://env-host:8000", split="train")     # a remote server
+env = Bundle(["http://a:8000", "http://b:8000"])        # many env hosts, one dataset (hosts.py)
+env = Bundle.local("bundles/gridsim", split="train")    # served in this process
+trainer = GRPOTrainer(..., train_dataset=env.dataset, environment_factory=env.factory)
 """
 
 from __future__ import annotations
@@ -90,8 +90,9 @@ class Bundle:
         self._run = new_run()  # the environments' records, in any process, are one run
         self._server: Any = None  # the embedded server Bundle.local started, if any
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
-        self._clients = [httpx.Client(base_url=host, headers=headers, timeout=HTTP_TIMEOUT_S, trust_env=False)
-                         for host in self.urls]
+        self._clients = [
+            httpx.Client(base_url=host, headers=headers, timeout=HTTP_TIMEOUT_S, trust_env=False) for host in self.urls
+        ]
         self._http = self._clients[0]
         metadata = self._get("/metadata")
         self.name: str = metadata["name"]
@@ -141,10 +142,16 @@ class Bundle:
                 f"Bundle.local serves the bundle in this process and needs corral's server: "
                 f"pip install 'corral[server]' ({error})"
             ) from None
-        options = ServeOptions(sandbox=sandbox, max_concurrent_envs=max_concurrent_envs, reward=reward,
-                               tool_timeout_s=tool_timeout, reset_timeout_s=reset_timeout, warm_pool=warm_pool,
-                               record_dir=Path(record_dir) if record_dir is not None else None,
-                               unsafe_local_shell=unsafe_local_shell)
+        options = ServeOptions(
+            sandbox=sandbox,
+            max_concurrent_envs=max_concurrent_envs,
+            reward=reward,
+            tool_timeout_s=tool_timeout,
+            reset_timeout_s=reset_timeout,
+            warm_pool=warm_pool,
+            record_dir=Path(record_dir) if record_dir is not None else None,
+            unsafe_local_shell=unsafe_local_shell,
+        )
         server = EmbeddedServer(Path(path), options, ws_ping_interval=keepalive, ws_ping_timeout=keepalive)
         try:
             bundle = cls(server.url, split=split, keepalive=keepalive)
@@ -225,23 +232,41 @@ class Bundle:
         """What the environment class of `toolset` is built from: the server, its limits, the
         token, the reward rule (`factory` builds its classes from these)."""
         return EnvironmentSpec(
-            toolset=self.toolsets[toolset], url=self.url, server_limits=self.limits, token=self._token,
-            tool_timeout_s=self._tool_timeout, reset_timeout_s=self._reset_timeout, reward=self._reward,
-            keepalive_s=self._keepalive, capacity_wait_s=self._capacity_wait, record_dir=self._record_dir,
+            toolset=self.toolsets[toolset],
+            url=self.url,
+            server_limits=self.limits,
+            token=self._token,
+            tool_timeout_s=self._tool_timeout,
+            reset_timeout_s=self._reset_timeout,
+            reward=self._reward,
+            keepalive_s=self._keepalive,
+            capacity_wait_s=self._capacity_wait,
+            record_dir=self._record_dir,
             run=self._run,
         )
 
     def _check_hosts_agree(self) -> Limits:
         """Refuse hosts that serve different bundles (the dataset must fit them all); the
         limits to wait for are the longest any host allows."""
+
         def served(client: httpx.Client) -> tuple[dict, Any]:
             metadata = self._send("GET", "/metadata", client=client)
             name = metadata["name"]
             splits = self._send("GET", f"/{name}/splits", client=client)
-            tasks = {split["name"]: [task["task_id"] for task in self._send(
-                "POST", f"/{name}/tasks", client=client, json={"split": split["name"]})["tasks"]] for split in splits}
-            what = {"names and versions": (name, metadata["version"]), "tasks": tasks,
-                    "toolsets": self._send("GET", "/toolsets", client=client)["toolsets"]}
+            tasks = {
+                split["name"]: [
+                    task["task_id"]
+                    for task in self._send("POST", f"/{name}/tasks", client=client, json={"split": split["name"]})[
+                        "tasks"
+                    ]
+                ]
+                for split in splits
+            }
+            what = {
+                "names and versions": (name, metadata["version"]),
+                "tasks": tasks,
+                "toolsets": self._send("GET", "/toolsets", client=client)["toolsets"],
+            }
             return metadata, what
 
         first_metadata, first = served(self._clients[0])
@@ -253,10 +278,13 @@ class Bundle:
                     raise BundleMismatch(
                         f"the env hosts {self.urls[0]} and {client.base_url} serve different bundles (their {part} "
                         f"differ: {str(first[part])[:200]} against {str(other[part])[:200]}); serve the same bundle "
-                        "folder, at the same version, on every host")
+                        "folder, at the same version, on every host"
+                    )
             limits.append(metadata)
-        return Limits(tool_timeout_s=max(m["tool_timeout_s"] for m in limits),
-                      reset_timeout_s=max(m["reset_timeout_s"] for m in limits))
+        return Limits(
+            tool_timeout_s=max(m["tool_timeout_s"] for m in limits),
+            reset_timeout_s=max(m["reset_timeout_s"] for m in limits),
+        )
 
     def _get(self, path: str) -> Any:
         return self._send("GET", path)
@@ -271,7 +299,8 @@ class Bundle:
             except httpx.TransportError as error:
                 unreachable = ServerUnreachable(
                     f"could not reach a corral server at {url} ({error}); start one with "
-                    "`corral serve BUNDLE --port PORT`, or use Bundle.local(BUNDLE)")
+                    "`corral serve BUNDLE --port PORT`, or use Bundle.local(BUNDLE)"
+                )
                 continue
             if reply.status_code in (401, 403):
                 raise refusal(url, reply.status_code)

@@ -62,17 +62,26 @@ class Candidate:
     tool_calls: int
 
 
-def pass_rates(index: RunIndex, choice: Difficulty, runs: list[str] | None = None,
-               where: EpisodeFilter = EVERYTHING) -> dict[str, float]:
+def pass_rates(
+    index: RunIndex, choice: Difficulty, runs: list[str] | None = None, where: EpisodeFilter = EVERYTHING
+) -> dict[str, float]:
     """Each task's pass rate over the window: passed / scored, from the index only."""
     clause, values = _window(choice, runs, where)
-    rows = index.query(f"SELECT task_id, SUM(reward >= ?), COUNT(reward) FROM played WHERE {clause} "
-                       "GROUP BY task_id", [choice.success, *values])
+    rows = index.query(
+        f"SELECT task_id, SUM(reward >= ?), COUNT(reward) FROM played WHERE {clause} GROUP BY task_id",
+        [choice.success, *values],
+    )
     return {task: passed / scored for task, passed, scored in rows if scored}
 
 
-def choose(index: RunIndex, choice: Difficulty, runs: list[str] | None = None, *, passed_only: bool,
-           where: EpisodeFilter = EVERYTHING) -> list[Candidate]:
+def choose(
+    index: RunIndex,
+    choice: Difficulty,
+    runs: list[str] | None = None,
+    *,
+    passed_only: bool,
+    where: EpisodeFilter = EVERYTHING,
+) -> list[Candidate]:
     """The rows to export, in order: the eligible prompts' rows drawn, then the target filled fairly."""
     rates = pass_rates(index, choice, runs, where)
     eligible = sorted(task for task, rate in rates.items() if choice.min_pass <= rate <= choice.max_pass)
@@ -80,22 +89,29 @@ def choose(index: RunIndex, choice: Difficulty, runs: list[str] | None = None, *
     if passed_only:
         clause += " AND reward >= ?"
         values.append(choice.success)
-    rows = index.query(f"SELECT episode_id, run, task_id, step, reward, coalesce(tool_calls, 0) FROM played "
-                       f"WHERE {clause} AND reward IS NOT NULL ORDER BY episode_id", values)
+    rows = index.query(
+        f"SELECT episode_id, run, task_id, step, reward, coalesce(tool_calls, 0) FROM played "
+        f"WHERE {clause} AND reward IS NOT NULL ORDER BY episode_id",
+        values,
+    )
     by_prompt: dict[str, list[Candidate]] = defaultdict(list)
     for row in rows:
         by_prompt[row[2]].append(Candidate(*row))
     rng = random.Random(choice.seed)
-    drawn = {task: _draw(by_prompt[task], rng, choice.by_tool_calls)[:choice.per_prompt]
-             for task in eligible if by_prompt[task]}
+    drawn = {
+        task: _draw(by_prompt[task], rng, choice.by_tool_calls)[: choice.per_prompt]
+        for task in eligible
+        if by_prompt[task]
+    }
     order = sorted(drawn)
     rng.shuffle(order)
     chosen = [drawn[task][rank] for rank in range(choice.per_prompt) for task in order if rank < len(drawn[task])]
-    return chosen if choice.target is None else chosen[:choice.target]
+    return chosen if choice.target is None else chosen[: choice.target]
 
 
-def sft_rows(index: RunIndex, choice: Difficulty, runs: list[str] | None = None,
-             where: EpisodeFilter = EVERYTHING) -> tuple[list[dict[str, Any]], list[str]]:
+def sft_rows(
+    index: RunIndex, choice: Difficulty, runs: list[str] | None = None, where: EpisodeFilter = EVERYTHING
+) -> tuple[list[dict[str, Any]], list[str]]:
     """Passed episodes of the eligible prompts as conversations; and the ids of those refused
     because a tool call has no function name (they cannot be trained on as OpenAI calls)."""
     rates = pass_rates(index, choice, runs, where)
@@ -111,13 +127,24 @@ def sft_rows(index: RunIndex, choice: Difficulty, runs: list[str] | None = None,
         except ConfigError:
             refused.append(found.episode_id)
             continue
-        rows.append({"messages": messages, "tools": tools, "task_id": found.task_id, "episode_id": found.episode_id,
-                     "run": found.run, "step": found.step, "reward": found.reward, "pass_rate": rates[found.task_id]})
+        rows.append(
+            {
+                "messages": messages,
+                "tools": tools,
+                "task_id": found.task_id,
+                "episode_id": found.episode_id,
+                "run": found.run,
+                "step": found.step,
+                "reward": found.reward,
+                "pass_rate": rates[found.task_id],
+            }
+        )
     return rows, refused
 
 
-def rl_prompts(index: RunIndex, choice: Difficulty, runs: list[str] | None = None,
-               where: EpisodeFilter = EVERYTHING) -> list[dict[str, Any]]:
+def rl_prompts(
+    index: RunIndex, choice: Difficulty, runs: list[str] | None = None, where: EpisodeFilter = EVERYTHING
+) -> list[dict[str, Any]]:
     """One row per eligible prompt: the messages before the model's first reply, its task, split
     and pass rate (a dataset to train on again, e.g. `CorralRollout`'s prompts by task)."""
     rates = pass_rates(index, choice, runs, where)
@@ -128,8 +155,14 @@ def rl_prompts(index: RunIndex, choice: Difficulty, runs: list[str] | None = Non
         messages = conversation(episode, rollout)[0] if episode is not None else rollout.messages  # type: ignore[union-attr]
         first_reply = next((n for n, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
         split = episode.split if episode is not None else rollout.split  # type: ignore[union-attr]
-        rows.append({"prompt": messages[:first_reply], "task_id": found.task_id, "split": split,
-                     "pass_rate": rates[found.task_id]})
+        rows.append(
+            {
+                "prompt": messages[:first_reply],
+                "task_id": found.task_id,
+                "split": split,
+                "pass_rate": rates[found.task_id],
+            }
+        )
     return rows
 
 
@@ -149,9 +182,16 @@ def openai_message(message: dict[str, Any]) -> dict[str, Any]:
         if not name:
             raise ConfigError(f"a tool call has no function name ({json.dumps(call)[:200]}); it cannot be exported")
         arguments = function.get("arguments", {})
-        calls.append({"id": call.get("id", f"call_{number}"), "type": "function",
-                      "function": {"name": name, "arguments": arguments if isinstance(arguments, str)
-                                   else json.dumps(arguments, ensure_ascii=False)}})
+        calls.append(
+            {
+                "id": call.get("id", f"call_{number}"),
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False),
+                },
+            }
+        )
     return {**message, "tool_calls": calls}
 
 
@@ -164,8 +204,11 @@ def _draw(candidates: list[Candidate], rng: random.Random, by_tool_calls: bool) 
 
 
 def _window(choice: Difficulty, runs: list[str] | None, where: EpisodeFilter) -> tuple[str, list[Any]]:
-    windowed = replace(where, min_step=where.min_step if choice.min_step is None else choice.min_step,
-                       max_step=where.max_step if choice.max_step is None else choice.max_step)
+    windowed = replace(
+        where,
+        min_step=where.min_step if choice.min_step is None else choice.min_step,
+        max_step=where.max_step if choice.max_step is None else choice.max_step,
+    )
     clause, values = windowed.where()
     if runs:
         clause += f" AND run IN ({', '.join('?' * len(runs))})"

@@ -101,8 +101,9 @@ def show(thing: Any, limit: int = ROWS_SHOWN) -> Shown:
 def reset_doc(opened: ResetObservation) -> Doc:
     doc = Doc().add("title", f"task {opened.task_id} · episode {opened.episode_id}")
     _prompts(doc, opened.system_prompt, opened.prompt, opened.turn)
-    doc.add("text", "\n".join(tool_line(t.name, t.input_schema, t.description) for t in opened.offered_tools),
-            label="tools")
+    doc.add(
+        "text", "\n".join(tool_line(t.name, t.input_schema, t.description) for t in opened.offered_tools), label="tools"
+    )
     if opened.done:
         _ending(doc, opened, opened.reward, opened.reason)
     return doc
@@ -156,21 +157,35 @@ def record_doc(record: EpisodeRecord, rollout: RolloutRecord | None = None) -> D
     """A recorded episode as a transcript: the prompts and tools, every call with its answer and
     timing, how it ended; with the trainer's record, what the model saw and sampled, in ids."""
     doc = Doc().add("title", f"task {record.task_id} · episode {record.episode_id}")
-    doc.add("field", f"{record.run} · split {record.split or '-'} · sandbox {record.sandbox or '-'} · "
-                     f"{len(record.calls)} calls in {record.turns} turn(s)", label="run")
+    doc.add(
+        "field",
+        f"{record.run} · split {record.split or '-'} · sandbox {record.sandbox or '-'} · "
+        f"{len(record.calls)} calls in {record.turns} turn(s)",
+        label="run",
+    )
     _prompts(doc, record.system_prompt, record.prompt, 1)
-    doc.add("text", "\n".join(tool_line(t.name, t.input_schema, t.description) for t in record.tools), label="tools",
-            folded=True)
+    doc.add(
+        "text",
+        "\n".join(tool_line(t.name, t.input_schema, t.description) for t in record.tools),
+        label="tools",
+        folded=True,
+    )
     for number, call in enumerate(record.calls, 1):
-        doc.add("call", f"{call_line(call.tool, call.arguments)}   (turn {call.turn}, at {call.started_s:.3f}s, "
-                        f"took {call.seconds:.3f}s)", label=f"[{number}]")
+        doc.add(
+            "call",
+            f"{call_line(call.tool, call.arguments)}   (turn {call.turn}, at {call.started_s:.3f}s, "
+            f"took {call.seconds:.3f}s)",
+            label=f"[{number}]",
+        )
         if call.error is not None:
             doc.add("error", f"{call.error.error_type}: {call.error.message}")
         elif call.prompt is not None:
             doc.add("text", call.prompt, label="prompt (next turn)")
         else:
             doc.add("answer", call.result or "")
-    doc.add("field", f"{record.status} ({record.cause})" + (f": {record.reason}" if record.reason else ""), label="ended")
+    doc.add(
+        "field", f"{record.status} ({record.cause})" + (f": {record.reason}" if record.reason else ""), label="ended"
+    )
     if record.scores:
         doc.add("field", ", ".join(f"{k}={v:g}" for k, v in record.scores.items()), label="scores")
     doc.add("field", "none (left out of training)" if record.reward is None else f"{record.reward:g}", label="reward")
@@ -178,9 +193,12 @@ def record_doc(record: EpisodeRecord, rollout: RolloutRecord | None = None) -> D
     if rollout is not None:
         known = [lp for lp, m in zip(rollout.logprobs, rollout.env_mask, strict=False) if m and not math.isnan(lp)]
         logprobs = f"mean logprob {sum(known) / len(known):.3f}" if known else "logprobs not computed"
-        doc.add("field", f"{len(rollout.prompt_ids)} prompt ids, {len(rollout.completion_ids)} completion ids of "
-                         f"which {rollout.sampled} sampled; {logprobs}; truncated: {rollout.truncated or 'no'}",
-                label="tokens")
+        doc.add(
+            "field",
+            f"{len(rollout.prompt_ids)} prompt ids, {len(rollout.completion_ids)} completion ids of "
+            f"which {rollout.sampled} sampled; {logprobs}; truncated: {rollout.truncated or 'no'}",
+            label="tokens",
+        )
     return doc
 
 
@@ -196,8 +214,10 @@ def row_doc(row: dict[str, Any]) -> Doc:
 def rows_doc(rows: Any, limit: int) -> Doc:
     shown = [rows[i] for i in range(min(limit, len(rows)))]
     doc = Doc().add("title", f"{len(rows)} rows" + (f" (the first {len(shown)})" if len(shown) < len(rows) else ""))
-    table = tuple((str(r.get("index", "")), str(r.get("task_id", "")), str(r.get("split", "")),
-                   _snippet(_user_prompt(r))) for r in shown)
+    table = tuple(
+        (str(r.get("index", "")), str(r.get("task_id", "")), str(r.get("split", "")), _snippet(_user_prompt(r)))
+        for r in shown
+    )
     return doc.add("table", "index\ttask_id\tsplit\tprompt", rows=table)
 
 
@@ -242,8 +262,7 @@ def _answer(doc: Doc, observed: CallToolObservation) -> None:
         doc.add("answer", observed.answer)
 
 
-def _ending(doc: Doc, final: ResetObservation | CallToolObservation, reward: float | None,
-            reason: str | None) -> None:
+def _ending(doc: Doc, final: ResetObservation | CallToolObservation, reward: float | None, reason: str | None) -> None:
     if final.scores:
         doc.add("field", ", ".join(f"{k}={v:g}" for k, v in final.scores.items()), label="scores")
     if reward is not None:

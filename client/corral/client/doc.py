@@ -103,7 +103,9 @@ class Doc:
         return "\n".join(out)
 
 
-_PRE = "white-space: pre-wrap; word-break: break-word; margin: 0.2em 0; padding: 0.3em; background: rgba(127,127,127,0.08)"
+_PRE = (
+    "white-space: pre-wrap; word-break: break-word; margin: 0.2em 0; padding: 0.3em; background: rgba(127,127,127,0.08)"
+)
 
 
 class Displayed:

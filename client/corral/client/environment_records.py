@@ -26,8 +26,9 @@ _writers: dict[tuple[str, str], RecordWriter] = {}  # one per folder and run in 
 _groups: dict[tuple[str, str, int], list[RolloutRecord]] = {}  # members of groups not yet complete
 
 
-def record_episode(root: str, run: str, toolset: str, episode: Episode, split: str | None,
-                   place: TrainingContext) -> None:
+def record_episode(
+    root: str, run: str, toolset: str, episode: Episode, split: str | None, place: TrainingContext
+) -> None:
     """Record the ended `episode` (of a task of `split`) in `run` under `root`: at once, or with
     its group once that is complete."""
     opened = episode.opened
@@ -35,9 +36,17 @@ def record_episode(root: str, run: str, toolset: str, episode: Episode, split: s
         return
     tools = [call for call in episode.calls if call.tool != END_TURN]
     record = RolloutRecord(
-        episode_id=opened.episode_id, task_id=opened.task_id, split=split, toolset=toolset,
-        reward=episode.reward, status=episode.status, reason=episode.reason, tool_calls=len(tools),
-        tool_errors=sum(call.observation.error is not None for call in tools), **place.model_dump())
+        episode_id=opened.episode_id,
+        task_id=opened.task_id,
+        split=split,
+        toolset=toolset,
+        reward=episode.reward,
+        status=episode.status,
+        reason=episode.reason,
+        tool_calls=len(tools),
+        tool_errors=sum(call.observation.error is not None for call in tools),
+        **place.model_dump(),
+    )
     size = rollout_place.group_size()
     if place.group is None or size is None:
         _writer(root, run, toolset).write(record)
@@ -49,8 +58,10 @@ def record_episode(root: str, run: str, toolset: str, episode: Episode, split: s
             return
         del _groups[root, run, place.group]
     if rollout_place.rewards_are_environments():
-        members = [member.model_copy(update={"advantage": advantage})
-                   for member, advantage in zip(members, trl_advantages([m.reward for m in members]), strict=True)]
+        members = [
+            member.model_copy(update={"advantage": advantage})
+            for member, advantage in zip(members, trl_advantages([m.reward for m in members]), strict=True)
+        ]
     for member in sorted(members, key=lambda m: m.group_index or 0):
         _writer(root, run, toolset).write(member)
 

@@ -77,8 +77,9 @@ class Episode(Displayed):
             limit (0: refused at once, with `CapacityError`).
     """
 
-    def __init__(self, session: Session, server_limits: Limits, *, reward: RewardRule = None,
-                 capacity_wait_s: float = 0.0):
+    def __init__(
+        self, session: Session, server_limits: Limits, *, reward: RewardRule = None, capacity_wait_s: float = 0.0
+    ):
         self.session = session
         self.limits = server_limits
         self._rule = reward
@@ -108,8 +109,11 @@ class Episode(Displayed):
         self.opened = opened = _observation(reply).parse(ResetObservation)
         self.limits = opened.limits or self.limits
         if opened.metadata.get("limits"):  # asked for more than the server allows: it capped them
-            log.warning("the server at %s capped this episode's limits: %s", self.session.url,
-                        "; ".join(opened.metadata["limits"]))
+            log.warning(
+                "the server at %s capped this episode's limits: %s",
+                self.session.url,
+                "; ".join(opened.metadata["limits"]),
+            )
         self.open = not opened.done
         if opened.done:
             self._end(opened)
@@ -126,8 +130,9 @@ class Episode(Displayed):
             self.calls.append(CallRecord(name, dict(arguments), observed))
             return observed
         # end_turn: the env's reply, then the verification; any step: a replay judging its ending.
-        deadline = (2 * self.limits.reset_timeout_s if name == END_TURN else self.limits.tool_timeout_s) \
-            + REPLAY_RESET_DEADLINES * self.limits.reset_timeout_s
+        deadline = (
+            2 * self.limits.reset_timeout_s if name == END_TURN else self.limits.tool_timeout_s
+        ) + REPLAY_RESET_DEADLINES * self.limits.reset_timeout_s
         request = StepRequest(data=CallTool(tool_name=name, arguments=arguments))
         try:
             observed = _observation(self.session.request(request, deadline + REPLY_MARGIN_S)).parse(CallToolObservation)

@@ -83,10 +83,14 @@ class CorralEnvironment(Displayed):
     def reset(self, **row: Any) -> str | None:
         """Start the row's task as a new episode (the previous one, if any, is abandoned)."""
         spec = self._corral_spec
-        data = ResetData(**{key: row[key] for key in ("split", "index", "task_id") if key in row},
-                         tool_timeout_s=spec.tool_timeout_s, reset_timeout_s=spec.reset_timeout_s)
-        self._episode = Episode(self._session, spec.server_limits, reward=spec.reward,
-                                capacity_wait_s=spec.capacity_wait_s)
+        data = ResetData(
+            **{key: row[key] for key in ("split", "index", "task_id") if key in row},
+            tool_timeout_s=spec.tool_timeout_s,
+            reset_timeout_s=spec.reset_timeout_s,
+        )
+        self._episode = Episode(
+            self._session, spec.server_limits, reward=spec.reward, capacity_wait_s=spec.capacity_wait_s
+        )
         self._split, self._place, self._recorded = row.get("split"), next_place(), False
         opened = self._episode.start(data)
         offered = [tool.name for tool in opened.offered_tools]
@@ -129,8 +133,11 @@ class CorralEnvironment(Displayed):
         self._session.close()
 
     def _doc(self) -> Doc:
-        return episode_doc(self._episode) if self._episode is not None else Doc().add(
-            "title", f"{self._corral_spec.toolset.name}: no episode yet; call reset(**row) to start one")
+        return (
+            episode_doc(self._episode)
+            if self._episode is not None
+            else Doc().add("title", f"{self._corral_spec.toolset.name}: no episode yet; call reset(**row) to start one")
+        )
 
     def __repr__(self) -> str:  # a terminal's REPL shows the transcript, as Jupyter shows its HTML
         return self._doc().text()
@@ -188,7 +195,9 @@ def _tool_method(tool: ToolSpec):
 
     def call(self: CorralEnvironment, *positional: Any, **arguments: Any) -> str:
         if len(positional) > len(order):
-            raise TypeError(f"{tool.name} takes at most {len(order)} arguments ({', '.join(order)}); got {len(positional)}")
+            raise TypeError(
+                f"{tool.name} takes at most {len(order)} arguments ({', '.join(order)}); got {len(positional)}"
+            )
         for name, value in zip(order, positional, strict=False):
             if name in arguments:
                 raise TypeError(f"{tool.name} got {name!r} twice: by position and by name")
@@ -200,10 +209,14 @@ def _tool_method(tool: ToolSpec):
     annotations: dict[str, Any] = {}
     for name in order:
         annotations[name] = python_type(properties[name])
-        parameters.append(inspect.Parameter(
-            name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=annotations[name],
-            default=inspect.Parameter.empty if name in required else _UNSET,
-        ))
+        parameters.append(
+            inspect.Parameter(
+                name,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                annotation=annotations[name],
+                default=inspect.Parameter.empty if name in required else _UNSET,
+            )
+        )
     annotations["return"] = str
     call.__name__ = call.__qualname__ = tool.name
     call.__signature__ = inspect.Signature(parameters, return_annotation=str)  # type: ignore[attr-defined]
@@ -221,7 +234,12 @@ def _docstring(description: str, properties: dict[str, Any]) -> str:
 
 
 _JSON_TYPES: dict[str, Any] = {
-    "integer": int, "number": float, "string": str, "boolean": bool, "null": type(None), "object": dict,
+    "integer": int,
+    "number": float,
+    "string": str,
+    "boolean": bool,
+    "null": type(None),
+    "object": dict,
 }
 
 

@@ -91,7 +91,8 @@ class Hosts:
             if not live:
                 raise ServerUnreachable(
                     f"none of the env hosts answers ({', '.join(self.hosts)}); start them (`corral serve BUNDLE`, "
-                    "or compose on each), or check the URLs")
+                    "or compose on each), or check the URLs"
+                )
             best = max(live, key=lambda host: (host.free + (host.url == current), host.url == current))
             if best.url != current:
                 best.moved(+1)

@@ -24,8 +24,16 @@ from corral.protocol.catalog import END_TURN
 from corral.protocol.records import EpisodeRecord, RolloutRecord
 
 
-def sft_dataset(store: EpisodeStore, *, per_task: int = 1, min_reward: float | None = None, seed: int = 0,
-                run: str | None = None, split: str | None = None, max_tasks: int | None = None):
+def sft_dataset(
+    store: EpisodeStore,
+    *,
+    per_task: int = 1,
+    min_reward: float | None = None,
+    seed: int = 0,
+    run: str | None = None,
+    split: str | None = None,
+    max_tasks: int | None = None,
+):
     """The best-scoring episodes of each task, as an SFT dataset.
 
     Args:
@@ -59,15 +67,30 @@ def sft_dataset(store: EpisodeStore, *, per_task: int = 1, min_reward: float | N
             record = store.read(found)
             assert isinstance(record, EpisodeRecord)
             messages, tools = conversation(record, store.rollout(record.episode_id))
-            rows.append({"messages": messages, "tools": tools, "task_id": task, "episode_id": record.episode_id,
-                         "reward": record.reward})
-    features = Features({"messages": Json(), "tools": Json(), "task_id": Value("string"),
-                         "episode_id": Value("string"), "reward": Value("float64")})
+            rows.append(
+                {
+                    "messages": messages,
+                    "tools": tools,
+                    "task_id": task,
+                    "episode_id": record.episode_id,
+                    "reward": record.reward,
+                }
+            )
+    features = Features(
+        {
+            "messages": Json(),
+            "tools": Json(),
+            "task_id": Value("string"),
+            "episode_id": Value("string"),
+            "reward": Value("float64"),
+        }
+    )
     return Dataset.from_list(rows, features=features)
 
 
-def rl_dataset(store: EpisodeStore, *, run: str | None = None, split: str | None = None,
-               include_unscored: bool = False):
+def rl_dataset(
+    store: EpisodeStore, *, run: str | None = None, split: str | None = None, include_unscored: bool = False
+):
     """The trainer's rollouts as RL trajectories: `prompt_ids`, `completion_ids`, `env_mask` (1
     where the model sampled), `logprobs` (NaN where not computed), `reward`, with `task_id`,
     `episode_id`, `status` and `truncated`. Unscored rollouts are left out unless asked for."""
@@ -79,20 +102,32 @@ def rl_dataset(store: EpisodeStore, *, run: str | None = None, split: str | None
         assert isinstance(record, RolloutRecord)
         if record.reward is None and not include_unscored:
             continue
-        rows.append({"episode_id": record.episode_id, "task_id": record.task_id, "prompt_ids": record.prompt_ids,
-                     "completion_ids": record.completion_ids, "env_mask": record.env_mask,
-                     "logprobs": record.logprobs, "reward": record.reward, "status": record.status,
-                     "truncated": record.truncated})
+        rows.append(
+            {
+                "episode_id": record.episode_id,
+                "task_id": record.task_id,
+                "prompt_ids": record.prompt_ids,
+                "completion_ids": record.completion_ids,
+                "env_mask": record.env_mask,
+                "logprobs": record.logprobs,
+                "reward": record.reward,
+                "status": record.status,
+                "truncated": record.truncated,
+            }
+        )
     return Dataset.from_list(rows)
 
 
-def conversation(record: EpisodeRecord, rollout: RolloutRecord | None = None
-                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def conversation(
+    record: EpisodeRecord, rollout: RolloutRecord | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """An episode's messages and tools: the trainer's, when it recorded them, else rebuilt from
     the server's calls (an `end_turn` is the assistant's reply; its next prompt, the user's)."""
     if rollout is not None and rollout.messages:
         return rollout.messages, rollout.tools
-    messages: list[dict[str, Any]] = [{"role": "system", "content": record.system_prompt}] if record.system_prompt else []
+    messages: list[dict[str, Any]] = (
+        [{"role": "system", "content": record.system_prompt}] if record.system_prompt else []
+    )
     messages.append({"role": "user", "content": record.prompt})
     for call in record.calls:
         if call.tool == END_TURN:
@@ -100,8 +135,13 @@ def conversation(record: EpisodeRecord, rollout: RolloutRecord | None = None
             if call.prompt is not None:
                 messages.append({"role": "user", "content": call.prompt})
             continue
-        messages.append({"role": "assistant", "content": "", "tool_calls": [
-            {"type": "function", "function": {"name": call.tool, "arguments": call.arguments}}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": call.tool, "arguments": call.arguments}}],
+            }
+        )
         answer = call.error.message if call.error is not None else call.result or ""
         messages.append({"role": "tool", "name": call.tool, "content": answer})
     if messages[-1]["role"] != "assistant":

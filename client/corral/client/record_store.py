@@ -68,8 +68,15 @@ class RecordWriter:
         max_file_bytes: Past this size, the run's next record starts a new file.
     """
 
-    def __init__(self, root: str | Path, kind: RecordKind, *, run: str | None = None, source: str = "",
-                 max_file_bytes: int = MAX_FILE_BYTES):
+    def __init__(
+        self,
+        root: str | Path,
+        kind: RecordKind,
+        *,
+        run: str | None = None,
+        source: str = "",
+        max_file_bytes: int = MAX_FILE_BYTES,
+    ):
         self.root = Path(root)
         self.kind = kind
         self.run = run or new_run()
@@ -100,8 +107,21 @@ class RecordWriter:
                 self._index.execute(
                     "INSERT INTO records (kind, episode_id, run, task_id, split, status, cause, reward, ended_at, "
                     "file, offset, length) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (self.kind, record.episode_id, self.run, record.task_id, split, status, cause, record.reward,
-                     record.ended_at, file, offset, len(line)))
+                    (
+                        self.kind,
+                        record.episode_id,
+                        self.run,
+                        record.task_id,
+                        split,
+                        status,
+                        cause,
+                        record.reward,
+                        record.ended_at,
+                        file,
+                        offset,
+                        len(line),
+                    ),
+                )
 
     def close(self) -> None:
         with self._lock:
@@ -168,7 +188,8 @@ class EpisodeStore:
         """Every run recorded here, oldest first, with its number of records."""
         rows = self._index.execute(
             "SELECT runs.run, runs.kind, runs.source, runs.started_at, COUNT(records.id) FROM runs "
-            "LEFT JOIN records ON records.run = runs.run GROUP BY runs.run ORDER BY runs.started_at").fetchall()
+            "LEFT JOIN records ON records.run = runs.run GROUP BY runs.run ORDER BY runs.started_at"
+        ).fetchall()
         return [RunInfo(*row) for row in rows]
 
     def find(self, *, kind: RecordKind = "episodes", limit: int | None = None, **filters: Any) -> list[IndexedRecord]:
@@ -186,10 +207,14 @@ class EpisodeStore:
         """How many records match (by status), over how many tasks, and their mean reward."""
         where, values = _where(kind, **filters)
         index = self._index_of(kind)
-        statuses = dict(index.execute(f"SELECT status, COUNT(*) FROM records WHERE {where} GROUP BY status "
-                                      "ORDER BY COUNT(*) DESC", values).fetchall())
-        tasks, mean = index.execute(f"SELECT COUNT(DISTINCT task_id), AVG(reward) FROM records WHERE {where}",
-                                    values).fetchone()
+        statuses = dict(
+            index.execute(
+                f"SELECT status, COUNT(*) FROM records WHERE {where} GROUP BY status ORDER BY COUNT(*) DESC", values
+            ).fetchall()
+        )
+        tasks, mean = index.execute(
+            f"SELECT COUNT(DISTINCT task_id), AVG(reward) FROM records WHERE {where}", values
+        ).fetchone()
         return Tally(sum(statuses.values()), statuses, tasks, mean)
 
     def episode(self, episode_id: str) -> EpisodeRecord:
@@ -200,8 +225,9 @@ class EpisodeStore:
         """
         found = self._latest("episodes", episode_id)
         if found is None:
-            raise ConfigError(f"no episode {episode_id!r} is recorded in {self.root}; list them with "
-                              f"`corral episodes {self.root}`")
+            raise ConfigError(
+                f"no episode {episode_id!r} is recorded in {self.root}; list them with `corral episodes {self.root}`"
+            )
         return self.read(found)  # type: ignore[return-value]
 
     def resolve(self, prefix: str) -> str:
@@ -210,8 +236,10 @@ class EpisodeStore:
         Raises:
             ConfigError: several ids start with it (the message says how many).
         """
-        found = self._index.execute("SELECT DISTINCT episode_id FROM records WHERE kind = 'episodes' AND "
-                                    "substr(episode_id, 1, ?) = ?", (len(prefix), prefix)).fetchall()
+        found = self._index.execute(
+            "SELECT DISTINCT episode_id FROM records WHERE kind = 'episodes' AND substr(episode_id, 1, ?) = ?",
+            (len(prefix), prefix),
+        ).fetchall()
         if len(found) > 1 and prefix not in {row[0] for row in found}:
             raise ConfigError(f"{prefix!r} begins {len(found)} episodes' ids; give more of the id")
         return found[0][0] if len(found) == 1 else prefix
@@ -247,25 +275,45 @@ class EpisodeStore:
         return self._rollouts_index if kind == "rollouts" else self._index
 
     def _latest(self, kind: str, episode_id: str) -> IndexedRecord | None:
-        row = self._index_of(kind).execute(f"SELECT {_COLUMNS} FROM records WHERE kind = ? AND episode_id = ? ORDER BY id DESC "
-                            "LIMIT 1", (kind, episode_id)).fetchone()
+        row = (
+            self._index_of(kind)
+            .execute(
+                f"SELECT {_COLUMNS} FROM records WHERE kind = ? AND episode_id = ? ORDER BY id DESC LIMIT 1",
+                (kind, episode_id),
+            )
+            .fetchone()
+        )
         return None if row is None else IndexedRecord(*row)
 
     @staticmethod
     def _open(root: Path) -> sqlite3.Connection:
         if not (root / INDEX).exists():
-            raise ConfigError(f"no episode records in {root} (no {INDEX}): record with `corral serve BUNDLE "
-                              f"--record {root}`, `corral eval ... --record {root}` or CorralRollout(record_dir=...)")
+            raise ConfigError(
+                f"no episode records in {root} (no {INDEX}): record with `corral serve BUNDLE "
+                f"--record {root}`, `corral eval ... --record {root}` or CorralRollout(record_dir=...)"
+            )
         return _connect(root)
 
 
-def _where(kind: str, *, run: str | None = None, task: str | None = None, split: str | None = None,
-           status: str | None = None, min_reward: float | None = None, max_reward: float | None = None,
-           ) -> tuple[str, list[Any]]:
+def _where(
+    kind: str,
+    *,
+    run: str | None = None,
+    task: str | None = None,
+    split: str | None = None,
+    status: str | None = None,
+    min_reward: float | None = None,
+    max_reward: float | None = None,
+) -> tuple[str, list[Any]]:
     clauses: list[str] = ["kind = ?"]
     values: list[Any] = [kind]
-    for clause, value in (("task_id = ?", task), ("split = ?", split), ("status = ?", status),
-                          ("reward >= ?", min_reward), ("reward <= ?", max_reward)):
+    for clause, value in (
+        ("task_id = ?", task),
+        ("split = ?", split),
+        ("status = ?", status),
+        ("reward >= ?", min_reward),
+        ("reward <= ?", max_reward),
+    ):
         if value is not None:
             clauses.append(clause)
             values.append(value)

@@ -16,7 +16,9 @@ from typing import Any
 _WRITING_TOOL = re.compile(r"write|edit|create|patch|delete|remove|move|rename|save", re.IGNORECASE)
 _SHELL_TOOL = re.compile(r"shell|bash|exec|run|command|terminal", re.IGNORECASE)
 _SHELL_WRITE = re.compile(r">|\btee\b|\bsed\s+-i|\brm\b|\bmv\b|\bcp\b|\btouch\b|\bchmod\b")
-_TEST_PATH = re.compile(r"(^|[/\s'\"])(tests?|verif\w*|grader\w*|conftest\.py|test_\w+\.py)([/\s'\".]|$)", re.IGNORECASE)
+_TEST_PATH = re.compile(
+    r"(^|[/\s'\"])(tests?|verif\w*|grader\w*|conftest\.py|test_\w+\.py)([/\s'\".]|$)", re.IGNORECASE
+)
 FLAGS = ("writes_tests", "short_success", "tool_errors", "unscored")
 
 

@@ -55,10 +55,14 @@ _UPSERT = {
         episode_offset = excluded.episode_offset""",
 }
 _FORGET = {  # a rewritten file's side of its rows, before it is read again
-    "rollouts": ("UPDATE played SET run = server_run, step = NULL, grp = NULL, group_index = NULL, "
-                 "policy_version = NULL, advantage = NULL, rollout_file = NULL WHERE rollout_file = ?"),
-    "episodes": ("UPDATE played SET server_run = NULL, cause = NULL, seconds = NULL, tool_calls = NULL, flags = '', "
-                 "episode_file = NULL WHERE episode_file = ?"),
+    "rollouts": (
+        "UPDATE played SET run = server_run, step = NULL, grp = NULL, group_index = NULL, "
+        "policy_version = NULL, advantage = NULL, rollout_file = NULL WHERE rollout_file = ?"
+    ),
+    "episodes": (
+        "UPDATE played SET server_run = NULL, cause = NULL, seconds = NULL, tool_calls = NULL, flags = '', "
+        "episode_file = NULL WHERE episode_file = ?"
+    ),
 }
 _HEAD = 256  # bytes compared to tell a rewritten file from a grown one
 
@@ -80,10 +84,17 @@ class EpisodeFilter:
 
     def where(self) -> tuple[str, list[Any]]:
         clauses, values = ["1"], []
-        for clause, value in (("run = ?", self.run), ("task_id = ?", self.task), ("split = ?", self.split),
-                              ("status = ?", self.status), ("cause = ?", self.cause),
-                              ("reward >= ?", self.min_reward), ("reward <= ?", self.max_reward),
-                              ("step >= ?", self.min_step), ("step <= ?", self.max_step)):
+        for clause, value in (
+            ("run = ?", self.run),
+            ("task_id = ?", self.task),
+            ("split = ?", self.split),
+            ("status = ?", self.status),
+            ("cause = ?", self.cause),
+            ("reward >= ?", self.min_reward),
+            ("reward <= ?", self.max_reward),
+            ("step >= ?", self.min_step),
+            ("step <= ?", self.max_step),
+        ):
             if value is not None:
                 clauses.append(clause)
                 values.append(value)
@@ -107,8 +118,10 @@ class RunIndex:
         self._folders = sorted({self.root.resolve(), Path(rollouts or root).resolve()})
         for folder in self._folders:
             if not folder.is_dir():
-                raise ConfigError(f"no records folder {folder}: record with `corral serve BUNDLE --record {folder}` "
-                                  "or CorralRollout(record_dir=...), or give the folder they were recorded into")
+                raise ConfigError(
+                    f"no records folder {folder}: record with `corral serve BUNDLE --record {folder}` "
+                    "or CorralRollout(record_dir=...), or give the folder they were recorded into"
+                )
         self._db = sqlite3.connect(self.root / INDEX, check_same_thread=False, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
@@ -124,7 +137,9 @@ class RunIndex:
         """Index what the records' files gained since the last call; returns the lines indexed."""
         added = 0
         with self._lock, self._db:
-            known = {path: (size, head, indexed) for path, size, head, indexed in self._db.execute("SELECT * FROM files")}
+            known = {
+                path: (size, head, indexed) for path, size, head, indexed in self._db.execute("SELECT * FROM files")
+            }
             for folder in self._folders:
                 for path in sorted(folder.glob("*/*.jsonl")):
                     added += self._index_file(path, known.get(str(path)))
@@ -137,7 +152,7 @@ class RunIndex:
         with open(path, "rb") as file:
             head = file.read(_HEAD).hex()
             start = 0
-            if known is not None and size > known[0] and head[:len(known[1])] == known[1]:
+            if known is not None and size > known[0] and head[: len(known[1])] == known[1]:
                 start = known[2]  # grown: read on from the last whole line indexed
             else:  # new, shrunk or rewritten: forget what it said and read it all
                 self._db.execute(_FORGET[_kind(path)], (str(path),))
@@ -151,18 +166,24 @@ class RunIndex:
             rows.append(_row(kind, json.loads(line), str(path), offset, self.success))
             offset += len(line)
         self._db.executemany(_UPSERT[kind], rows)
-        self._db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", (str(path), start + end, head, start + end))
+        self._db.execute(
+            "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", (str(path), start + end, head, start + end)
+        )
         return len(rows)
 
     def records(self, episode_id: str) -> tuple[EpisodeRecord | None, RolloutRecord | None]:
         """The server's and the trainer's record of one episode (either may be missing), read now."""
-        found = self.query("SELECT episode_file, episode_offset, rollout_file, rollout_offset FROM played "
-                           "WHERE episode_id = ?", (episode_id,))
+        found = self.query(
+            "SELECT episode_file, episode_offset, rollout_file, rollout_offset FROM played WHERE episode_id = ?",
+            (episode_id,),
+        )
         if not found:
             return None, None
         episode, rollout = _read(*found[0][:2]), _read(*found[0][2:])
-        return (None if episode is None else EpisodeRecord.model_validate_json(episode),
-                None if rollout is None else RolloutRecord.model_validate_json(rollout))
+        return (
+            None if episode is None else EpisodeRecord.model_validate_json(episode),
+            None if rollout is None else RolloutRecord.model_validate_json(rollout),
+        )
 
     def close(self) -> None:
         self._db.close()
@@ -170,14 +191,39 @@ class RunIndex:
 
 def _row(kind: str, record: dict[str, Any], file: str, offset: int, success: float) -> tuple[Any, ...]:
     if kind == "rollouts":
-        return (record["episode_id"], record.get("run"), record.get("task_id"), record.get("split"),
-                record.get("step"), record.get("group"), record.get("group_index"), record.get("policy_version"),
-                record.get("advantage"), record.get("reward"), record.get("status"), record.get("ended_at"),
-                file, offset)
+        return (
+            record["episode_id"],
+            record.get("run"),
+            record.get("task_id"),
+            record.get("split"),
+            record.get("step"),
+            record.get("group"),
+            record.get("group_index"),
+            record.get("policy_version"),
+            record.get("advantage"),
+            record.get("reward"),
+            record.get("status"),
+            record.get("ended_at"),
+            file,
+            offset,
+        )
     seconds = record.get("seconds", {}).get("total")
-    return (record["episode_id"], record.get("run"), record.get("run"), record.get("task_id"), record.get("split"), record.get("status"),
-            record.get("cause"), record.get("reward"), seconds, record.get("tool_calls", 0),
-            ",".join(episode_flags(record, success)), record.get("ended_at"), file, offset)
+    return (
+        record["episode_id"],
+        record.get("run"),
+        record.get("run"),
+        record.get("task_id"),
+        record.get("split"),
+        record.get("status"),
+        record.get("cause"),
+        record.get("reward"),
+        seconds,
+        record.get("tool_calls", 0),
+        ",".join(episode_flags(record, success)),
+        record.get("ended_at"),
+        file,
+        offset,
+    )
 
 
 def _kind(path: Path) -> str:

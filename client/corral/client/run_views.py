@@ -82,18 +82,27 @@ class EpisodeRow:
 
 
 def runs(index: RunIndex) -> list[RunRow]:
-    rows = index.query("SELECT run, COUNT(*), COUNT(DISTINCT step), AVG(reward), MAX(ended_at) FROM played "
-                       "GROUP BY run ORDER BY MAX(ended_at) DESC")
+    rows = index.query(
+        "SELECT run, COUNT(*), COUNT(DISTINCT step), AVG(reward), MAX(ended_at) FROM played "
+        "GROUP BY run ORDER BY MAX(ended_at) DESC"
+    )
     return [RunRow(*row) for row in rows]
 
 
 def steps(index: RunIndex, run: str) -> list[StepRow]:
     per_task = index.query(
         "SELECT step, task_id, COUNT(*), SUM(reward IS NOT NULL), SUM(reward), SUM(reward >= ?) FROM played "
-        "WHERE run = ? GROUP BY step, task_id ORDER BY step", (index.success, run))
-    variance = {step: (groups, zero) for step, groups, zero in index.query(
-        "SELECT step, COUNT(*), SUM(low IS high) FROM (SELECT step, grp, MIN(reward) AS low, MAX(reward) AS high "
-        "FROM played WHERE run = ? AND grp IS NOT NULL GROUP BY step, grp) GROUP BY step", (run,))}
+        "WHERE run = ? GROUP BY step, task_id ORDER BY step",
+        (index.success, run),
+    )
+    variance = {
+        step: (groups, zero)
+        for step, groups, zero in index.query(
+            "SELECT step, COUNT(*), SUM(low IS high) FROM (SELECT step, grp, MIN(reward) AS low, MAX(reward) AS high "
+            "FROM played WHERE run = ? AND grp IS NOT NULL GROUP BY step, grp) GROUP BY step",
+            (run,),
+        )
+    }
     by_step: dict[int | None, list[tuple]] = defaultdict(list)
     for row in per_task:
         by_step[row[0]].append(row)
@@ -102,15 +111,26 @@ def steps(index: RunIndex, run: str) -> list[StepRow]:
         scored = sum(t[3] for t in tasks)
         rates = [t[5] / t[3] for t in tasks if t[3]]
         groups, zero = variance.get(step, (0, 0))
-        result.append(StepRow(step, sum(t[2] for t in tasks), scored,
-                              sum(t[4] or 0.0 for t in tasks) / scored if scored else None,
-                              sum(rates) / len(rates) if rates else None, groups, zero))
+        result.append(
+            StepRow(
+                step,
+                sum(t[2] for t in tasks),
+                scored,
+                sum(t[4] or 0.0 for t in tasks) / scored if scored else None,
+                sum(rates) / len(rates) if rates else None,
+                groups,
+                zero,
+            )
+        )
     return result
 
 
 def heatmap(index: RunIndex, run: str) -> Heatmap:
-    rows = index.query("SELECT task_id, step, SUM(reward IS NOT NULL), SUM(reward >= ?) FROM played "
-                       "WHERE run = ? AND step IS NOT NULL GROUP BY task_id, step", (index.success, run))
+    rows = index.query(
+        "SELECT task_id, step, SUM(reward IS NOT NULL), SUM(reward >= ?) FROM played "
+        "WHERE run = ? AND step IS NOT NULL GROUP BY task_id, step",
+        (index.success, run),
+    )
     found = Heatmap(sorted({r[1] for r in rows}), sorted({r[0] for r in rows}))
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for task, step, scored, passed in rows:
@@ -127,8 +147,11 @@ def heatmap(index: RunIndex, run: str) -> Heatmap:
 
 
 def groups(index: RunIndex, run: str, step: int) -> list[GroupRow]:
-    rows = index.query("SELECT grp, task_id, episode_id, group_index, reward, advantage, status, flags FROM played "
-                       "WHERE run = ? AND step = ? ORDER BY grp, group_index", (run, step))
+    rows = index.query(
+        "SELECT grp, task_id, episode_id, group_index, reward, advantage, status, flags FROM played "
+        "WHERE run = ? AND step = ? ORDER BY grp, group_index",
+        (run, step),
+    )
     by_group: dict[int | None, list[tuple]] = defaultdict(list)
     for row in rows:
         by_group[row[0]].append(row)
@@ -141,8 +164,11 @@ def group(index: RunIndex, run: str, step: int, number: int) -> GroupRow | None:
 
 def episodes(index: RunIndex, where: EpisodeFilter, limit: int = 200) -> list[EpisodeRow]:
     clause, values = where.where()
-    rows = index.query(f"SELECT episode_id, run, task_id, split, step, grp, reward, advantage, status, cause, seconds, "
-                       f"tool_calls, flags FROM played WHERE {clause} ORDER BY ended_at DESC LIMIT {int(limit)}", values)
+    rows = index.query(
+        f"SELECT episode_id, run, task_id, split, step, grp, reward, advantage, status, cause, seconds, "
+        f"tool_calls, flags FROM played WHERE {clause} ORDER BY ended_at DESC LIMIT {int(limit)}",
+        values,
+    )
     return [EpisodeRow(*row) for row in rows]
 
 

@@ -147,7 +147,9 @@ class Session:
             reply = SERVER_FRAMES.validate_json(text)
         except ValidationError as error:
             await self._drop()
-            raise ServerError("INVALID_REPLY", f"the server at {self.url} sent a frame corral cannot read: {error}") from None
+            raise ServerError(
+                "INVALID_REPLY", f"the server at {self.url} sent a frame corral cannot read: {error}"
+            ) from None
         if isinstance(reply, ErrorReply):
             data = reply.data
             extra = data.model_dump(exclude={"message", "code"})
@@ -164,12 +166,19 @@ class Session:
             headers = {"Authorization": f"Bearer {self._token}"} if self._token else None
             try:
                 self._socket = await connect(
-                    ws_url(self.url), additional_headers=headers, max_size=MAX_MESSAGE_BYTES,
-                    ping_interval=self._keepalive_s, ping_timeout=self._keepalive_s, proxy=None,
+                    ws_url(self.url),
+                    additional_headers=headers,
+                    max_size=MAX_MESSAGE_BYTES,
+                    ping_interval=self._keepalive_s,
+                    ping_timeout=self._keepalive_s,
+                    proxy=None,
                 )
             except InvalidStatus as error:
                 raise refusal(self.url, error.response.status_code) from None
-            except (OSError, InvalidHandshake) as error:  # InvalidHandshake: the connection died before the server's answer
+            except (
+                OSError,
+                InvalidHandshake,
+            ) as error:  # InvalidHandshake: the connection died before the server's answer
                 raise ServerUnreachable(f"could not reach a corral server at {self.url}: {error}") from None
         return self._socket
 

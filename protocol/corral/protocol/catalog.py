@@ -38,8 +38,10 @@ class ToolSpec(BaseModel):
     def as_chat(self) -> dict[str, Any]:
         """The tool as chat templates take it: `{"type": "function", "function": {...}}`."""
         schema = self.input_schema or {"type": "object", "properties": {}}
-        return {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                 "parameters": schema}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": schema},
+        }
 
 
 END_TURN_TOOL = ToolSpec(

@@ -230,8 +230,9 @@ class ObservationData(BaseModel):
     @classmethod
     def of(cls, observation: Observation) -> ObservationData:
         fields = observation.model_dump(mode="json", exclude=_ENVELOPE)
-        return cls(observation=fields, reward=observation.reward, done=observation.done,
-                   metadata=observation.metadata or None)
+        return cls(
+            observation=fields, reward=observation.reward, done=observation.done, metadata=observation.metadata or None
+        )
 
     @model_serializer(mode="wrap")
     def _metadata_only_when_any(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -47,11 +47,27 @@ class RecordedCall(_Record):
     seconds: float = 0.0
 
     @classmethod
-    def of(cls, tool: str, arguments: dict[str, Any], observed: CallToolObservation, *, turn: int,
-           started_s: float, seconds: float) -> RecordedCall:
+    def of(
+        cls,
+        tool: str,
+        arguments: dict[str, Any],
+        observed: CallToolObservation,
+        *,
+        turn: int,
+        started_s: float,
+        seconds: float,
+    ) -> RecordedCall:
         result = None if observed.error is not None else observed.answer
-        return cls(tool=tool, arguments=arguments, result=result, error=observed.error, prompt=observed.prompt,
-                   turn=turn, started_s=round(started_s, 6), seconds=round(seconds, 6))
+        return cls(
+            tool=tool,
+            arguments=arguments,
+            result=result,
+            error=observed.error,
+            prompt=observed.prompt,
+            turn=turn,
+            started_s=round(started_s, 6),
+            seconds=round(seconds, 6),
+        )
 
 
 class EpisodeRecord(_Record):

@@ -20,7 +20,9 @@ def pick_reward(scores: Mapping[str, float], rule: RewardRule) -> float:
     if callable(rule):
         reward = float(rule(dict(scores)))
         if not math.isfinite(reward):
-            raise RewardError(f"the reward function made {reward} of the scores {dict(scores)}; it must be a finite number")
+            raise RewardError(
+                f"the reward function made {reward} of the scores {dict(scores)}; it must be a finite number"
+            )
         return reward
     if rule is None:
         if len(scores) != 1:

@@ -120,7 +120,11 @@ def within_reach(path: str) -> bool:
                 innermost = False
                 continue
             mode, guarded = info.st_mode, not innermost and info.st_mode & stat.S_ISVTX
-            if info.st_uid == uid or (mode & stat.S_IWOTH or info.st_gid == gid and mode & stat.S_IWGRP) and not guarded:
+            if (
+                info.st_uid == uid
+                or (mode & stat.S_IWOTH or info.st_gid == gid and mode & stat.S_IWGRP)
+                and not guarded
+            ):
                 return True
             innermost = False
     return False
@@ -177,4 +181,3 @@ def _set_capabilities(libc: ctypes.CDLL, mask: int) -> None:
 def _checked(result: int, what: str) -> None:
     if result != 0:
         raise IdentityError(f"could not {what}: {os.strerror(ctypes.get_errno())}")
-

@@ -45,9 +45,7 @@ def check_arguments(tool: dict, arguments: dict) -> str | None:
     problems = []
     for param in schema.get("required", []):
         if param not in arguments:
-            problems.append(
-                f"{name}: argument '{param}' is missing; it must be {_describe(properties[param])}"
-            )
+            problems.append(f"{name}: argument '{param}' is missing; it must be {_describe(properties[param])}")
     for param, value in arguments.items():
         if param not in properties:
             offered = ", ".join(f"'{p}'" for p in properties) or "none"
@@ -57,10 +55,7 @@ def check_arguments(tool: dict, arguments: dict) -> str | None:
         if fault is not None:
             path, bad = fault
             where = " of ".join(path) + " is" if path else "got"
-            problems.append(
-                f"{name}: argument '{param}' must be {_describe(properties[param])}; "
-                f"{where} {_show(bad)}"
-            )
+            problems.append(f"{name}: argument '{param}' must be {_describe(properties[param])}; {where} {_show(bad)}")
     return "\n".join(problems) or None
 
 

@@ -58,9 +58,7 @@ class Env:
         problems = [str(d) for d in _tools(cls).values() if isinstance(d, ToolSchemaError)]
         if problems:
             lines = "\n".join(f"    {problem}" for problem in problems)
-            raise ToolSchemaError(
-                f"{cls.__name__} has {len(problems)} tool(s) that cannot be described:\n{lines}"
-            )
+            raise ToolSchemaError(f"{cls.__name__} has {len(problems)} tool(s) that cannot be described:\n{lines}")
 
     def reset(self, args: dict) -> None:
         """Start the episode with the task's `args` (the day to load, the puzzle...): the task's own

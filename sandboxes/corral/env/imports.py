@@ -25,17 +25,22 @@ from corral.env import agent
 class OutOfReachFinder(importlib.abc.MetaPathFinder):
     """Python's path finder, refusing what the agent could have written."""
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is None or not spec.has_location:
             return spec
         cached = spec.cached if spec.origin and spec.origin.endswith(".py") else None
         for file in filter(None, (spec.origin, cached)):
             if agent.within_reach(file):
-                raise ImportError(f"corral.env: {fullname} is not imported from {file}: the agent's commands may "
-                                  "write there; make the env's files and folders writable by the env's user only "
-                                  "(not its group)", name=fullname, path=file)
+                raise ImportError(
+                    f"corral.env: {fullname} is not imported from {file}: the agent's commands may "
+                    "write there; make the env's files and folders writable by the env's user only "
+                    "(not its group)",
+                    name=fullname,
+                    path=file,
+                )
         return spec
 
     def invalidate_caches(self) -> None:
@@ -46,5 +51,6 @@ def guard() -> None:
     """Put OutOfReachFinder in place of Python's path finder where the agent has a user of its own."""
     if agent.identity() is None:
         return
-    sys.meta_path[:] = [OutOfReachFinder() if finder is importlib.machinery.PathFinder else finder
-                        for finder in sys.meta_path]
+    sys.meta_path[:] = [
+        OutOfReachFinder() if finder is importlib.machinery.PathFinder else finder for finder in sys.meta_path
+    ]

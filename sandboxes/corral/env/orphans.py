@@ -21,6 +21,7 @@ def start_reaper(uid: int, started_by_the_env: Callable[[], set[int]], starting:
     """In a daemon thread, every EVERY_S reap the exited children of this process that belong
     to `uid` and are not among `started_by_the_env()`; `starting` is held while the env starts
     a child and records it (else one that exits at once could be reaped before it is known)."""
+
     def reap_forever() -> None:
         while True:
             with starting:

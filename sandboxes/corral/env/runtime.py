@@ -99,8 +99,10 @@ def _imports_out_of_the_agents_reach() -> None:
     module the env or the standard library imports later would otherwise be the agent's code,
     run as the env. The standard library's own folders are root's, so lazy imports stay safe."""
     for entry in [entry for entry in sys.path if agent.within_reach(entry)]:
-        print(f"corral.env: {entry or os.getcwd()} is left off the import path: the agent's commands "
-              "may write there", file=sys.stderr)
+        print(
+            f"corral.env: {entry or os.getcwd()} is left off the import path: the agent's commands may write there",
+            file=sys.stderr,
+        )
         sys.path.remove(entry)
         sys.path_importer_cache.pop(entry, None)
 
@@ -218,9 +220,7 @@ class Server:
                     f"method not found: {method}; the methods are {', '.join(self.methods)}",
                 )
             if not isinstance(params, dict):
-                raise RpcError(
-                    jsonrpc.INVALID_PARAMS, f"invalid params for {method}: expected an object"
-                )
+                raise RpcError(jsonrpc.INVALID_PARAMS, f"invalid params for {method}: expected an object")
             return jsonrpc.result(request_id, self.methods[method](params))
         except RpcError as exc:
             return jsonrpc.error(request_id, exc.code, exc.message, exc.data)
@@ -277,9 +277,7 @@ class Server:
         """Start the episode with the task's args."""
         task = params.get("task")
         if not isinstance(task, dict):
-            raise RpcError(
-                jsonrpc.INVALID_PARAMS, 'invalid params for corral/reset: expected {"task": object}'
-            )
+            raise RpcError(jsonrpc.INVALID_PARAMS, 'invalid params for corral/reset: expected {"task": object}')
         _run_hook(self.env.reset, task)
         return {}
 
@@ -323,9 +321,7 @@ def _run_hook(hook: Callable, *args: Any) -> Any:
     except Exception as exc:  # noqa: BLE001 - any failure of a hook is the server's to read
         trace = traceback.format_exc()
         print(trace, file=sys.stderr, end="")
-        raise RpcError(
-            jsonrpc.SERVER_ERROR, f"{type(exc).__name__}: {exc}", {"traceback": trace}
-        ) from None
+        raise RpcError(jsonrpc.SERVER_ERROR, f"{type(exc).__name__}: {exc}", {"traceback": trace}) from None
 
 
 def _tool_error(text: str, error_type: str) -> dict:

@@ -37,9 +37,7 @@ _BARE = {
     dict: {"type": "object"},
     Any: {},
 }
-_SUPPORTED = (
-    "int, float, str, bool, None, Any, a Literal, an Enum, or list, tuple, dict and Union of those"
-)
+_SUPPORTED = "int, float, str, bool, None, Any, a Literal, an Enum, or list, tuple, dict and Union of those"
 
 
 class _HintError(Exception):
@@ -117,9 +115,7 @@ def _parameters(fn: Callable) -> dict[str, inspect.Parameter]:
                 f"with named arguments; remove the '/' from the signature"
             )
         if sig.annotation is inspect.Parameter.empty:
-            raise ToolSchemaError(
-                f"tool {name}: parameter '{param}' has no type hint; add one, as '{param}: str'"
-            )
+            raise ToolSchemaError(f"tool {name}: parameter '{param}' has no type hint; add one, as '{param}: str'")
     return params
 
 

@@ -45,8 +45,9 @@ DOCKER_SOCKET = Path("/var/run/docker.sock")
 log = logging.getLogger("corral.sandboxes")
 
 
-def make_provider(kind: str, *, instance: str | None = None, warm_pool: int = 0,
-                  unsafe_local_shell: bool = False) -> SandboxProvider:
+def make_provider(
+    kind: str, *, instance: str | None = None, warm_pool: int = 0, unsafe_local_shell: bool = False
+) -> SandboxProvider:
     """The provider of `kind`; `auto` is docker when an engine answers, else local (never
     modal or kubernetes: a cloud that bills, or a cluster, is chosen by name).
 
@@ -66,7 +67,8 @@ def make_provider(kind: str, *, instance: str | None = None, warm_pool: int = 0,
             from corral.sandboxes.modal_provider import ModalProvider
         except ImportError as error:
             raise ConfigError(
-                f"--sandbox modal needs the modal package: pip install 'corral[modal]' ({error})") from None
+                f"--sandbox modal needs the modal package: pip install 'corral[modal]' ({error})"
+            ) from None
         modal = ModalProvider(instance=instance, warm_pool=warm_pool)  # ConfigError without credentials
         log.info("sandbox: Modal sandboxes (one per episode, in Modal's cloud)")
         return modal
@@ -101,8 +103,11 @@ def make_provider(kind: str, *, instance: str | None = None, warm_pool: int = 0,
     if provider.isolated:
         log.info("sandbox: local processes, each episode in namespaces of its own (bubblewrap)")
     else:
-        log.warning("sandbox: local processes, NOT isolated (%s); envs that give the agent a shell are refused "
-                    "unless served with --unsafe-local-shell", provider.why_not_isolated)
+        log.warning(
+            "sandbox: local processes, NOT isolated (%s); envs that give the agent a shell are refused "
+            "unless served with --unsafe-local-shell",
+            provider.why_not_isolated,
+        )
     return provider
 
 
@@ -128,8 +133,9 @@ def _kubernetes(instance: str | None, warm_pool: int) -> SandboxProvider:
         # The kubernetes extra is optional, as docker's is.
         from corral.sandboxes.kube_provider import KubernetesProvider
     except ImportError as error:
-        raise ConfigError("--sandbox kubernetes needs the kubernetes_asyncio package: "
-                          f"pip install 'corral[kubernetes]' ({error})") from None
+        raise ConfigError(
+            f"--sandbox kubernetes needs the kubernetes_asyncio package: pip install 'corral[kubernetes]' ({error})"
+        ) from None
     provider = KubernetesProvider(instance=instance, warm_pool=warm_pool)  # ConfigError without a cluster
     log.info("sandbox: Kubernetes pods (one per episode, namespace %s)", provider.cluster.settings.namespace)
     return provider

@@ -23,7 +23,9 @@ from typing import Literal, get_args
 from corral.errors import SandboxError
 
 NetworkPolicy = Literal["none", "egress"]
-NETWORK_POLICIES: tuple[NetworkPolicy, ...] = get_args(NetworkPolicy)  # what env.toml, bundle.toml and --network may say
+NETWORK_POLICIES: tuple[NetworkPolicy, ...] = get_args(
+    NetworkPolicy
+)  # what env.toml, bundle.toml and --network may say
 Progress = Callable[[str], None]  # one line of a long preparation (an image build's output)
 # Files and folders a scratch tmpfs holds per MB of its size: empty files cost the kernel's
 # memory, which a tmpfs's size does not count; one per KB is about as much memory again, at most.
@@ -146,8 +148,14 @@ class Sandbox(abc.ABC):
         """The end of what the env wrote to stderr, kept for debugging a failed episode."""
 
     @abc.abstractmethod
-    async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
-                     timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
+    async def verify(
+        self,
+        files: Mapping[str, bytes],
+        command: Callable[[str], Sequence[str]],
+        *,
+        timeout_s: float,
+        max_output_chars: int = 20_000,
+    ) -> CommandResult:
         """Run a command verifier on what the agent left, once the agent can no longer act.
 
         The first call ends every process the agent started. Each call then copies the env's
@@ -171,8 +179,9 @@ class Sandbox(abc.ABC):
         """Start `command` in the sandbox beside the env, as the env's user in its working
         folder: how corral serves the agent's tools for an image with no env process of its
         own (a Harbor task's). Raises SandboxError, by default: a provider that cannot."""
-        raise SandboxError(f"{type(self).__name__} cannot run commands beside its env; "
-                           "serve tasks that need it with --sandbox docker")
+        raise SandboxError(
+            f"{type(self).__name__} cannot run commands beside its env; serve tasks that need it with --sandbox docker"
+        )
 
     @abc.abstractmethod
     async def close(self) -> None:

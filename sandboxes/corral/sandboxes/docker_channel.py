@@ -79,8 +79,10 @@ class Channels:
             return Channel(folder)
         except OSError as error:  # a folder it may not write, a path too long for a socket (108 bytes)
             remove_tree(folder)
-            self._give_up(f"this server cannot make a socket in {self.root} ({error}); set {DIRECTORY_VARIABLE} "
-                          "to a short folder it may write")
+            self._give_up(
+                f"this server cannot make a socket in {self.root} ({error}); set {DIRECTORY_VARIABLE} "
+                "to a short folder it may write"
+            )
             return None
 
     def _claim(self) -> None:
@@ -92,8 +94,10 @@ class Channels:
     def unreachable(self, detail: str) -> None:
         """The engine cannot see this server's folders: every container from now on talks over
         its attach stream."""
-        self._give_up(f"the Docker engine cannot see {self.root} ({detail}). A server in a container needs a host "
-                      f"folder mounted at the same path, named by {DIRECTORY_VARIABLE} (compose.yaml mounts one)")
+        self._give_up(
+            f"the Docker engine cannot see {self.root} ({detail}). A server in a container needs a host "
+            f"folder mounted at the same path, named by {DIRECTORY_VARIABLE} (compose.yaml mounts one)"
+        )
 
     def _give_up(self, why: str) -> None:
         if self.usable:

@@ -39,9 +39,11 @@ async def watch_disk(engine: Engine, container_id: str, limit_mb: int, say: Call
             return
         written_mb = ((listed[0].get("SizeRw") or 0) + PATH_BYTES * changed) >> 20
         if written_mb > limit_mb:
-            say(f"the container was stopped for writing {written_mb} MB to its filesystem ({changed} paths changed, "
+            say(
+                f"the container was stopped for writing {written_mb} MB to its filesystem ({changed} paths changed, "
                 f"each counted at {PATH_BYTES // 1024} KB at least), more than its limit of {limit_mb} MB "
-                "(storage_mb in a Harbor task's task.toml; [resources] disk_mb in bundle.toml)")
+                "(storage_mb in a Harbor task's task.toml; [resources] disk_mb in bundle.toml)"
+            )
             with contextlib.suppress(docker.errors.APIError):
                 await engine.call(engine.api.kill, container_id)
             return

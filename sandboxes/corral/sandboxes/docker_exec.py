@@ -30,22 +30,39 @@ class Exec(SandboxProcess):
         self.stream = stream
 
     @classmethod
-    async def start(cls, engine: Engine, container: str, command: Sequence[str], *, user: str,
-                    stdin: bool = False, workdir: str | None = None,
-                    environment: Mapping[str, str] | None = None, merged: bool = False) -> Exec:
+    async def start(
+        cls,
+        engine: Engine,
+        container: str,
+        command: Sequence[str],
+        *,
+        user: str,
+        stdin: bool = False,
+        workdir: str | None = None,
+        environment: Mapping[str, str] | None = None,
+        merged: bool = False,
+    ) -> Exec:
         """Start `command` as `user` (the image's working directory unless `workdir`; its
         stderr read with its stdout when `merged`); raise SandboxError when the engine refuses
         (the container is gone, the engine is down)."""
         api = engine.api
         try:
-            exec_id = (await engine.call(
-                api.exec_create, container, list(command), stdin=stdin, user=user, workdir=workdir,
-                environment=dict(environment or {}),
-            ))["Id"]
+            exec_id = (
+                await engine.call(
+                    api.exec_create,
+                    container,
+                    list(command),
+                    stdin=stdin,
+                    user=user,
+                    workdir=workdir,
+                    environment=dict(environment or {}),
+                )
+            )["Id"]
             stream = await MuxStream.open(await engine.call(api.exec_start, exec_id, socket=True), merged=merged)
         except docker.errors.APIError as error:
-            raise SandboxError(f"could not run {command[0]!r} in container {container[:12]}: "
-                               f"{error.explanation or error}") from None
+            raise SandboxError(
+                f"could not run {command[0]!r} in container {container[:12]}: {error.explanation or error}"
+            ) from None
         return cls(engine, exec_id, stream)
 
     async def output(self, *, timeout_s: float, keep: int) -> tuple[int | None, str]:
@@ -56,7 +73,7 @@ class Exec(SandboxProcess):
             async with asyncio.timeout(timeout_s):
                 while chunk := await self.stream.read():
                     output += chunk
-                    del output[:-keep * 4]  # characters are at most 4 bytes
+                    del output[: -keep * 4]  # characters are at most 4 bytes
             code = await self.exit_code()
         except TimeoutError:
             code = None

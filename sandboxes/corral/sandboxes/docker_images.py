@@ -54,8 +54,14 @@ def ensure_image(client: docker.DockerClient, spec: SandboxSpec, progress: Progr
 def _build(client: docker.DockerClient, spec: SandboxSpec, tag: str, progress: Progress) -> None:
     context = _context_tar(spec.context_dir)
     stream = client.api.build(
-        fileobj=context, custom_context=True, tag=tag, dockerfile=spec.dockerfile, rm=True,
-        forcerm=True, decode=True, labels={"corral.env": spec.env_name},
+        fileobj=context,
+        custom_context=True,
+        tag=tag,
+        dockerfile=spec.dockerfile,
+        rm=True,
+        forcerm=True,
+        decode=True,
+        labels={"corral.env": spec.env_name},
     )
     for chunk in stream:
         if "error" in chunk:
@@ -65,7 +71,9 @@ def _build(client: docker.DockerClient, spec: SandboxSpec, tag: str, progress: P
         if line:
             progress(f"  {spec.env_name}: {line}")
     if not image_exists(client, tag):
-        raise ImageError(f"building the image of env {spec.env_name} ended without an image {tag}; see the output above")
+        raise ImageError(
+            f"building the image of env {spec.env_name} ended without an image {tag}; see the output above"
+        )
 
 
 def _context_tar(context_dir: Path) -> io.BytesIO:

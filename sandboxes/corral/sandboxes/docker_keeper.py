@@ -41,7 +41,9 @@ class Keeper:
 
     def mounts(self) -> list[docker.types.Mount]:
         """The same volumes, for the tests' container (by name: removing it leaves them)."""
-        return [docker.types.Mount(folder, volume, type="volume", no_copy=True) for folder, volume in self.volumes.items()]
+        return [
+            docker.types.Mount(folder, volume, type="volume", no_copy=True) for folder, volume in self.volumes.items()
+        ]
 
 
 def sizes_mb(spec: SandboxSpec, files: Mapping[str, bytes], files_dir: str, folders: Sequence[str]) -> dict[str, int]:
@@ -52,29 +54,54 @@ def sizes_mb(spec: SandboxSpec, files: Mapping[str, bytes], files_dir: str, fold
     return {files_dir: files_mb, **{folder: room for folder in folders}}
 
 
-async def start_keeper(engine: Engine, config: Mapping, name: str, sizes: Mapping[str, int], *, by_root_only: bool,
-                       lifetime_s: float, made: list[str]) -> Keeper:
+async def start_keeper(
+    engine: Engine,
+    config: Mapping,
+    name: str,
+    sizes: Mapping[str, int],
+    *,
+    by_root_only: bool,
+    lifetime_s: float,
+    made: list[str],
+) -> Keeper:
     """Start a keeper of tmpfs volumes at `sizes`' folders (files_dir first: root's, 0755; the
     others writable by root only where `by_root_only`, else by all), for at most `lifetime_s`;
     its id goes into `made` at once, so that it is removed whatever happens next."""
     folders = list(sizes)
-    mounts = [_tmpfs_volume(folder, mb, mode="0755" if index == 0 or by_root_only else "0777")
-              for index, (folder, mb) in enumerate(sizes.items())]
-    host_config = {**config["host_config"], "Mounts": mounts, "NetworkMode": "none", "AutoRemove": True,
-                   "CapAdd": None, "LogConfig": {"Type": "none", "Config": {}}}
+    mounts = [
+        _tmpfs_volume(folder, mb, mode="0755" if index == 0 or by_root_only else "0777")
+        for index, (folder, mb) in enumerate(sizes.items())
+    ]
+    host_config = {
+        **config["host_config"],
+        "Mounts": mounts,
+        "NetworkMode": "none",
+        "AutoRemove": True,
+        "CapAdd": None,
+        "LogConfig": {"Type": "none", "Config": {}},
+    }
     keeper = {
-        "image": config["image"], "entrypoint": [SLEEP, str(math.ceil(lifetime_s))], "command": [],
-        "user": KEEPER_USER, "environment": {}, "working_dir": "/", "name": f"{name}-keeper",
+        "image": config["image"],
+        "entrypoint": [SLEEP, str(math.ceil(lifetime_s))],
+        "command": [],
+        "user": KEEPER_USER,
+        "environment": {},
+        "working_dir": "/",
+        "name": f"{name}-keeper",
         "labels": {**{k: v for k, v in config["labels"].items() if k != "corral.pool"}, "corral.purpose": "verify"},
-        "host_config": host_config, "detach": True, "use_config_proxy": False,
+        "host_config": host_config,
+        "detach": True,
+        "use_config_proxy": False,
     }
     try:
         made.append((await engine.call(engine.api.create_container, **keeper))["Id"])
         await engine.call(engine.api.start, made[0])
         found = (await engine.call(engine.api.inspect_container, made[0]))["Mounts"]
     except docker.errors.APIError as error:
-        raise SandboxError(f"could not start the container that holds the tests' folders (image {config['image']}, "
-                           f"its {SLEEP}): {error.explanation or error}") from None
+        raise SandboxError(
+            f"could not start the container that holds the tests' folders (image {config['image']}, "
+            f"its {SLEEP}): {error.explanation or error}"
+        ) from None
     volumes = {mount["Destination"]: mount["Name"] for mount in found if mount.get("Type") == "volume"}
     return Keeper(made[0], {folder: volumes[folder] for folder in folders})
 

@@ -62,8 +62,9 @@ class Lease:
                     # the container is removed, and a new one usually starts.
                     failures += 1
                     if failures >= START_ATTEMPTS:
-                        raise SandboxError(f"could not take the lease {name} on the Docker engine: "
-                                           f"{error.explanation or error}") from None
+                        raise SandboxError(
+                            f"could not take the lease {name} on the Docker engine: {error.explanation or error}"
+                        ) from None
                     log.warning("taking the lease %s failed (%s); trying again", name, error.explanation or error)
                     await engine.drain()
                     continue
@@ -77,23 +78,40 @@ class Lease:
                 raise ConfigError(
                     f"another corral server holds the instance {engine.instance!r} on this Docker engine (its "
                     f"container {name} is running); stop that server, or serve this one with --instance OTHER_NAME "
-                    "(or CORRAL_INSTANCE)")
+                    "(or CORRAL_INSTANCE)"
+                )
             await asyncio.sleep(POLL_S)
 
     @classmethod
     async def _create(cls, engine: Engine, name: str, image: str) -> Lease:
         api = engine.api
         host_config = api.create_host_config(
-            auto_remove=True, network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges"],
-            read_only=True, mem_limit="16m", pids_limit=4,
+            auto_remove=True,
+            network_mode="none",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            read_only=True,
+            mem_limit="16m",
+            pids_limit=4,
         )
-        container = (await engine.call(
-            api.create_container, image, entrypoint=["cat"], command=[], user="65534:65534", stdin_open=True,
-            name=name, labels={"corral.lease": engine.instance}, host_config=host_config, use_config_proxy=False,
-        ))["Id"]
+        container = (
+            await engine.call(
+                api.create_container,
+                image,
+                entrypoint=["cat"],
+                command=[],
+                user="65534:65534",
+                stdin_open=True,
+                name=name,
+                labels={"corral.lease": engine.instance},
+                host_config=host_config,
+                use_config_proxy=False,
+            )
+        )["Id"]
         try:
-            connection = raw_socket(await engine.call(
-                api.attach_socket, container, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}))
+            connection = raw_socket(
+                await engine.call(api.attach_socket, container, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            )
             await engine.call(api.start, container)
         except BaseException:
             engine.remove(container, name)
@@ -131,4 +149,5 @@ def _an_image(api: docker.APIClient) -> str:
         return FALLBACK_IMAGE
     raise ConfigError(
         "the docker sandbox found no image to hold this server's instance lease with (an env image corral "
-        f"built, or {FALLBACK_IMAGE}); build the bundle's images first: corral build BUNDLE")
+        f"built, or {FALLBACK_IMAGE}); build the bundle's images first: corral build BUNDLE"
+    )

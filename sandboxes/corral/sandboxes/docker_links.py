@@ -27,8 +27,9 @@ from corral.sandboxes.shell_links import Shell, judge_links, links_under, lstat,
 ADDED_OR_CHANGED = (0, 1)  # the engine's diff kinds; 2 is deleted
 
 
-async def forged_links(engine: Engine, container: str, user: str, changed: Iterable[dict],
-                       forbidden: Sequence[str]) -> list[str]:
+async def forged_links(
+    engine: Engine, container: str, user: str, changed: Iterable[dict], forbidden: Sequence[str]
+) -> list[str]:
     """What is wrong with the links among `changed` (the engine's diff of the agent's container),
     resolved in `container` as `user`: one line for each that leads into `forbidden` or /proc."""
     paths = [entry["Path"] for entry in changed if entry.get("Kind") in ADDED_OR_CHANGED]
@@ -38,8 +39,9 @@ async def forged_links(engine: Engine, container: str, user: str, changed: Itera
         return [str(error)]
 
 
-async def forged_links_under(engine: Engine, container: str, user: str, folders: Sequence[str],
-                             forbidden: Sequence[str]) -> list[str]:
+async def forged_links_under(
+    engine: Engine, container: str, user: str, folders: Sequence[str], forbidden: Sequence[str]
+) -> list[str]:
     """shell_links.forged_links_under, in `container` as `user`."""
     return await shell_links.forged_links_under(exec_shell(engine, container, user), folders, forbidden)
 
@@ -75,4 +77,4 @@ async def _judge(shell: Shell, paths: list[str], roots: list[bytes]) -> list[str
 
 def _named_ancestor(path: str) -> str:
     parts = path.split("/")
-    return "/".join(parts[:next(at for at, part in enumerate(parts) if "\ufffd" in part)]) or "/"
+    return "/".join(parts[: next(at for at, part in enumerate(parts) if "\ufffd" in part)]) or "/"

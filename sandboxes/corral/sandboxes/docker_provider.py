@@ -84,15 +84,17 @@ class DockerProvider(SandboxProvider):
             sandbox.claim(labels)
         else:
             sandbox = await self._start(
-                spec, name=container_name(self.engine.instance, spec.env_name, labels),
+                spec,
+                name=container_name(self.engine.instance, spec.env_name, labels),
                 labels={**self.engine.labels, "corral.env": spec.env_name, **labels},
             )
         self._running.add(sandbox)
         return sandbox
 
     def status(self) -> ProviderStatus:
-        return ProviderStatus(self.kind, self.isolated, live=len(self._running), warm=self._pools.ready(),
-                              warm_dry=self._pools.dry())
+        return ProviderStatus(
+            self.kind, self.isolated, live=len(self._running), warm=self._pools.ready(), warm_dry=self._pools.dry()
+        )
 
     async def check(self) -> None:
         """The engine answers a ping within PING_TIMEOUT_S, or SandboxError says it stopped."""
@@ -111,7 +113,12 @@ class DockerProvider(SandboxProvider):
         if spec not in self._tags:  # never prepared: the image of the folder as it is now
             self._tags[spec] = await self.engine.call(image_tag, spec)
         return await DockerSandbox.create(
-            self.engine, spec, self._tags[spec], name=name, labels=labels, on_close=self._running.discard,
+            self.engine,
+            spec,
+            self._tags[spec],
+            name=name,
+            labels=labels,
+            on_close=self._running.discard,
             channels=self.channels,
         )
 

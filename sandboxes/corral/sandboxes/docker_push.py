@@ -16,8 +16,15 @@ from corral.sandboxes.base import Progress
 from corral.sandboxes.env_digest import in_registry
 
 # What the engine says when the registry is not there, and when it speaks plain HTTP.
-UNREACHABLE = ("connection refused", "no such host", "i/o timeout", "no route to host", "client.timeout",
-               "network is unreachable", "connection reset")
+UNREACHABLE = (
+    "connection refused",
+    "no such host",
+    "i/o timeout",
+    "no route to host",
+    "client.timeout",
+    "network is unreachable",
+    "connection reset",
+)
 PLAIN_HTTP = "server gave http response to https client"
 REFUSED = ("unauthorized", "authentication required", "no basic auth credentials", "denied", "forbidden")
 REPORTED = ("Pushed", "Layer already exists")  # a layer's last word; the rest is its progress bar
@@ -45,8 +52,10 @@ def push_image(client: docker.DockerClient, image: str, registry: str, progress:
                 progress(f"  {chunk.get('id', '')}: {status}")
             elif status.startswith("Retrying") and not retrying:  # a wrong password, a registry failing
                 retrying = True
-                progress(f"  {chunk.get('id', '')}: the registry failed an upload; the engine retries for up to a "
-                         "minute before it gives up")
+                progress(
+                    f"  {chunk.get('id', '')}: the registry failed an upload; the engine retries for up to a "
+                    "minute before it gives up"
+                )
             digest = chunk.get("aux", {}).get("Digest", digest)
     except docker.errors.APIError as error:
         raise ImageError(_why_not(remote, str(error.explanation or error))) from None
@@ -59,14 +68,20 @@ def _why_not(remote: str, detail: str) -> str:
     host = remote.split("/", 1)[0]
     said = detail.strip().lower()
     if PLAIN_HTTP in said:
-        return (f"pushing {remote} failed: the registry {host} speaks plain HTTP, which the Docker engine uses only "
-                f"for registries it is told are insecure; add \"{host}\" to insecure-registries in "
-                f"/etc/docker/daemon.json and restart the engine, or serve the registry over TLS ({detail.strip()})")
+        return (
+            f"pushing {remote} failed: the registry {host} speaks plain HTTP, which the Docker engine uses only "
+            f'for registries it is told are insecure; add "{host}" to insecure-registries in '
+            f"/etc/docker/daemon.json and restart the engine, or serve the registry over TLS ({detail.strip()})"
+        )
     if any(word in said for word in UNREACHABLE):
-        return (f"pushing {remote} failed: the registry {host} did not answer ({detail.strip()}); check the address, "
-                "that the registry runs, and that this machine's Docker engine reaches it (the engine pushes, "
-                "not corral)")
+        return (
+            f"pushing {remote} failed: the registry {host} did not answer ({detail.strip()}); check the address, "
+            "that the registry runs, and that this machine's Docker engine reaches it (the engine pushes, "
+            "not corral)"
+        )
     if any(word in said for word in REFUSED):
-        return (f"pushing {remote} failed: the registry {host} refused it ({detail.strip()}); log in with "
-                f"`docker login {host}` as a user that may push to {remote.rsplit(':', 1)[0]}")
+        return (
+            f"pushing {remote} failed: the registry {host} refused it ({detail.strip()}); log in with "
+            f"`docker login {host}` as a user that may push to {remote.rsplit(':', 1)[0]}"
+        )
     return f"pushing {remote} failed: {detail.strip()}"

@@ -45,8 +45,9 @@ RENAME_AFTER_S = 0.05  # a claimed warm container is renamed after its reset's r
 ENVIRONMENT = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "HOME": SCRATCH}
 
 
-def container_config(spec: SandboxSpec, image: str, *, name: str, labels: Mapping[str, str],
-                     api: docker.APIClient) -> dict:
+def container_config(
+    spec: SandboxSpec, image: str, *, name: str, labels: Mapping[str, str], api: docker.APIClient
+) -> dict:
     """create_container's arguments: the hardening every env container gets, running `image`."""
     command = bootstrapped(spec.command) or spec.command
     user, capabilities, identities = launch(spec)
@@ -74,10 +75,17 @@ def container_config(spec: SandboxSpec, image: str, *, name: str, labels: Mappin
         auto_remove=True,  # with stdin_open (and so StdinOnce), a killed server's containers go
     )
     return {
-        "image": image, "command": list(command), "user": user, "stdin_open": True, "tty": False,
+        "image": image,
+        "command": list(command),
+        "user": user,
+        "stdin_open": True,
+        "tty": False,
         **({"entrypoint": [""]} if spec.writable_root else {}),
         "environment": {**({} if spec.writable_root else ENVIRONMENT), **dict(spec.environment), **identities},
-        "working_dir": spec.workdir, "name": name, "labels": dict(labels), "host_config": host_config,
+        "working_dir": spec.workdir,
+        "name": name,
+        "labels": dict(labels),
+        "host_config": host_config,
         "use_config_proxy": False,
     }
 
@@ -86,8 +94,17 @@ class DockerSandbox(Sandbox):
     """A started container whose env process talks over `stream`; `on_close` is told when it
     closes (the provider's count of live sandboxes)."""
 
-    def __init__(self, engine: Engine, container_id: str, config: dict, spec: SandboxSpec, stream: MuxStream,
-                 on_close: Callable[[DockerSandbox], None], created_at: float, channel: Channel | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        container_id: str,
+        config: dict,
+        spec: SandboxSpec,
+        stream: MuxStream,
+        on_close: Callable[[DockerSandbox], None],
+        created_at: float,
+        channel: Channel | None = None,
+    ):
         self.engine = engine
         self.container_id = container_id
         self.config = config  # create_container's arguments: a verifier's container is made like it
@@ -102,12 +119,24 @@ class DockerSandbox(Sandbox):
         self._rename: asyncio.Task | None = None
         self._stopped_for: str | None = None  # why corral stopped the container, for its verifier's output
         limit_mb = spec.resources.disk_mb if spec.writable_root else None
-        self._disk_watch = (None if limit_mb is None else
-                            asyncio.ensure_future(watch_disk(engine, container_id, limit_mb, self._stop_for)))
+        self._disk_watch = (
+            None
+            if limit_mb is None
+            else asyncio.ensure_future(watch_disk(engine, container_id, limit_mb, self._stop_for))
+        )
 
     @classmethod
-    async def create(cls, engine: Engine, spec: SandboxSpec, image: str, *, name: str, labels: Mapping[str, str],
-                     on_close: Callable[[DockerSandbox], None], channels: Channels | None = None) -> DockerSandbox:
+    async def create(
+        cls,
+        engine: Engine,
+        spec: SandboxSpec,
+        image: str,
+        *,
+        name: str,
+        labels: Mapping[str, str],
+        on_close: Callable[[DockerSandbox], None],
+        channels: Channels | None = None,
+    ) -> DockerSandbox:
         """Create, attach and start a container of `image`; hand its env the SDK and, for
         corral's runtime while `channels` are usable, a socket of its own. Raises SandboxError."""
         config = container_config(spec, image, name=name, labels=labels, api=engine.api)
@@ -130,8 +159,14 @@ class DockerSandbox(Sandbox):
                 raise
 
     @classmethod
-    async def _create(cls, engine: Engine, spec: SandboxSpec, config: dict,
-                      on_close: Callable[[DockerSandbox], None], channel: Channel | None) -> DockerSandbox:
+    async def _create(
+        cls,
+        engine: Engine,
+        spec: SandboxSpec,
+        config: dict,
+        on_close: Callable[[DockerSandbox], None],
+        channel: Channel | None,
+    ) -> DockerSandbox:
         api = engine.api
         created_at = time.time()
         try:
@@ -209,30 +244,57 @@ class DockerSandbox(Sandbox):
     def stderr_tail(self, max_chars: int = 4000) -> str:
         return self._stream.stderr_tail(max_chars)
 
-    async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
-                     timeout_s: float, max_output_chars: int = 20_000, **placement: Any) -> CommandResult:
+    async def verify(
+        self,
+        files: Mapping[str, bytes],
+        command: Callable[[str], Sequence[str]],
+        *,
+        timeout_s: float,
+        max_output_chars: int = 20_000,
+        **placement: Any,
+    ) -> CommandResult:
         """In a fresh container, once the agent's processes are gone: see docker_verify, and
         docker_snapshot for an image run whole (`writable_root`), which also takes `placement`
         (files_dir, results, user, environment: see Sandbox.verify)."""
         if self.spec.writable_root:
-            result = await verify_snapshot(self.engine, self.spec, self.config, self.container_id, files, command,
-                                           timeout_s=timeout_s, keep=max_output_chars, **placement)
+            result = await verify_snapshot(
+                self.engine,
+                self.spec,
+                self.config,
+                self.container_id,
+                files,
+                command,
+                timeout_s=timeout_s,
+                keep=max_output_chars,
+                **placement,
+            )
             if self._stopped_for is None:
                 return result
             return CommandResult(result.exit_code, f"[corral] {self._stopped_for}\n{result.output}")
         if placement:
-            raise SandboxError(f"env {self.spec.env_name}: {', '.join(placement)} need an image run whole "
-                               "(a Harbor task's); corral's envs put their verifier's files in a folder of its own")
-        return await verify_in_fresh_container(self.engine, self.spec, self.config, self.container_id, files, command,
-                                               timeout_s=timeout_s, keep=max_output_chars,
-                                               agent_stopped=self._stop_agent_once())
+            raise SandboxError(
+                f"env {self.spec.env_name}: {', '.join(placement)} need an image run whole "
+                "(a Harbor task's); corral's envs put their verifier's files in a folder of its own"
+            )
+        return await verify_in_fresh_container(
+            self.engine,
+            self.spec,
+            self.config,
+            self.container_id,
+            files,
+            command,
+            timeout_s=timeout_s,
+            keep=max_output_chars,
+            agent_stopped=self._stop_agent_once(),
+        )
 
     async def exec(self, command: Sequence[str], *, stdin: bool = False) -> SandboxProcess:
         """`command` in this container beside the env, as the env's user in its working folder."""
         if self._closed:
             raise SandboxError(f"the container of env {self.spec.env_name} is closed")
-        return await Exec.start(self.engine, self.container_id, command, user=env_user(self.spec), stdin=stdin,
-                                merged=True)
+        return await Exec.start(
+            self.engine, self.container_id, command, user=env_user(self.spec), stdin=stdin, merged=True
+        )
 
     def _stop_for(self, reason: str) -> None:
         """Corral is stopping the container for `reason`: its stderr tail and its verifier say so."""
@@ -299,8 +361,12 @@ def stop_reason(api: docker.APIClient, container_id: str, since: float) -> str |
     """Why the container stopped, from the engine's events: "oom" when the kernel killed it
     for memory, else its exit code; None when it has not stopped within DIE_EVENT_WAIT_S
     (blocking)."""
-    events = api.events(since=since, until=time.time() + DIE_EVENT_WAIT_S, decode=True,
-                        filters={"container": container_id, "event": ["oom", "die"]})
+    events = api.events(
+        since=since,
+        until=time.time() + DIE_EVENT_WAIT_S,
+        decode=True,
+        filters={"container": container_id, "event": ["oom", "die"]},
+    )
     try:
         oom = False
         for event in events:
@@ -316,7 +382,11 @@ def stop_reason(api: docker.APIClient, container_id: str, since: float) -> str |
 def container_name(instance: str, env_name: str, labels: Mapping[str, str]) -> str:
     """`corral-<instance>-<env>-<session>-<episode>` for an episode's container."""
     session, episode = labels.get("corral.session"), labels.get("corral.episode")
-    tail = f"{session}-{episode}" if session and episode else f"{labels.get('corral.purpose', 'env')}-{uuid.uuid4().hex[:8]}"
+    tail = (
+        f"{session}-{episode}"
+        if session and episode
+        else f"{labels.get('corral.purpose', 'env')}-{uuid.uuid4().hex[:8]}"
+    )
     return _safe_name(f"corral-{instance}-{env_name}-{tail}")
 
 

@@ -34,8 +34,10 @@ WRITABLE = 'for p do if [ -w "$p" ]; then printf "%s\\0" "$p"; fi; done'
 CHECK_TIMEOUT_S = 30.0
 # The folders the tests' python3 imports from by itself (its standard library, its site
 # folders), as the image's own python3 says with -I, run by nobody in the keeper.
-SYS_PATH = ('command -v python3 >/dev/null || exit 0; '
-            'exec python3 -I -c "import sys; print(*filter(None, sys.path), sep=chr(0), end=chr(0))"')
+SYS_PATH = (
+    "command -v python3 >/dev/null || exit 0; "
+    'exec python3 -I -c "import sys; print(*filter(None, sys.path), sep=chr(0), end=chr(0))"'
+)
 
 
 def search_lists(image_env: Sequence[str], overrides: Mapping[str, str]) -> dict[str, str]:
@@ -46,14 +48,20 @@ def search_lists(image_env: Sequence[str], overrides: Mapping[str, str]) -> dict
     return {key: found[key] for key in SEARCHED if key in found}
 
 
-async def out_of_reach(engine: Engine, keeper: str, agent_user: str, lists: Mapping[str, str],
-                       workdir: str) -> tuple[dict[str, str], list[str]]:
+async def out_of_reach(
+    engine: Engine, keeper: str, agent_user: str, lists: Mapping[str, str], workdir: str
+) -> tuple[dict[str, str], list[str]]:
     """`lists` less every folder `agent_user` could write in, make or replace, judged in the
     `keeper` container (relative entries count from `workdir`): (the lists, the folders left off)."""
-    folders = {entry: posixpath.normpath(posixpath.join(workdir or "/", entry or "."))
-               for value in lists.values() for entry in value.split(":")}
+    folders = {
+        entry: posixpath.normpath(posixpath.join(workdir or "/", entry or "."))
+        for value in lists.values()
+        for entry in value.split(":")
+    }
     asked = sorted({above for folder in folders.values() for above in _self_and_ancestors(folder)})
-    check = await Exec.start(engine, keeper, ["/bin/sh", "-c", WRITABLE, "corral-path", *asked], user=agent_user, workdir="/")
+    check = await Exec.start(
+        engine, keeper, ["/bin/sh", "-c", WRITABLE, "corral-path", *asked], user=agent_user, workdir="/"
+    )
     code, output = await check.output(timeout_s=CHECK_TIMEOUT_S, keep=len("\0".join(asked)) + 1)
     if code != 0:
         raise SandboxError(f"could not check the tests' PATH in the task's image: {check.stderr_tail() or code}")
@@ -83,8 +91,9 @@ class SearchPath:
     planted: list[str] = field(default_factory=list)
 
 
-async def for_the_tests(engine: Engine, image: str, keeper: str, config: Mapping, overrides: Mapping[str, str],
-                        changed: Iterable[dict]) -> SearchPath:
+async def for_the_tests(
+    engine: Engine, image: str, keeper: str, config: Mapping, overrides: Mapping[str, str], changed: Iterable[dict]
+) -> SearchPath:
     """The SearchPath of the tests of `image` (the commit of the agent's container, made with
     `config`; `overrides`: the task's verifier settings; `changed`: the engine's diff of that
     container); nothing where the agent ran as root (see the module docstring)."""
@@ -95,20 +104,31 @@ async def for_the_tests(engine: Engine, image: str, keeper: str, config: Mapping
     # The task's [verifier] env names what its tests search on purpose (PYTHONPATH=/app: they
     # import the agent's code): that is kept as it is; the image's own lists are judged.
     chosen = {key: value for key, value in overrides.items() if key in SEARCHED}
-    lists = {key: value for key, value in search_lists(info.get("Env") or [], config["environment"]).items()
-             if key not in chosen}
-    kept, reached = await out_of_reach(engine, keeper, agent, lists, config.get("working_dir") or info.get("WorkingDir") or "/")
+    lists = {
+        key: value
+        for key, value in search_lists(info.get("Env") or [], config["environment"]).items()
+        if key not in chosen
+    }
+    kept, reached = await out_of_reach(
+        engine, keeper, agent, lists, config.get("working_dir") or info.get("WorkingDir") or "/"
+    )
     folders = await _python_path(engine, keeper, chosen.get("PATH", kept.get("PATH", "")))
-    planted = sorted(entry["Path"] for entry in changed if entry.get("Kind") in (0, 1) and "__pycache__" not in entry["Path"]
-                     and any(entry["Path"] == folder or entry["Path"].startswith(folder + "/") for folder in folders))
+    planted = sorted(
+        entry["Path"]
+        for entry in changed
+        if entry.get("Kind") in (0, 1)
+        and "__pycache__" not in entry["Path"]
+        and any(entry["Path"] == folder or entry["Path"].startswith(folder + "/") for folder in folders)
+    )
     return SearchPath(kept if reached else {}, reached, planted)
 
 
 async def _python_path(engine: Engine, keeper: str, path: str) -> list[str]:
     """The import path of the image's python3 on `path` (none: no folder), as it is before any
     setting: its standard library and site folders, the agent's own site folder left out."""
-    run = await Exec.start(engine, keeper, ["/bin/sh", "-c", SYS_PATH], user=KEEPER_USER, workdir="/",
-                           environment={"PATH": path})
+    run = await Exec.start(
+        engine, keeper, ["/bin/sh", "-c", SYS_PATH], user=KEEPER_USER, workdir="/", environment={"PATH": path}
+    )
     code, output = await run.output(timeout_s=CHECK_TIMEOUT_S, keep=1 << 16)
     if code != 0:
         raise SandboxError(f"could not list the tests' Python folders in the task's image: {run.stderr_tail() or code}")

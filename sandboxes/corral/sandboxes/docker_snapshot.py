@@ -27,12 +27,12 @@ A Harbor task's agent may write anywhere in its container, so a copy of a few fo
    Before the command starts (it waits at a gate: a line on its stdin), every link the agent
    made is resolved, and one that leads into those folders or through /proc fails the tests
    (docker_links): an answer linked to /tests/data/expected.json would read as the answer.
-6. The command runs to its end or its deadline (then the container is killed), or until it
-   has written more than the agent could to the container's root (docker_disk: it runs the
-   agent's programs), with a pristine environment (pristine.py: no user site, no cwd on
-   Python's path, no bytecode cache); its output comes over the attach stream (the container keeps no log), its exit code
-   from the engine, and the result files are read by the engine out of their volume (through
-   the keeper) once it has ended.
+6. The command runs to its end or its deadline (then the container is killed), or until it has
+   written more than the agent could to the container's root (docker_disk: it runs the agent's
+   programs), with a pristine environment (pristine.py: no user site, no cwd on Python's path,
+   no bytecode cache); its output comes over the attach stream (the container keeps no log),
+   its exit code from the engine, and the result files are read by the engine out of their
+   volume (through the keeper) once it has ended.
 7. The containers, their volumes and the committed image are removed, whatever happened: on the
    engine's threads, after the commit has finished, even one still under way past its
    deadline (a container of 200,000 files the agent made slow to commit).
@@ -62,29 +62,37 @@ from corral.sandboxes.archives import tar_of
 from corral.sandboxes.base import CommandResult, SandboxSpec
 from corral.sandboxes.docker_disk import watch_disk
 from corral.sandboxes.docker_engine import Engine
+from corral.sandboxes.docker_fresh import VERIFIER_HOME, fresh_config, runs_as_root
 from corral.sandboxes.docker_keeper import remove_keeper, sizes_mb, start_keeper
 from corral.sandboxes.docker_links import forged_links
 from corral.sandboxes.docker_search_path import for_the_tests
 from corral.sandboxes.docker_stream import MuxStream
-from corral.sandboxes.pristine import pristine_environment
+from corral.sandboxes.links import stopped_by
 
 STOPPING_S = 5.0  # how long a container that refused a pause may take to show as stopped
 SETUP_TIMEOUT_S = 120.0  # pausing, committing, creating, copying in: the platform's part
 RESULT_MAX_BYTES = 1024 * 1024  # a result file larger than this is not read back
 FILES_MODE = 0o555  # the files are read-only; executable, so a test.sh may run its helpers
 KILLED = 137
-VERIFIER_HOME = "/corral-verifier-home"  # the command's HOME: an empty volume the agent never saw
 IDLE_GRACE_S = 30.0  # how long the keeper outlives the tests' deadline, at most
 COMMIT_WAIT_S = 600.0  # how long the removal waits for a commit still under way, at most
-SH = "/bin/sh"
-# The command waits for corral's word that the agent's links were checked, then reads no stdin.
-GATE = 'read -r _ && exec "$@" </dev/null'
 
 
-async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, source: str, files: Mapping[str, bytes],
-                          command: Callable[[str], Sequence[str]], *, timeout_s: float, keep: int,
-                          files_dir: str = "/verifier", results: Sequence[str] = (), user: str | None = None,
-                          environment: Mapping[str, str] | None = None) -> CommandResult:
+async def verify_snapshot(
+    engine: Engine,
+    spec: SandboxSpec,
+    config: Mapping,
+    source: str,
+    files: Mapping[str, bytes],
+    command: Callable[[str], Sequence[str]],
+    *,
+    timeout_s: float,
+    keep: int,
+    files_dir: str = "/verifier",
+    results: Sequence[str] = (),
+    user: str | None = None,
+    environment: Mapping[str, str] | None = None,
+) -> CommandResult:
     """The module docstring's steps, for `source` (the agent's container, made with `config`)."""
     snapshot = f"corral-verify/{_safe(spec.env_name)}:{uuid.uuid4().hex[:12]}"
     name = f"{config['name']}-verify-{uuid.uuid4().hex[:6]}"
@@ -95,8 +103,13 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
 
     def commit() -> None:
         try:
-            engine.api.commit(source, repository=snapshot.split(":")[0], tag=snapshot.split(":")[1], pause=False,
-                              changes=["LABEL corral.purpose=verify", f"LABEL corral.instance={engine.instance}"])
+            engine.api.commit(
+                source,
+                repository=snapshot.split(":")[0],
+                tag=snapshot.split(":")[1],
+                pause=False,
+                changes=["LABEL corral.purpose=verify", f"LABEL corral.instance={engine.instance}"],
+            )
         finally:
             committed.set()
 
@@ -108,25 +121,50 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
             # What the agent made, by the engine's word, read while the commit is under way.
             _, changed = await asyncio.gather(engine.call(commit), engine.call(engine.api.diff, source))
             user = config["user"] if user is None else user
-            as_root = await _runs_as_root(engine, snapshot, user)
-            keeper = await start_keeper(engine, config, name, sizes_mb(spec, files, files_dir, folders_of(results)),
-                                        by_root_only=as_root, lifetime_s=SETUP_TIMEOUT_S + timeout_s + IDLE_GRACE_S,
-                                        made=kept)
+            as_root = await runs_as_root(engine, snapshot, user)
+            keeper = await start_keeper(
+                engine,
+                config,
+                name,
+                sizes_mb(spec, files, files_dir, folders_of(results)),
+                by_root_only=as_root,
+                lifetime_s=SETUP_TIMEOUT_S + timeout_s + IDLE_GRACE_S,
+                made=kept,
+            )
             searched = await for_the_tests(engine, snapshot, keeper.container, config, environment or {}, changed or [])
             if searched.planted:
-                return CommandResult(exit_code=1, output=(
-                    "[corral] the tests did not run: the agent's user changed folders their Python imports from: "
-                    + ", ".join(searched.planted[:5]) + (f" and {len(searched.planted) - 5} more" if len(searched.planted) > 5 else "")))
-            fresh = fresh_config(config, snapshot, name, mounts=keeper.mounts(), user=user, as_root=as_root,
-                                 environment={**(environment or {}), **searched.environment}, command=list(command(files_dir)))
+                return CommandResult(
+                    exit_code=1,
+                    output=(
+                        "[corral] the tests did not run: the agent's user changed folders their Python imports from: "
+                        + ", ".join(searched.planted[:5])
+                        + (f" and {len(searched.planted) - 5} more" if len(searched.planted) > 5 else "")
+                    ),
+                )
+            fresh = fresh_config(
+                config,
+                snapshot,
+                name,
+                mounts=keeper.mounts(),
+                user=user,
+                as_root=as_root,
+                environment={**(environment or {}), **searched.environment},
+                command=list(command(files_dir)),
+            )
             made.append((await engine.call(engine.api.create_container, **fresh))["Id"])
             # Into the keeper's volume: its paths are the task's image's, not the agent's.
             await engine.call(engine.api.put_archive, keeper.container, files_dir, tar_of(files, file_mode=FILES_MODE))
-            stream = await MuxStream.open(await engine.call(
-                engine.api.attach_socket, made[0], {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}), merged=True)
+            stream = await MuxStream.open(
+                await engine.call(
+                    engine.api.attach_socket, made[0], {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+                ),
+                merged=True,
+            )
             refused = await _start(engine, made[0], files_dir)
             if refused is None:
-                refused = await _links_checked(engine, made[0], fresh["user"], changed, [files_dir, *folders_of(results)])
+                refused = await _links_checked(
+                    engine, made[0], fresh["user"], changed, [files_dir, *folders_of(results)]
+                )
         if refused is not None:
             await stream.close()
             return CommandResult(exit_code=1, output=refused)
@@ -134,50 +172,35 @@ async def verify_snapshot(engine: Engine, spec: SandboxSpec, config: Mapping, so
         await stream.write(b"go\n")
         code, output = await _watched_run(engine, spec, made[0], stream, timeout_s=timeout_s, keep=keep)
         if searched.left_off:  # last: the output's head may be cut
-            output += (f"\n[corral] left off the tests' PATH and PYTHONPATH, as the agent's user could write there: "
-                       f"{', '.join(searched.left_off)}")
-        found = {path: content for path in results
-                 if (content := await _read_back(engine, keeper.container, path)) is not None}
+            output += (
+                f"\n[corral] left off the tests' PATH and PYTHONPATH, as the agent's user could write there: "
+                f"{', '.join(searched.left_off)}"
+            )
+        found = {
+            path: content
+            for path in results
+            if (content := await _read_back(engine, keeper.container, path)) is not None
+        }
         return CommandResult(code, output, found)
     except TimeoutError:
-        raise SandboxError(f"setting up the verification of env {spec.env_name} took more than {SETUP_TIMEOUT_S:g}s; "
-                           "is the Docker engine overloaded?") from None
+        raise SandboxError(
+            f"setting up the verification of env {spec.env_name} took more than {SETUP_TIMEOUT_S:g}s; "
+            "is the Docker engine overloaded?"
+        ) from None
     except docker.errors.APIError as error:
         raise SandboxError(f"verifying env {spec.env_name}: {error.explanation or error}") from None
     finally:
         if not commit_started:
             committed.set()
-        engine.in_background(f"the verification of env {spec.env_name}", _remove, engine,
-                             made[0] if made else name, snapshot, committed, kept)
-
-
-def fresh_config(config: Mapping, image: str, name: str, *, mounts: list[docker.types.Mount], user: str,
-                 as_root: bool, environment: Mapping[str, str] | None, command: list[str]) -> dict:
-    """create_container's arguments for the verifier: the agent container's, with the commit
-    as its image, docker's init as its first process, the command as its one child, the
-    keeper's volumes (`mounts`: the files, HOME, the result folders), and no log kept. Tests that run
-    as root (`as_root`) may also change user, so that they can run the agent's programs as
-    a user that cannot write their verdict (`runuser -u worker -- ...`)."""
-    host_config = {
-        **config["host_config"], "AutoRemove": False, "Init": True, "LogConfig": {"Type": "none", "Config": {}},
-        "Mounts": mounts,
-        **({"CapAdd": ["SETUID", "SETGID"]} if as_root else {}),
-    }
-    labels = {key: value for key, value in config["labels"].items() if key != "corral.pool"}
-    return {
-        "image": image, "command": [SH, "-c", GATE, "corral-gate", *command], "entrypoint": [""], "user": user,
-        "environment": pristine_environment({**config["environment"], **(environment or {})}, home=VERIFIER_HOME),
-        "working_dir": config.get("working_dir"),
-        "name": name, "labels": {**labels, "corral.purpose": "verify"}, "host_config": host_config,
-        "stdin_open": True, "tty": False, "detach": True, "use_config_proxy": False,
-    }
-
-
-async def _runs_as_root(engine: Engine, image: str, user: str) -> bool:
-    """Whether a container of `image` run as `user` runs as root: the image's own USER where
-    `user` is empty, and root where that is empty too."""
-    user = user or (await engine.call(engine.api.inspect_image, image))["Config"].get("User") or ""
-    return user.split(":")[0] in ("", "root", "0")
+        engine.in_background(
+            f"the verification of env {spec.env_name}",
+            _remove,
+            engine,
+            made[0] if made else name,
+            snapshot,
+            committed,
+            kept,
+        )
 
 
 def folders_of(results: Sequence[str]) -> list[str]:
@@ -185,8 +208,9 @@ def folders_of(results: Sequence[str]) -> list[str]:
     return [VERIFIER_HOME, *dict.fromkeys(posixpath.dirname(path) for path in results)]
 
 
-async def _links_checked(engine: Engine, container: str, user: str, changed: list[dict] | None,
-                         brought_in: list[str]) -> str | None:
+async def _links_checked(
+    engine: Engine, container: str, user: str, changed: list[dict] | None, brought_in: list[str]
+) -> str | None:
     """None when no link the agent made leads into what the verifier brought in (docker_links),
     else why the tests do not run: that is the agent's doing, and its tests fail."""
     try:
@@ -197,8 +221,7 @@ async def _links_checked(engine: Engine, container: str, user: str, changed: lis
         return None
     with contextlib.suppress(docker.errors.APIError):
         await engine.call(engine.api.kill, container)
-    shown = "; ".join(found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")
-    return f"[corral] the tests did not run: links the agent left lead where the verifier's own files are: {shown}"
+    return stopped_by(found)
 
 
 async def _pause(engine: Engine, container: str) -> str | None:
@@ -241,13 +264,16 @@ async def _start(engine: Engine, container: str, files_dir: str) -> str | None:
     try:
         await engine.call(engine.api.start, container)
     except docker.errors.APIError as error:
-        return (f"[corral] the tests could not start in a copy of what the agent left (at {files_dir}, or its "
-                f"/bin/sh): {error.explanation or error}")
+        return (
+            f"[corral] the tests could not start in a copy of what the agent left (at {files_dir}, or its "
+            f"/bin/sh): {error.explanation or error}"
+        )
     return None
 
 
-async def _watched_run(engine: Engine, spec: SandboxSpec, container: str, stream: MuxStream, *, timeout_s: float,
-                       keep: int) -> tuple[int | None, str]:
+async def _watched_run(
+    engine: Engine, spec: SandboxSpec, container: str, stream: MuxStream, *, timeout_s: float, keep: int
+) -> tuple[int | None, str]:
     """`_run`, with what the tests write to the container's root bounded as the agent's was
     (docker_disk): they run the agent's programs, which may fill it. Past the bound the tests
     are killed and fail, saying why: that is the agent's doing."""
@@ -262,7 +288,9 @@ async def _watched_run(engine: Engine, spec: SandboxSpec, container: str, stream
     return code, "".join(f"[corral] the tests' copy of the agent's container: {why}\n" for why in stopped) + output
 
 
-async def _run(engine: Engine, container: str, stream: MuxStream, *, timeout_s: float, keep: int) -> tuple[int | None, str]:
+async def _run(
+    engine: Engine, container: str, stream: MuxStream, *, timeout_s: float, keep: int
+) -> tuple[int | None, str]:
     """Read the command's output until it ends or `timeout_s` passes (then the container is
     killed: exit code None); its exit code as the engine recorded it, and its output's tail."""
     output = bytearray()
@@ -270,7 +298,7 @@ async def _run(engine: Engine, container: str, stream: MuxStream, *, timeout_s: 
         async with asyncio.timeout(timeout_s):
             while chunk := await stream.read():
                 output += chunk
-                del output[:-keep * 4]  # characters are at most 4 bytes
+                del output[: -keep * 4]  # characters are at most 4 bytes
             code = (await engine.call(engine.api.wait, container, timeout=SETUP_TIMEOUT_S))["StatusCode"]
     except TimeoutError:
         with contextlib.suppress(docker.errors.APIError):

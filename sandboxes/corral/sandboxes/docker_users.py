@@ -64,7 +64,10 @@ def scratch_mounts(spec: SandboxSpec, owner: str | None = None) -> dict[str, str
     env's user; a folder the image already has keeps its own mode whatever `mode=` says; `uid=` wins)."""
     options = f"rw,nosuid,nodev,size={spec.scratch_mb}m,nr_inodes={spec.scratch_mb * INODES_PER_MB}"
     uid, gid = (owner or owner_of_writable(spec)).split(":")
-    return {SCRATCH: f"{options},mode=1777", **{path: f"{options},uid={uid},gid={gid},mode=0755" for path in spec.writable}}
+    return {
+        SCRATCH: f"{options},mode=1777",
+        **{path: f"{options},uid={uid},gid={gid},mode=0755" for path in spec.writable},
+    }
 
 
 def without_identities(environment: Mapping[str, str]) -> dict[str, str]:

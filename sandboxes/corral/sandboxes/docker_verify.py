@@ -64,20 +64,30 @@ async def _kill_everyone(engine: Engine, container: str, user: str) -> None:
     kill = await Exec.start(engine, container, [SH, "-c", KILL_EVERYONE], user=user, workdir="/")
     code, output = await kill.output(timeout_s=SETUP_TIMEOUT_S, keep=1000)
     if code != 0:
-        raise SandboxError(f"could not stop the processes of user {user} in container {container[:12]}: "
-                           f"{output or kill.stderr_tail()}")
+        raise SandboxError(
+            f"could not stop the processes of user {user} in container {container[:12]}: {output or kill.stderr_tail()}"
+        )
 
 
 async def verify_in_fresh_container(
-    engine: Engine, spec: SandboxSpec, config: dict, source: str, files: Mapping[str, bytes],
-    command: Callable[[str], Sequence[str]], *, timeout_s: float, keep: int, agent_stopped: Awaitable[None],
+    engine: Engine,
+    spec: SandboxSpec,
+    config: dict,
+    source: str,
+    files: Mapping[str, bytes],
+    command: Callable[[str], Sequence[str]],
+    *,
+    timeout_s: float,
+    keep: int,
+    agent_stopped: Awaitable[None],
 ) -> CommandResult:
     """Steps 2-5 of the module docstring. `config` is create_container's arguments for the
     agent's container (its image, user, labels, hardening); `source` is that container, whose
     copy waits for `agent_stopped` (step 1, under way while the fresh container starts)."""
     files_dir = f"{VERIFIER_DIR}-{uuid.uuid4().hex}"  # a name no link the agent made can know
-    fresh = fresh_container_config(config, spec, files, lifetime_s=SETUP_TIMEOUT_S + timeout_s + IDLE_GRACE_S,
-                                   files_dir=files_dir)
+    fresh = fresh_container_config(
+        config, spec, files, lifetime_s=SETUP_TIMEOUT_S + timeout_s + IDLE_GRACE_S, files_dir=files_dir
+    )
     container: list[str] = []  # its id, once the engine has made it
     try:
         async with asyncio.timeout(SETUP_TIMEOUT_S):
@@ -86,20 +96,29 @@ async def verify_in_fresh_container(
             # image's /bin: the agent's files arriving beside it meanwhile cannot reach it.
             _, (failed, skipped) = await asyncio.gather(
                 put_files(engine, container[0], files, files_dir),
-                copy_writable(engine, spec, source, container[0], user=fresh["user"]))
+                copy_writable(engine, spec, source, container[0], user=fresh["user"]),
+            )
             if failed is None:
                 failed = await _links_judged(engine, spec, container[0], fresh["user"], files_dir)
         if failed is not None:
             return CommandResult(exit_code=1, output=failed)
-        run = await Exec.start(engine, container[0], list(command(files_dir)), user=fresh["user"],
-                               environment=fresh["environment"], merged=True)
+        run = await Exec.start(
+            engine,
+            container[0],
+            list(command(files_dir)),
+            user=fresh["user"],
+            environment=fresh["environment"],
+            merged=True,
+        )
         code, output = await run.output(timeout_s=timeout_s, keep=keep)
         if skipped:
             output = f"[corral] some of the agent's files could not be copied, and are left out: {skipped}\n{output}"
         return CommandResult(code, output)
     except TimeoutError:
-        raise SandboxError(f"setting up the verification of env {spec.env_name} took more than "
-                           f"{SETUP_TIMEOUT_S:g}s; is the Docker engine overloaded?") from None
+        raise SandboxError(
+            f"setting up the verification of env {spec.env_name} took more than "
+            f"{SETUP_TIMEOUT_S:g}s; is the Docker engine overloaded?"
+        ) from None
     finally:
         engine.remove(container[0] if container else fresh["name"], fresh["name"])
 
@@ -111,15 +130,18 @@ async def start_fresh(engine: Engine, spec: SandboxSpec, config: dict, made: lis
         made.append((await engine.call(engine.api.create_container, **config))["Id"])
         await engine.call(engine.api.start, made[0])
     except docker.errors.ImageNotFound:
-        raise ImageError(f"env {spec.env_name}: image {config['image']} is missing; "
-                         "build it with `corral build BUNDLE`") from None
+        raise ImageError(
+            f"env {spec.env_name}: image {config['image']} is missing; build it with `corral build BUNDLE`"
+        ) from None
     except docker.errors.APIError as error:
-        raise SandboxError(f"could not start a container to verify env {spec.env_name} in: "
-                           f"{error.explanation or error}") from None
+        raise SandboxError(
+            f"could not start a container to verify env {spec.env_name} in: {error.explanation or error}"
+        ) from None
 
 
-def fresh_container_config(config: dict, spec: SandboxSpec, files: Mapping[str, bytes], *,
-                           lifetime_s: float, files_dir: str = VERIFIER_DIR) -> dict:
+def fresh_container_config(
+    config: dict, spec: SandboxSpec, files: Mapping[str, bytes], *, lifetime_s: float, files_dir: str = VERIFIER_DIR
+) -> dict:
     """The agent container's create arguments, changed for verifying: the env's user from the
     start with no capability, an idle PID 1 that ends the container after `lifetime_s`, no
     stdin, the writable folders its user's, and a root-owned tmpfs at `files_dir`."""
@@ -130,16 +152,24 @@ def fresh_container_config(config: dict, spec: SandboxSpec, files: Mapping[str, 
     # the env user's own (its numeric uid:gid; a named user gets a HOME every user may write).
     uid, _, gid = user.partition(":")
     owner = f"mode=0700,uid={uid},gid={gid or uid}" if uid.isdigit() else "mode=1777"
-    host_config["Tmpfs"] = {**scratch_mounts(spec, owner=user),
-                            files_dir: f"rw,nosuid,nodev,size={size_mb}m,mode=0755",
-                            VERIFIER_HOME: f"rw,nosuid,nodev,size={FILES_MB_MIN}m,nr_inodes={FILES_MB_MIN * INODES_PER_MB},{owner}"}
+    host_config["Tmpfs"] = {
+        **scratch_mounts(spec, owner=user),
+        files_dir: f"rw,nosuid,nodev,size={size_mb}m,mode=0755",
+        VERIFIER_HOME: f"rw,nosuid,nodev,size={FILES_MB_MIN}m,nr_inodes={FILES_MB_MIN * INODES_PER_MB},{owner}",
+    }
     host_config["AutoRemove"] = True
     labels = {**config["labels"], "corral.purpose": "verify"}
     labels.pop("corral.pool", None)
     return {
-        **config, "user": user, "host_config": host_config, "labels": labels, "stdin_open": False, "detach": True,
+        **config,
+        "user": user,
+        "host_config": host_config,
+        "labels": labels,
+        "stdin_open": False,
+        "detach": True,
         "environment": pristine_environment(without_identities(config["environment"]), home=VERIFIER_HOME),
-        "entrypoint": [SLEEP, str(math.ceil(lifetime_s))], "command": [],
+        "entrypoint": [SLEEP, str(math.ceil(lifetime_s))],
+        "command": [],
         "name": f"{config['name']}-verify-{uuid.uuid4().hex[:6]}",
     }
 
@@ -147,8 +177,14 @@ def fresh_container_config(config: dict, spec: SandboxSpec, files: Mapping[str, 
 async def put_files(engine: Engine, container: str, files: Mapping[str, bytes], files_dir: str) -> None:
     """Unpack `files` into `files_dir` as root: files 0444, folders made by tar (root's, 0755)."""
     archive = tar_of(files, file_mode=0o444)
-    unpack = await Exec.start(engine, container, [TAR, "-x", "-f", "-", "-C", files_dir, "--no-same-owner"],
-                              user="0:0", stdin=True, workdir="/")
+    unpack = await Exec.start(
+        engine,
+        container,
+        [TAR, "-x", "-f", "-", "-C", files_dir, "--no-same-owner"],
+        user="0:0",
+        stdin=True,
+        workdir="/",
+    )
     await unpack.stream.write(archive)
     await unpack.stream.close_stdin()
     code, _ = await unpack.output(timeout_s=SETUP_TIMEOUT_S, keep=1000)
@@ -156,8 +192,9 @@ async def put_files(engine: Engine, container: str, files: Mapping[str, bytes], 
         raise SandboxError(f"could not unpack the verifier's files: {unpack.stderr_tail()}")
 
 
-async def copy_writable(engine: Engine, spec: SandboxSpec, source: str, target: str, *,
-                        user: str) -> tuple[str | None, str]:
+async def copy_writable(
+    engine: Engine, spec: SandboxSpec, source: str, target: str, *, user: str
+) -> tuple[str | None, str]:
     """Stream the env's writable folders from `source` into `target` with `tar` as `user`:
     (None when done, else why not: the agent's doing, the verifier fails; what was left out
     because `user` cannot read it, as tar words it, or "")."""
@@ -169,16 +206,25 @@ async def copy_writable(engine: Engine, spec: SandboxSpec, source: str, target: 
     # path, which on folders nested 300 deep took 100 s of CPU per copy.
     excluded = ["--anchored", *(f"--exclude=*/{pattern}" for pattern in BYTECODE)]
     # --ignore-failed-read: what cannot be read is left out with a warning, not a failed copy.
-    pack = await Exec.start(engine, source, [TAR, "-c", "-f", "-", "--ignore-failed-read", *excluded, "-C", "/", *folders],
-                            user=user, workdir="/")
-    unpack = await Exec.start(engine, target, [TAR, "-x", "-p", "-f", "-", "-C", "/"], user=user, stdin=True, workdir="/")
+    pack = await Exec.start(
+        engine,
+        source,
+        [TAR, "-c", "-f", "-", "--ignore-failed-read", *excluded, "-C", "/", *folders],
+        user=user,
+        workdir="/",
+    )
+    unpack = await Exec.start(
+        engine, target, [TAR, "-x", "-p", "-f", "-", "-C", "/"], user=user, stdin=True, workdir="/"
+    )
     sent = 0
     try:
         while chunk := await pack.stream.read():
             sent += len(chunk)
             if sent > most:
-                return (f"[corral] the env's writable folders ({', '.join(spec.writable)}) came to more than "
-                        f"{most >> 20} MB as an archive, twice their size limit; nothing was verified"), ""
+                return (
+                    f"[corral] the env's writable folders ({', '.join(spec.writable)}) came to more than "
+                    f"{most >> 20} MB as an archive, twice their size limit; nothing was verified"
+                ), ""
             await unpack.stream.write(chunk)
         await unpack.stream.close_stdin()
         packed, unpacked = await pack.exit_code(), (await unpack.output(timeout_s=SETUP_TIMEOUT_S, keep=1000))[0]
@@ -189,8 +235,10 @@ async def copy_writable(engine: Engine, spec: SandboxSpec, source: str, target: 
         await unpack.stream.close()
     if packed == 0 and unpacked == 0:
         return None, pack.stderr_tail()
-    return ("[corral] the agent's files could not be copied for verifying (tar exited with "
-            f"{packed} and {unpacked}): {pack.stderr_tail()} {unpack.stderr_tail()}".rstrip()), ""
+    return (
+        "[corral] the agent's files could not be copied for verifying (tar exited with "
+        f"{packed} and {unpacked}): {pack.stderr_tail()} {unpack.stderr_tail()}".rstrip()
+    ), ""
 
 
 async def _links_judged(engine: Engine, spec: SandboxSpec, container: str, user: str, files_dir: str) -> str | None:

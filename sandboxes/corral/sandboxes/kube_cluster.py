@@ -53,15 +53,20 @@ class Settings:
             raise ConfigError(
                 f"--sandbox kubernetes found no cluster to talk to: no kubeconfig at {kubeconfig} and not running "
                 "in a pod; set KUBECONFIG to your cluster's kubeconfig (kubectl config view --raw > FILE), or run "
-                "the server in the cluster with a service account")
+                "the server in the cluster with a service account"
+            )
         registry = os.environ.get("CORRAL_REGISTRY", "").strip()
         if not registry:
             raise ConfigError(
                 "--sandbox kubernetes needs CORRAL_REGISTRY, the registry the cluster pulls env images from (e.g. "
-                "ghcr.io/you); push each env's image there as REGISTRY/corral-env/ENV:DIGEST (docs/kubernetes.md)")
-        return cls(kubeconfig if kubeconfig.is_file() else None, registry,
-                   os.environ.get("CORRAL_K8S_NAMESPACE") or "default",
-                   os.environ.get("CORRAL_K8S_RUNTIME_CLASS") or None)
+                "ghcr.io/you); push each env's image there as REGISTRY/corral-env/ENV:DIGEST (docs/kubernetes.md)"
+            )
+        return cls(
+            kubeconfig if kubeconfig.is_file() else None,
+            registry,
+            os.environ.get("CORRAL_K8S_NAMESPACE") or "default",
+            os.environ.get("CORRAL_K8S_RUNTIME_CLASS") or None,
+        )
 
 
 class Cluster:
@@ -108,10 +113,12 @@ class Cluster:
 
 def failure(error: ApiException, doing: str) -> SandboxError:
     """An API error as a SandboxError that says what was being done and, for the usual causes, the fix."""
-    fix = {401: "; the kubeconfig's credentials were refused: renew them",
-           403: "; the kubeconfig's user may not do this: grant it create/get/list/delete on pods and pods/attach, "
-                "and on leases (coordination.k8s.io) and networkpolicies (networking.k8s.io), in the namespace "
-                "(CORRAL_K8S_NAMESPACE)"}.get(error.status, "")
+    fix = {
+        401: "; the kubeconfig's credentials were refused: renew them",
+        403: "; the kubeconfig's user may not do this: grant it create/get/list/delete on pods and pods/attach, "
+        "and on leases (coordination.k8s.io) and networkpolicies (networking.k8s.io), in the namespace "
+        "(CORRAL_K8S_NAMESPACE)",
+    }.get(error.status, "")
     return SandboxError(f"the Kubernetes API server refused {doing}: {error.status} {error.reason}{fix}")
 
 
@@ -167,10 +174,13 @@ class InstanceLease:
             await asyncio.sleep(LEASE_BEAT_S)
             with contextlib.suppress(ApiException, OSError):  # a missed beat is not yet a lost lease
                 leases = await self.cluster.leases()
-                await leases.patch_namespaced_lease(self.name, self.cluster.settings.namespace,
-                                                    {"spec": {"renewTime": _micro(_now())}},
-                                                    # the generated method takes it; its type stub omits it
-                                                    _content_type="application/merge-patch+json")  # type: ignore[call-arg]
+                await leases.patch_namespaced_lease(
+                    self.name,
+                    self.cluster.settings.namespace,
+                    {"spec": {"renewTime": _micro(_now())}},
+                    # the generated method takes it; its type stub omits it
+                    _content_type="application/merge-patch+json",
+                )  # type: ignore[call-arg]
 
     async def release(self) -> None:
         """Stop renewing and delete the lease, unless a restart has taken it over."""
@@ -185,14 +195,19 @@ class InstanceLease:
 
     def _spec(self) -> dict:
         now = _micro(_now())
-        return {"holderIdentity": self.run_id, "leaseDurationSeconds": LEASE_STALE_S, "acquireTime": now,
-                "renewTime": now}
+        return {
+            "holderIdentity": self.run_id,
+            "leaseDurationSeconds": LEASE_STALE_S,
+            "acquireTime": now,
+            "renewTime": now,
+        }
 
     def _refuse(self, when: str) -> None:
         raise ConfigError(
             f"another corral server holds the instance {self.instance!r} in the cluster (its Lease {self.name} in "
             f"namespace {self.cluster.settings.namespace} was {when}); stop that server, or serve this one with "
-            "--instance OTHER_NAME (or CORRAL_INSTANCE)")
+            "--instance OTHER_NAME (or CORRAL_INSTANCE)"
+        )
 
 
 def _micro(moment: datetime.datetime) -> str:

@@ -37,7 +37,8 @@ def network_policy(run_id: str, labels: Mapping[str, str]) -> dict[str, Any]:
     """The policy of run `run_id`, labelled `labels`: no ingress or egress for its pods labelled
     `corral.network=none` (a policy listing a direction with no rule allows nothing that way)."""
     return {
-        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
         "metadata": {"name": policy_name(run_id), "labels": {key: label_value(value) for key, value in labels.items()}},
         "spec": {
             "podSelector": {"matchLabels": {"corral.run": run_id, NETWORK_LABEL: "none"}},

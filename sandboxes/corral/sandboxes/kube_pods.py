@@ -28,8 +28,17 @@ ENVIRONMENT = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "HOME": 
 # A pod outlives a killed server by at most this long (its reaper, on restart, ends it sooner).
 LIFETIME_S = 24 * 3600
 # Waiting reasons of a container that will not start by itself: each is the operator's to fix.
-STUCK_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
-                           "CreateContainerError", "RunContainerError", "CrashLoopBackOff"})
+STUCK_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "CrashLoopBackOff",
+    }
+)
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -54,21 +63,28 @@ def registry_image(spec: SandboxSpec, registry: str, tag: str) -> str:
 def refuse_unsupported(spec: SandboxSpec) -> None:
     """Raise SandboxError for what this provider does not run yet, naming the limitation."""
     if spec.writable_root:
-        raise SandboxError(f"env {spec.env_name} runs an image whole (a Harbor task's), which --sandbox kubernetes "
-                           "does not run yet; serve it with --sandbox docker")
+        raise SandboxError(
+            f"env {spec.env_name} runs an image whole (a Harbor task's), which --sandbox kubernetes "
+            "does not run yet; serve it with --sandbox docker"
+        )
     if spec.user is not None:
-        raise SandboxError(f"env {spec.env_name} names its own user ({spec.user!r}); --sandbox kubernetes runs every "
-                           f"env as uid {ENV_UID} (runAsNonRoot); drop `user` or serve it with --sandbox docker")
+        raise SandboxError(
+            f"env {spec.env_name} names its own user ({spec.user!r}); --sandbox kubernetes runs every "
+            f"env as uid {ENV_UID} (runAsNonRoot); drop `user` or serve it with --sandbox docker"
+        )
 
 
-def pod_manifest(spec: SandboxSpec, image: str, *, name: str, labels: Mapping[str, str],
-                 runtime_class: str | None = None) -> dict[str, Any]:
+def pod_manifest(
+    spec: SandboxSpec, image: str, *, name: str, labels: Mapping[str, str], runtime_class: str | None = None
+) -> dict[str, Any]:
     """The pod that runs `spec`'s env from `image`, marked with `labels`: see the module docstring."""
     refuse_unsupported(spec)
     cpu, memory = f"{round(spec.resources.cpus * 1000)}m", f"{spec.resources.memory_mb}Mi"
     writable = (SCRATCH, *spec.writable)
-    volumes = [{"name": f"writable-{i}", "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.scratch_mb}Mi"}}
-               for i in range(len(writable))]
+    volumes = [
+        {"name": f"writable-{i}", "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.scratch_mb}Mi"}}
+        for i in range(len(writable))
+    ]
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
@@ -81,9 +97,14 @@ def pod_manifest(spec: SandboxSpec, image: str, *, name: str, labels: Mapping[st
         "env": [{"name": key, "value": value} for key, value in {**ENVIRONMENT, **dict(spec.environment)}.items()],
         "resources": {"limits": {"cpu": cpu, "memory": memory}, "requests": {"cpu": cpu, "memory": memory}},
         "securityContext": {
-            "runAsNonRoot": True, "runAsUser": ENV_UID, "runAsGroup": ENV_UID,
-            "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False, "privileged": False,
-            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+            "runAsNonRoot": True,
+            "runAsUser": ENV_UID,
+            "runAsGroup": ENV_UID,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
         },
         "volumeMounts": [{"name": f"writable-{i}", "mountPath": path} for i, path in enumerate(writable)],
     }
@@ -101,9 +122,12 @@ def pod_manifest(spec: SandboxSpec, image: str, *, name: str, labels: Mapping[st
     }
     if runtime_class:
         pod_spec["runtimeClassName"] = runtime_class
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {key: label_value(value) for key, value in labels.items()}},
-            "spec": pod_spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {key: label_value(value) for key, value in labels.items()}},
+        "spec": pod_spec,
+    }
 
 
 def why_not_started(pod: Any) -> str | None:
@@ -113,13 +137,18 @@ def why_not_started(pod: Any) -> str | None:
         return None
     for condition in status.conditions or []:
         if condition.type == "PodScheduled" and condition.status == "False" and condition.reason == "Unschedulable":
-            return (f"the cluster cannot schedule it: {condition.message}; lower the env's [resources] or give "
-                    "the cluster room")
+            return (
+                f"the cluster cannot schedule it: {condition.message}; lower the env's [resources] or give "
+                "the cluster room"
+            )
     for container in status.container_statuses or []:
         waiting, ended = container.state.waiting, container.state.terminated
         if waiting is not None and waiting.reason in STUCK_REASONS:
-            fix = ("; push the image to the registry (CORRAL_REGISTRY) and let the nodes pull it"
-                   if "Image" in waiting.reason else "")
+            fix = (
+                "; push the image to the registry (CORRAL_REGISTRY) and let the nodes pull it"
+                if "Image" in waiting.reason
+                else ""
+            )
             return f"{waiting.reason}: {waiting.message or 'no message'} (image {container.image}){fix}"
         if ended is not None:
             return f"its env exited with code {ended.exit_code} ({ended.reason}: {ended.message or 'no message'})"

@@ -68,7 +68,8 @@ class KubernetesProvider(SandboxProvider):
         self.run_id = uuid.uuid4().hex[:12]
         self._images: dict[SandboxSpec, str] = {}
         self._live: LiveSandboxes[KubeSandbox] = LiveSandboxes(
-            warm_pool, lambda spec: self._start(spec, {"corral.purpose": "warm"}))
+            warm_pool, lambda spec: self._start(spec, {"corral.purpose": "warm"})
+        )
         self._lease: InstanceLease | None = None
         self._policy_lock = asyncio.Lock()
         self._policy_asked = self._policy_made = False  # the run's NetworkPolicy (kube_network)
@@ -107,8 +108,10 @@ class KubernetesProvider(SandboxProvider):
         refuse_unsupported(spec)
         image = registry_image(spec, self.cluster.settings.registry, await asyncio.to_thread(image_tag, spec))
         self._images[spec] = image
-        progress(f"env {spec.env_name}: pods pull {image} (push it there first: corral build BUNDLE --push "
-                 f"{self.cluster.settings.registry})")
+        progress(
+            f"env {spec.env_name}: pods pull {image} (push it there first: corral build BUNDLE --push "
+            f"{self.cluster.settings.registry})"
+        )
         return Prepared(spec.env_name, image, built=False, seconds=time.monotonic() - started)
 
     def start_pools(self, specs: Iterable[SandboxSpec]) -> None:
@@ -129,10 +132,13 @@ class KubernetesProvider(SandboxProvider):
             await self.prepare(spec)
         if spec.network == "none":
             await self._no_network_policy()
-        manifest = pod_manifest(spec, self._images[spec], name=pod_name(spec.env_name),
-                                labels={**self.labels, "corral.env": spec.env_name, NETWORK_LABEL: spec.network,
-                                        **labels},
-                                runtime_class=self.cluster.settings.runtime_class)
+        manifest = pod_manifest(
+            spec,
+            self._images[spec],
+            name=pod_name(spec.env_name),
+            labels={**self.labels, "corral.env": spec.env_name, NETWORK_LABEL: spec.network, **labels},
+            runtime_class=self.cluster.settings.runtime_class,
+        )
         sandbox = await KubeSandbox.create(self.cluster, spec, manifest, on_close=self._closed)
         self._live.add(sandbox)
         return sandbox
@@ -156,8 +162,7 @@ class KubernetesProvider(SandboxProvider):
         """The API server answers for the namespace's pods, or SandboxError says it does not."""
         try:
             core = await self.cluster.core()
-            await asyncio.wait_for(core.list_namespaced_pod(self.cluster.settings.namespace, limit=1),
-                                   CHECK_TIMEOUT_S)
+            await asyncio.wait_for(core.list_namespaced_pod(self.cluster.settings.namespace, limit=1), CHECK_TIMEOUT_S)
         except Exception as error:  # noqa: BLE001 - a timeout, a refused connection, an API error
             raise SandboxError(f"the Kubernetes API server did not answer ({type(error).__name__})") from None
 

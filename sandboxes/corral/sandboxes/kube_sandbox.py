@@ -39,8 +39,9 @@ class KubeSandbox(Sandbox):
     """A running pod whose env talks over `ws`; `on_close` is told when it closes (the
     provider counts live sandboxes and deletes the pod)."""
 
-    def __init__(self, name: str, spec: SandboxSpec, ws: aiohttp.ClientWebSocketResponse,
-                 on_close: Callable[[KubeSandbox], None]):
+    def __init__(
+        self, name: str, spec: SandboxSpec, ws: aiohttp.ClientWebSocketResponse, on_close: Callable[[KubeSandbox], None]
+    ):
         self.name = name
         self.spec = spec
         self._ws = ws
@@ -52,8 +53,9 @@ class KubeSandbox(Sandbox):
         self._reader = asyncio.create_task(self._read())
 
     @classmethod
-    async def create(cls, cluster: Cluster, spec: SandboxSpec, manifest: dict[str, Any],
-                     on_close: Callable[[KubeSandbox], None]) -> KubeSandbox:
+    async def create(
+        cls, cluster: Cluster, spec: SandboxSpec, manifest: dict[str, Any], on_close: Callable[[KubeSandbox], None]
+    ) -> KubeSandbox:
         """Create the pod, wait until it runs, attach, hand its env the SDK. Raises SandboxError
         saying why a pod did not start, having deleted it."""
         name, namespace = manifest["metadata"]["name"], cluster.settings.namespace
@@ -66,8 +68,15 @@ class KubeSandbox(Sandbox):
             await _until_running(cluster, name, spec)
             streams = await cluster.streams()
             connecting = await streams.connect_get_namespaced_pod_attach(
-                name, namespace, container=CONTAINER, stdin=True, stdout=True, stderr=True, tty=False,
-                _preload_content=False)
+                name,
+                namespace,
+                container=CONTAINER,
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+            )
             # Unread (_preload_content=False): aiohttp's WebSocket connect, whatever the type stub says.
             ws = await cast(Any, connecting)
         except BaseException as error:
@@ -84,8 +93,10 @@ class KubeSandbox(Sandbox):
             except BaseException as error:
                 await started.close()
                 if isinstance(error, EOFError):
-                    raise SandboxError(f"the pod {name} of env {spec.env_name} ended before its env started: "
-                                       f"{started.stderr_tail(1000)}") from None
+                    raise SandboxError(
+                        f"the pod {name} of env {spec.env_name} ended before its env started: "
+                        f"{started.stderr_tail(1000)}"
+                    ) from None
                 raise
         return started
 
@@ -100,7 +111,7 @@ class KubeSandbox(Sandbox):
                 if self.ended.is_set() or self._ws.closed:
                     raise EOFError("the pod's attach stream ended")
                 try:
-                    await self._ws.send_bytes(bytes([STDIN]) + data[start:start + STDIN_CHUNK])
+                    await self._ws.send_bytes(bytes([STDIN]) + data[start : start + STDIN_CHUNK])
                 except (ConnectionError, aiohttp.ClientError) as error:
                     raise EOFError(f"the pod's attach stream ended ({error})") from None
 
@@ -113,10 +124,18 @@ class KubeSandbox(Sandbox):
     def stderr_tail(self, max_chars: int = 4000) -> str:
         return self._output.stderr_tail(max_chars)
 
-    async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
-                     timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
-        raise SandboxError(f"env {self.spec.env_name}: command verifiers do not run on --sandbox kubernetes yet; "
-                           "serve a bundle with command verifiers with --sandbox docker")
+    async def verify(
+        self,
+        files: Mapping[str, bytes],
+        command: Callable[[str], Sequence[str]],
+        *,
+        timeout_s: float,
+        max_output_chars: int = 20_000,
+    ) -> CommandResult:
+        raise SandboxError(
+            f"env {self.spec.env_name}: command verifiers do not run on --sandbox kubernetes yet; "
+            "serve a bundle with command verifiers with --sandbox docker"
+        )
 
     async def close(self) -> None:
         """End the stream and hand the pod's deletion to the provider (`on_close`), so a
@@ -164,8 +183,10 @@ async def _until_running(cluster: Cluster, name: str, spec: SandboxSpec) -> None
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, POLL_MOST_S)
     except TimeoutError:
-        raise SandboxError(f"the pod {name} of env {spec.env_name} did not run within {START_TIMEOUT_S:.0f}s; "
-                           f"kubectl describe pod {name} says why") from None
+        raise SandboxError(
+            f"the pod {name} of env {spec.env_name} did not run within {START_TIMEOUT_S:.0f}s; "
+            f"kubectl describe pod {name} says why"
+        ) from None
 
 
 async def delete_pod(cluster: Cluster, name: str) -> None:

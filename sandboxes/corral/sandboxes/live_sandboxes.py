@@ -60,8 +60,9 @@ class LiveSandboxes(Generic[S]):
         await asyncio.gather(*list(self._background), return_exceptions=True)
 
     def status(self, kind: str, isolated: bool) -> ProviderStatus:
-        return ProviderStatus(kind, isolated, live=len(self._running - self._waiting), warm=self.pools.ready(),
-                              warm_dry=self.pools.dry())
+        return ProviderStatus(
+            kind, isolated, live=len(self._running - self._waiting), warm=self.pools.ready(), warm_dry=self.pools.dry()
+        )
 
     async def close(self) -> None:
         """Close the pools and every running sandbox, and wait for their removals."""

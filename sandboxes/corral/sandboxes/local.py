@@ -105,8 +105,11 @@ class LocalProvider(SandboxProvider):
         """Whether bwrap can start an env as root holding only the capabilities to change users
         (a root without CAP_SYS_ADMIN, in a container, cannot); if not, one uid per episode."""
         if why := refusal(bubblewrap, None, ENV_CAPABILITIES):
-            log.warning("bubblewrap cannot start a local env as root here (%s): each episode's env, agent and "
-                        "verifier share one uid", why)
+            log.warning(
+                "bubblewrap cannot start a local env as root here (%s): each episode's env, agent and "
+                "verifier share one uid",
+                why,
+            )
             return False
         return True
 
@@ -125,7 +128,8 @@ class LocalProvider(SandboxProvider):
             raise ConfigError(
                 f"another corral server holds the instance {self.instance!r} on this machine (it locks "
                 f"{self.root / 'lock'}); stop that server, or serve this one with --instance OTHER_NAME "
-                "(or CORRAL_INSTANCE)") from None
+                "(or CORRAL_INSTANCE)"
+            ) from None
         self._lock = lock
         killed = kill_marked(f"{self.instance}/")
         unbind_all_under(self.root)
@@ -134,8 +138,12 @@ class LocalProvider(SandboxProvider):
             remove_tree(entry)
         self.files.copies.clear()
         if killed or left:
-            log.info("removed what a killed server of instance %s left: %d process(es), %d folder(s)",
-                     self.instance, killed, len(left))
+            log.info(
+                "removed what a killed server of instance %s left: %d process(es), %d folder(s)",
+                self.instance,
+                killed,
+                len(left),
+            )
 
     def _make_root(self) -> None:
         # As root, 0711: each env's uid may pass through to its own folder, and list none.
@@ -165,11 +173,13 @@ class LocalProvider(SandboxProvider):
             fix = "install bubblewrap (apt-get install bubblewrap)"
         elif spec.network == "egress":
             why = "it asks for network egress, which a local env shares with this machine, loopback included"
-            fix = "set network = \"none\" in its env.toml"
+            fix = 'set network = "none" in its env.toml'
         else:
             return
-        raise ConfigError(f"env {spec.env_name} gives the agent a shell or files (agent_shell in its env.toml) and "
-                          f"{why}; {fix}, serve with --sandbox docker, or accept the risk with --unsafe-local-shell")
+        raise ConfigError(
+            f"env {spec.env_name} gives the agent a shell or files (agent_shell in its env.toml) and "
+            f"{why}; {fix}, serve with --sandbox docker, or accept the risk with --unsafe-local-shell"
+        )
 
     def _copy_readable(self, spec: SandboxSpec) -> None:
         self._make_root()
@@ -189,8 +199,9 @@ class LocalProvider(SandboxProvider):
         if not self._root_made:  # a provider used on its own, without reap_leftovers (a library, a test)
             await asyncio.to_thread(self._make_root)
         await self.prepare(spec)
-        sandbox = LocalSandbox(self, spec, self.root / f"{spec.env_name}-{uuid.uuid4().hex[:12]}",
-                               on_close=self._live.closed)
+        sandbox = LocalSandbox(
+            self, spec, self.root / f"{spec.env_name}-{uuid.uuid4().hex[:12]}", on_close=self._live.closed
+        )
         self._live.add(sandbox)
         try:
             sandbox.users = await self._users(spec)

@@ -74,5 +74,3 @@ def installation_of(program: str) -> list[Path]:
         if not any(top.is_relative_to(folder) for folder in SYSTEM_FOLDERS) and top != Path("/"):
             found.append(top)
     return found
-
-

@@ -57,10 +57,19 @@ class Bubblewrap:
 
     path: str
 
-    def command(self, command: Sequence[str], *, cwd: Path, read_only: Sequence[Path] = (),
-                writable: Sequence[Path] = (), tmp_mb: int = 64, network: bool = False,
-                info_fd: int | None = None, as_pid_1: bool = False,
-                capabilities: Sequence[str] | None = None) -> list[str]:
+    def command(
+        self,
+        command: Sequence[str],
+        *,
+        cwd: Path,
+        read_only: Sequence[Path] = (),
+        writable: Sequence[Path] = (),
+        tmp_mb: int = 64,
+        network: bool = False,
+        info_fd: int | None = None,
+        as_pid_1: bool = False,
+        capabilities: Sequence[str] | None = None,
+    ) -> list[str]:
         """`command` run in fresh namespaces (the module docstring), in `cwd`, seeing the system
         and `read_only` read-only, `writable` writable, and nothing else; `network` shares this
         machine's network (an env that asks for egress); `as_pid_1`: `command` is the
@@ -71,9 +80,16 @@ class Bubblewrap:
         if capabilities is None:
             argv += ["--unshare-all", "--unshare-user", "--disable-userns", *(["--share-net"] if network else [])]
         else:  # every namespace but the user's (--unshare-all would try one, where no other uid maps)
-            argv += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
-                     *([] if network else ["--unshare-net"]),
-                     "--cap-drop", "ALL", *(part for name in capabilities for part in ("--cap-add", name))]
+            argv += [
+                "--unshare-ipc",
+                "--unshare-pid",
+                "--unshare-uts",
+                "--unshare-cgroup-try",
+                *([] if network else ["--unshare-net"]),
+                "--cap-drop",
+                "ALL",
+                *(part for name in capabilities for part in ("--cap-add", name)),
+            ]
         if as_pid_1:
             argv.append("--as-pid-1")
         if info_fd is not None:
@@ -115,9 +131,14 @@ def _made_above(*groups: Sequence[Path]) -> list[str]:
     server's own folders (0711) do, and list nothing."""
     above = {str(parent) for paths in groups for path in paths for parent in Path(path).parents}
     mounted = {"/", *SYSTEM_FOLDERS, *PRIVATE_TMP}
-    return sorted((folder for folder in above
-                   if folder not in mounted and not any(Path(folder).is_relative_to(top) for top in SYSTEM_FOLDERS)),
-                  key=lambda folder: folder.count("/"))
+    return sorted(
+        (
+            folder
+            for folder in above
+            if folder not in mounted and not any(Path(folder).is_relative_to(top) for top in SYSTEM_FOLDERS)
+        ),
+        key=lambda folder: folder.count("/"),
+    )
 
 
 def find_bubblewrap(uid: int | None) -> Bubblewrap | str:
@@ -137,9 +158,15 @@ def refusal(bubblewrap: Bubblewrap, uid: int | None, capabilities: Sequence[str]
     those, Bubblewrap.command), "" when it can: a root in a container without CAP_SYS_ADMIN
     may make namespaces only within a user namespace of its own, for one."""
     try:
-        ran = subprocess.run(as_uid(uid, bubblewrap.command(["true"], cwd=Path("/"), capabilities=capabilities)),
-                             capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False, cwd="/",
-                             env={"PATH": "/usr/bin:/bin"})
+        ran = subprocess.run(
+            as_uid(uid, bubblewrap.command(["true"], cwd=Path("/"), capabilities=capabilities)),
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin"},
+        )
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"it could not run: {error}"
     if ran.returncode != 0:
@@ -156,10 +183,22 @@ class Contained:
         self._init = os.pidfd_open(init_pid) if init_pid is not None else -1
 
     @classmethod
-    async def start(cls, bubblewrap: Bubblewrap, uid: int | None, command: Sequence[str], *, cwd: Path,
-                    read_only: Sequence[Path] = (), writable: Sequence[Path] = (), tmp_mb: int = 64,
-                    network: bool = False, as_pid_1: bool = False, limits: Sequence[str] = (),
-                    capabilities: Sequence[str] | None = None, **popen) -> Contained:
+    async def start(
+        cls,
+        bubblewrap: Bubblewrap,
+        uid: int | None,
+        command: Sequence[str],
+        *,
+        cwd: Path,
+        read_only: Sequence[Path] = (),
+        writable: Sequence[Path] = (),
+        tmp_mb: int = 64,
+        network: bool = False,
+        as_pid_1: bool = False,
+        limits: Sequence[str] = (),
+        capabilities: Sequence[str] | None = None,
+        **popen,
+    ) -> Contained:
         """Start `command` as `uid` in namespaces (Bubblewrap.command; with `capabilities`,
         `uid` is None: as root holding only those), through `limits` (a command prefix, such
         as local_quota.file_size_limit's); `popen` goes to create_subprocess_exec. OSError when
@@ -168,11 +207,20 @@ class Contained:
             raise FileNotFoundError(errno.ENOENT, "No such file or directory in the sandbox's view", command[0])
         read, write = os.pipe()
         try:
-            argv = bubblewrap.command(command, cwd=cwd, read_only=read_only, writable=writable, tmp_mb=tmp_mb,
-                                      network=network, info_fd=write, as_pid_1=as_pid_1,
-                                      capabilities=capabilities)
-            process = await asyncio.create_subprocess_exec(*limits, *as_uid(uid, argv), pass_fds=(write,), cwd="/",
-                                                           start_new_session=True, **popen)
+            argv = bubblewrap.command(
+                command,
+                cwd=cwd,
+                read_only=read_only,
+                writable=writable,
+                tmp_mb=tmp_mb,
+                network=network,
+                info_fd=write,
+                as_pid_1=as_pid_1,
+                capabilities=capabilities,
+            )
+            process = await asyncio.create_subprocess_exec(
+                *limits, *as_uid(uid, argv), pass_fds=(write,), cwd="/", start_new_session=True, **popen
+            )
             os.close(write)
             write = -1
             try:

@@ -46,8 +46,13 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 def minimal_environment(home: Path, tmp: Path, marker: str) -> dict[str, str]:
     """What an episode's processes get of an environment: nothing of the server's but PATH and
     LANG; `marker` is their CORRAL_SANDBOX."""
-    return {"PATH": os.environ.get("PATH", DEFAULT_PATH), "LANG": os.environ.get("LANG", "C.UTF-8"),
-            "HOME": str(home), "TMPDIR": str(tmp), MARKER: marker}
+    return {
+        "PATH": os.environ.get("PATH", DEFAULT_PATH),
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+        "HOME": str(home),
+        "TMPDIR": str(tmp),
+        MARKER: marker,
+    }
 
 
 @dataclass(frozen=True)
@@ -118,13 +123,17 @@ def as_uid(uid: int | None, command: Sequence[str]) -> list[str]:
     if uid is None:
         return list(command)
     if "/" in command[0] and not runnable_by_anyone(command[0]):
-        raise SandboxError(f"{command[0]} cannot be run by other users, and a server running as root runs each local "
-                           "env as a uid of its own: use a command every user may run (its folders too), or serve "
-                           "as another user")
+        raise SandboxError(
+            f"{command[0]} cannot be run by other users, and a server running as root runs each local "
+            "env as a uid of its own: use a command every user may run (its folders too), or serve "
+            "as another user"
+        )
     setpriv = shutil.which("setpriv", path=SETPRIV_PATH)
     if setpriv is None:
-        raise SandboxError("a server running as root runs each local env as a uid of its own, through util-linux's "
-                           "setpriv, which is not installed: install util-linux, or serve as another user")
+        raise SandboxError(
+            "a server running as root runs each local env as a uid of its own, through util-linux's "
+            "setpriv, which is not installed: install util-linux, or serve as another user"
+        )
     return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--", *command]
 
 
@@ -134,7 +143,8 @@ def runnable_by_anyone(path: str) -> bool:
     real = Path(os.path.realpath(path))
     try:
         return all(folder.stat().st_mode & stat.S_IXOTH for folder in real.parents) and bool(
-            real.stat().st_mode & stat.S_IXOTH)
+            real.stat().st_mode & stat.S_IXOTH
+        )
     except OSError:
         return False
 
@@ -142,8 +152,12 @@ def runnable_by_anyone(path: str) -> bool:
 async def kill_uid(uid: int) -> None:
     """End every process of `uid` at once: `kill -9 -1` as that uid (root only)."""
     killer = await asyncio.create_subprocess_exec(
-        *as_uid(uid, ["/bin/sh", "-c", "kill -9 -1; kill -9 -1; exit 0"]), cwd="/", env={},
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        *as_uid(uid, ["/bin/sh", "-c", "kill -9 -1; kill -9 -1; exit 0"]),
+        cwd="/",
+        env={},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
     )
     await killer.wait()
 
@@ -182,8 +196,10 @@ class UidPool:
                 continue
             self._held[uid] = fd
             return uid
-        raise SandboxError(f"every uid from {UID_BASE} to {UID_BASE + UID_COUNT - 1} is taken by a local "
-                           "episode; end some episodes, or serve with --sandbox docker")
+        raise SandboxError(
+            f"every uid from {UID_BASE} to {UID_BASE + UID_COUNT - 1} is taken by a local "
+            "episode; end some episodes, or serve with --sandbox docker"
+        )
 
 
 def _is_a_user(uid: int) -> bool:

@@ -42,12 +42,19 @@ class Quotas:
     """Mounts sized tmpfs where this process may (root with CAP_SYS_ADMIN); else says why not, once."""
 
     def __init__(self, enabled: bool) -> None:
-        self.why_not = "" if enabled else ("the server is not root, so the local sandbox cannot mount a sized tmpfs "
-                                           "over an episode's work folder: what the agent writes there during its "
-                                           "turn is bounded only by this machine's disk")
+        self.why_not = (
+            ""
+            if enabled
+            else (
+                "the server is not root, so the local sandbox cannot mount a sized tmpfs "
+                "over an episode's work folder: what the agent writes there during its "
+                "turn is bounded only by this machine's disk"
+            )
+        )
 
-    def bound(self, folder: Path, size_mb: int, *, uid: int | None = None, gid: int | None = None,
-              mode: int = 0o700) -> bool:
+    def bound(
+        self, folder: Path, size_mb: int, *, uid: int | None = None, gid: int | None = None, mode: int = 0o700
+    ) -> bool:
         """Mount a tmpfs of `size_mb` MB over the (empty) `folder`, owned by `uid` and `gid`
         (None: root; the gid by default the uid's number) with `mode`; False (and a warning,
         once) where this server cannot mount."""
@@ -59,9 +66,11 @@ class Quotas:
         if _libc.mount(b"tmpfs", os.fsencode(folder), b"tmpfs", MS_NOSUID | MS_NODEV, options) == 0:
             return True
         failed = ctypes.get_errno()
-        self.why_not = (f"the local sandbox could not mount a sized tmpfs over an episode's work folder "
-                        f"({os.strerror(failed)}; a container needs CAP_SYS_ADMIN): what the agent writes there "
-                        "during its turn is bounded only by this machine's disk")
+        self.why_not = (
+            f"the local sandbox could not mount a sized tmpfs over an episode's work folder "
+            f"({os.strerror(failed)}; a container needs CAP_SYS_ADMIN): what the agent writes there "
+            "during its turn is bounded only by this machine's disk"
+        )
         log.warning("%s", self.why_not)
         return False
 

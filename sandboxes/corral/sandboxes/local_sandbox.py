@@ -88,30 +88,62 @@ class LocalSandbox(Sandbox):
             # the env cannot swap the file for a link to a secret.
             self._stderr = os.open(stderr_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         except OSError as error:
-            raise SandboxError(f"could not make the folders of an episode of env {spec.env_name} in "
-                               f"{self.host.root}: {error}") from None
+            raise SandboxError(
+                f"could not make the folders of an episode of env {spec.env_name} in {self.host.root}: {error}"
+            ) from None
         environ = minimal_environment(self.workdir, Path("/tmp") if contained else tmp, self.marker + "env")
-        environ.update(PYTHONPATH=os.pathsep.join(str(path) for path in self.host.files.import_path(spec)),
-                       PYTHONUNBUFFERED="1")
+        environ.update(
+            PYTHONPATH=os.pathsep.join(str(path) for path in self.host.files.import_path(spec)), PYTHONUNBUFFERED="1"
+        )
         users, capabilities = self.users, None
         if users is not None and users.apart:  # corral's runtime takes them on (corral.env.agent), and the names go
-            environ.update({ENV_USER_VARIABLE: f"{users.env}:{users.env}", AGENT_USER_VARIABLE: f"{users.agent}:{users.agent}"})
+            environ.update(
+                {ENV_USER_VARIABLE: f"{users.env}:{users.env}", AGENT_USER_VARIABLE: f"{users.agent}:{users.agent}"}
+            )
             capabilities = ENV_CAPABILITIES
         try:
-            self._env = await self.spawn(spec.command, uid=None if capabilities else self.uid, cwd=self.workdir,
-                                         environ=environ, capabilities=capabilities,
-                                         read_only=self.host.files.visible(spec), writable=[self.workdir],
-                                         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                                         stderr=self._stderr, limit=LINE_LIMIT, as_pid_1=True,
-                                         limits=file_size_limit(self.share_mb))
+            self._env = await self.spawn(
+                spec.command,
+                uid=None if capabilities else self.uid,
+                cwd=self.workdir,
+                environ=environ,
+                capabilities=capabilities,
+                read_only=self.host.files.visible(spec),
+                writable=[self.workdir],
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=self._stderr,
+                limit=LINE_LIMIT,
+                as_pid_1=True,
+                limits=file_size_limit(self.share_mb),
+            )
         except OSError as error:
-            as_whom = (f" as uid {self.uid} (a server running as root runs each env as its own user: the bundle, "
-                       "corral and the command must be readable by every user)") if self.users is not None else ""
-            raise SandboxError(f"could not start {spec.command[0]!r} for env {spec.env_name}{as_whom}: {error}") from None
+            as_whom = (
+                (
+                    f" as uid {self.uid} (a server running as root runs each env as its own user: the bundle, "
+                    "corral and the command must be readable by every user)"
+                )
+                if self.users is not None
+                else ""
+            )
+            raise SandboxError(
+                f"could not start {spec.command[0]!r} for env {spec.env_name}{as_whom}: {error}"
+            ) from None
 
-    async def spawn(self, command: Sequence[str], *, uid: int | None, cwd: Path, environ: dict[str, str],
-                    read_only: Sequence[Path] = (), writable: Sequence[Path] = (), as_pid_1: bool = False,
-                    limits: Sequence[str] = (), capabilities: Sequence[str] | None = None, **popen) -> Contained:
+    async def spawn(
+        self,
+        command: Sequence[str],
+        *,
+        uid: int | None,
+        cwd: Path,
+        environ: dict[str, str],
+        read_only: Sequence[Path] = (),
+        writable: Sequence[Path] = (),
+        as_pid_1: bool = False,
+        limits: Sequence[str] = (),
+        capabilities: Sequence[str] | None = None,
+        **popen,
+    ) -> Contained:
         """`command` as `uid` (one of the episode's `users`; None: the server's user): where bwrap
         runs, in namespaces of its own that see the system, `read_only` and `writable` alone
         (local_namespace; `as_pid_1`: as their first process; `capabilities`: as root holding
@@ -119,12 +151,24 @@ class LocalSandbox(Sandbox):
         (file_size_limit); `popen` goes to create_subprocess_exec. OSError when it cannot start."""
         bubblewrap = self.host.bubblewrap
         if bubblewrap is not None:
-            return await Contained.start(bubblewrap, uid, command, cwd=cwd, read_only=read_only,
-                                         writable=writable, tmp_mb=self.spec.scratch_mb,
-                                         network=self.spec.network == "egress", as_pid_1=as_pid_1, limits=limits,
-                                         capabilities=capabilities, env=environ, **popen)
-        process = await asyncio.create_subprocess_exec(*limits, *as_uid(uid, command), cwd=cwd, env=environ,
-                                                       start_new_session=True, **popen)
+            return await Contained.start(
+                bubblewrap,
+                uid,
+                command,
+                cwd=cwd,
+                read_only=read_only,
+                writable=writable,
+                tmp_mb=self.spec.scratch_mb,
+                network=self.spec.network == "egress",
+                as_pid_1=as_pid_1,
+                limits=limits,
+                capabilities=capabilities,
+                env=environ,
+                **popen,
+            )
+        process = await asyncio.create_subprocess_exec(
+            *limits, *as_uid(uid, command), cwd=cwd, env=environ, start_new_session=True, **popen
+        )
         return Contained(process, None)
 
     async def end(self, started: Contained, marker: str) -> None:
@@ -203,10 +247,17 @@ class LocalSandbox(Sandbox):
         size = os.fstat(self._stderr).st_size
         start = max(0, size - max_chars)
         return self.host.files.with_original_paths(
-            self.spec, os.pread(self._stderr, size - start, start).decode("utf-8", errors="replace"))
+            self.spec, os.pread(self._stderr, size - start, start).decode("utf-8", errors="replace")
+        )
 
-    async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
-                     timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
+    async def verify(
+        self,
+        files: Mapping[str, bytes],
+        command: Callable[[str], Sequence[str]],
+        *,
+        timeout_s: float,
+        max_output_chars: int = 20_000,
+    ) -> CommandResult:
         """On a copy of the env's folder, once every process of the episode is gone: see local_verify."""
         if not self._agent_stopped:
             if self._env is not None:

@@ -71,14 +71,29 @@ class VerifiedSandbox(Protocol):
 
     def own(self, path: Path, mode: int = 0o700, *, uid: int | None = None, gid: int | None = None) -> None: ...
 
-    async def spawn(self, command: Sequence[str], *, uid: int | None, cwd: Path, environ: dict[str, str],
-                    read_only: Sequence[Path] = (), writable: Sequence[Path] = (), **popen) -> Contained: ...
+    async def spawn(
+        self,
+        command: Sequence[str],
+        *,
+        uid: int | None,
+        cwd: Path,
+        environ: dict[str, str],
+        read_only: Sequence[Path] = (),
+        writable: Sequence[Path] = (),
+        **popen,
+    ) -> Contained: ...
 
     async def end(self, started: Contained, marker: str) -> None: ...
 
 
-async def verify_on_a_copy(sandbox: VerifiedSandbox, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]],
-                           *, timeout_s: float, keep: int) -> CommandResult:
+async def verify_on_a_copy(
+    sandbox: VerifiedSandbox,
+    files: Mapping[str, bytes],
+    command: Callable[[str], Sequence[str]],
+    *,
+    timeout_s: float,
+    keep: int,
+) -> CommandResult:
     """The module docstring's steps, for one command verifier of `sandbox`'s episode."""
     sandbox.verifications += 1
     where = sandbox.folder / f"verify-{sandbox.verifications}"
@@ -95,13 +110,25 @@ async def verify_on_a_copy(sandbox: VerifiedSandbox, files: Mapping[str, bytes],
             sandbox.own(folder, uid=verifier)
         most = sandbox.share_mb
         if await asyncio.to_thread(larger_than, sandbox.workdir, most * 2**20):
-            return CommandResult(1, f"[corral] the env's folder holds more than {most} MB (scratch_mb in env.toml "
-                                    "bounds each writable folder); nothing was verified")
+            return CommandResult(
+                1,
+                f"[corral] the env's folder holds more than {most} MB (scratch_mb in env.toml "
+                "bounds each writable folder); nothing was verified",
+            )
         marker = f"{sandbox.marker}verify-{sandbox.verifications}"
         environ = pristine_environment(minimal_environment(work, tmp, marker), home=str(home))
-        copied = await _run(sandbox, ["cp", "-a", f"{sandbox.workdir}/.", str(work)], agent, cwd=work, environ=environ,
-                            read_only=[sandbox.workdir], writable=[work], marker=marker, timeout_s=SETUP_TIMEOUT_S,
-                            keep=2000)
+        copied = await _run(
+            sandbox,
+            ["cp", "-a", f"{sandbox.workdir}/.", str(work)],
+            agent,
+            cwd=work,
+            environ=environ,
+            read_only=[sandbox.workdir],
+            writable=[work],
+            marker=marker,
+            timeout_s=SETUP_TIMEOUT_S,
+            keep=2000,
+        )
         if copied.exit_code is None:
             return CommandResult(1, f"[corral] the agent's files could not be copied for verifying: {copied.output}")
         await asyncio.to_thread(remove_bytecode, work)  # no process of the agent's is left to race it
@@ -110,8 +137,18 @@ async def verify_on_a_copy(sandbox: VerifiedSandbox, files: Mapping[str, bytes],
             return CommandResult(1, stopped_by(forged))
         if verifier != agent:
             await asyncio.to_thread(give, work, verifier)
-        verdict = await _run(sandbox, list(command(str(files_dir))), verifier, cwd=work, environ=environ, read_only=[files_dir],
-                             writable=[work, tmp, home], marker=marker, timeout_s=timeout_s, keep=keep)
+        verdict = await _run(
+            sandbox,
+            list(command(str(files_dir))),
+            verifier,
+            cwd=work,
+            environ=environ,
+            read_only=[files_dir],
+            writable=[work, tmp, home],
+            marker=marker,
+            timeout_s=timeout_s,
+            keep=keep,
+        )
         if copied.exit_code == 0:
             return verdict
         # What the agent made unreadable (a folder of mode 000) is left out; the tests run on the rest.
@@ -122,16 +159,34 @@ async def verify_on_a_copy(sandbox: VerifiedSandbox, files: Mapping[str, bytes],
         await asyncio.to_thread(remove_tree, where)
 
 
-async def _run(sandbox: VerifiedSandbox, command: Sequence[str], uid: int | None, *, cwd: Path,
-               environ: dict[str, str], read_only: Sequence[Path], writable: Sequence[Path], marker: str,
-               timeout_s: float, keep: int) -> CommandResult:
+async def _run(
+    sandbox: VerifiedSandbox,
+    command: Sequence[str],
+    uid: int | None,
+    *,
+    cwd: Path,
+    environ: dict[str, str],
+    read_only: Sequence[Path],
+    writable: Sequence[Path],
+    marker: str,
+    timeout_s: float,
+    keep: int,
+) -> CommandResult:
     """`command` as `uid` (None: the server's user), seeing `read_only` and `writable` where it runs in
     namespaces (else everything its user may); its exit code (None at the deadline) and its
     output's tail. Everything it started is killed when it ends."""
     try:
-        started = await sandbox.spawn(command, uid=uid, cwd=cwd, environ=environ, read_only=read_only, writable=writable,
-                                      stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                                      stderr=asyncio.subprocess.STDOUT)
+        started = await sandbox.spawn(
+            command,
+            uid=uid,
+            cwd=cwd,
+            environ=environ,
+            read_only=read_only,
+            writable=writable,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
     except OSError as error:
         return CommandResult(exit_code=127, output=f"could not run {command[0]!r}: {error}")
     process = started.process
@@ -141,7 +196,7 @@ async def _run(sandbox: VerifiedSandbox, command: Sequence[str], uid: int | None
         assert process.stdout is not None
         while chunk := await process.stdout.read(65536):
             output.extend(chunk)
-            del output[:-keep * 4]  # characters are at most 4 bytes
+            del output[: -keep * 4]  # characters are at most 4 bytes
 
     reader = asyncio.create_task(read())
     try:

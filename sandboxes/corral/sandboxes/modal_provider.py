@@ -82,9 +82,11 @@ def env_image(spec: SandboxSpec) -> modal.Image:
     if not dockerfile.is_file():
         raise ImageError(
             f"env {spec.env_name} has no {spec.dockerfile} in {spec.context_dir}; add one (FROM an image with "
-            "python3), or name a prebuilt image with `image = ...` in env.toml")
-    return modal.Image.from_dockerfile(dockerfile, context_dir=spec.context_dir,
-                                       ignore=lambda path: skipped(Path(path)))
+            "python3), or name a prebuilt image with `image = ...` in env.toml"
+        )
+    return modal.Image.from_dockerfile(
+        dockerfile, context_dir=spec.context_dir, ignore=lambda path: skipped(Path(path))
+    )
 
 
 class ModalProvider(SandboxProvider):
@@ -104,7 +106,8 @@ class ModalProvider(SandboxProvider):
         self._app: modal.App | None = None
         self._images: dict[SandboxSpec, modal.Image] = {}
         self._live: LiveSandboxes[ModalSandbox] = LiveSandboxes(
-            warm_pool, lambda spec: self._start(spec, {"corral.env": spec.env_name, "corral.pool": "warm"}))
+            warm_pool, lambda spec: self._start(spec, {"corral.env": spec.env_name, "corral.pool": "warm"})
+        )
         self._lease: asyncio.Task | None = None
 
     @property
@@ -117,8 +120,10 @@ class ModalProvider(SandboxProvider):
             try:
                 self._app = await modal.App.lookup.aio(self.app_name, create_if_missing=True)
             except modal.exception.Error as error:
-                raise ConfigError(f"--sandbox modal: Modal refused the app {self.app_name!r} ({error}); check the "
-                                  "credentials (MODAL_TOKEN_ID, MODAL_TOKEN_SECRET) and `modal profile current`") from None
+                raise ConfigError(
+                    f"--sandbox modal: Modal refused the app {self.app_name!r} ({error}); check the "
+                    "credentials (MODAL_TOKEN_ID, MODAL_TOKEN_SECRET) and `modal profile current`"
+                ) from None
         return self._app
 
     async def reap_leftovers(self) -> None:
@@ -133,7 +138,8 @@ class ModalProvider(SandboxProvider):
             raise ConfigError(
                 f"another corral server holds the instance {self.instance!r} on Modal (its lease in the Modal Dict "
                 f"{LEASES} was renewed {age:.0f}s ago); stop that server, or serve this one with --instance "
-                "OTHER_NAME (or CORRAL_INSTANCE)")
+                "OTHER_NAME (or CORRAL_INSTANCE)"
+            )
         await leases.put.aio(self.instance, {"run": self.run_id, "beat": time.time()})
         self._lease = asyncio.create_task(self._renew(leases))
         await self._terminate_tagged({"corral.instance": self.instance})
@@ -166,8 +172,9 @@ class ModalProvider(SandboxProvider):
             try:
                 await image.build.aio(app)
             except modal.exception.Error as error:
-                raise ImageError(f"building the Modal image of env {spec.env_name} ({spec.context_dir}) failed: "
-                                 f"{error}") from None
+                raise ImageError(
+                    f"building the Modal image of env {spec.env_name} ({spec.context_dir}) failed: {error}"
+                ) from None
             await images.put.aio(key, image.object_id)
             built = True
         self._images[spec] = image
@@ -189,8 +196,9 @@ class ModalProvider(SandboxProvider):
     async def _start(self, spec: SandboxSpec, tags: Mapping[str, str]) -> ModalSandbox:
         if spec not in self._images:  # never prepared (a one-off check, a test): prepare it now
             await self.prepare(spec)
-        sandbox = await ModalSandbox.create(await self.app(), self._images[spec], spec, {**self.tags, **tags},
-                                            on_close=self._closed)
+        sandbox = await ModalSandbox.create(
+            await self.app(), self._images[spec], spec, {**self.tags, **tags}, on_close=self._closed
+        )
         self._live.add(sandbox)
         return sandbox
 

@@ -34,16 +34,24 @@ def create_options(spec: SandboxSpec, app: modal.App, image: modal.Image) -> dic
     """Sandbox.create's keyword arguments for `spec`: its app and image, its resources as hard
     limits, no network unless it opts in, a lifetime, and the environment."""
     cpus, memory = spec.resources.cpus, spec.resources.memory_mb
-    return {"app": app, "image": image, "cpu": (cpus, cpus), "memory": (memory, memory),
-            "block_network": spec.network == "none", "timeout": LIFETIME_S, "env": dict(ENVIRONMENT)}
+    return {
+        "app": app,
+        "image": image,
+        "cpu": (cpus, cpus),
+        "memory": (memory, memory),
+        "block_network": spec.network == "none",
+        "timeout": LIFETIME_S,
+        "env": dict(ENVIRONMENT),
+    }
 
 
 class ModalSandbox(Sandbox):
     """A started Modal Sandbox whose env process talks over its stdin and stdout; `on_close` is
     told when it closes (the provider's count of live sandboxes and its terminations)."""
 
-    def __init__(self, sandbox: modal.Sandbox, spec: SandboxSpec, options: dict,
-                 on_close: Callable[[ModalSandbox], None]):
+    def __init__(
+        self, sandbox: modal.Sandbox, spec: SandboxSpec, options: dict, on_close: Callable[[ModalSandbox], None]
+    ):
         self.sandbox = sandbox
         self.spec = spec
         self.options = options  # Sandbox.create's keyword arguments: a verifier's sandbox is made like it
@@ -55,8 +63,14 @@ class ModalSandbox(Sandbox):
         self._readers = [asyncio.create_task(self._read_stdout()), asyncio.create_task(self._read_stderr())]
 
     @classmethod
-    async def create(cls, app: modal.App, image: modal.Image, spec: SandboxSpec, tags: Mapping[str, str],
-                     on_close: Callable[[ModalSandbox], None]) -> ModalSandbox:
+    async def create(
+        cls,
+        app: modal.App,
+        image: modal.Image,
+        spec: SandboxSpec,
+        tags: Mapping[str, str],
+        on_close: Callable[[ModalSandbox], None],
+    ) -> ModalSandbox:
         """Create a sandbox running `spec`'s command, tag it, hand its env the SDK. Raises SandboxError."""
         command = bootstrapped(spec.command) or spec.command
         options = create_options(spec, app, image)
@@ -88,7 +102,7 @@ class ModalSandbox(Sandbox):
         stdin = self.sandbox.stdin
         try:
             for start in range(0, len(data), STDIN_CHUNK):
-                stdin.write(data[start:start + STDIN_CHUNK])
+                stdin.write(data[start : start + STDIN_CHUNK])
                 await stdin.drain.aio()
         except (ValueError, modal.exception.Error) as error:  # Modal's "Stdin is closed", a finished sandbox
             raise EOFError(f"the sandbox's stdin is closed ({error})") from None
@@ -102,13 +116,27 @@ class ModalSandbox(Sandbox):
     def stderr_tail(self, max_chars: int = 4000) -> str:
         return self._output.stderr_tail(max_chars)
 
-    async def verify(self, files: Mapping[str, bytes], command: Callable[[str], Sequence[str]], *,
-                     timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:
+    async def verify(
+        self,
+        files: Mapping[str, bytes],
+        command: Callable[[str], Sequence[str]],
+        *,
+        timeout_s: float,
+        max_output_chars: int = 20_000,
+    ) -> CommandResult:
         """In a fresh sandbox of the same image, once the agent's processes are gone: see modal_verify."""
         first = not self._agent_stopped
         self._agent_stopped = True
-        return await verify_in_fresh_sandbox(self.sandbox, self.spec, self.options, files, command,
-                                             timeout_s=timeout_s, keep=max_output_chars, stop_agent=first)
+        return await verify_in_fresh_sandbox(
+            self.sandbox,
+            self.spec,
+            self.options,
+            files,
+            command,
+            timeout_s=timeout_s,
+            keep=max_output_chars,
+            stop_agent=first,
+        )
 
     async def close(self) -> None:
         """Terminate the sandbox; safe to call twice. The termination is the provider's to finish

@@ -41,9 +41,17 @@ IDLE_GRACE_S = 30.0
 KILL_EVERYONE = "kill -9 -1; kill -9 -1; exit 0"
 
 
-async def verify_in_fresh_sandbox(agent: modal.Sandbox, spec: SandboxSpec, create: dict, files: Mapping[str, bytes],
-                                  command: Callable[[str], Sequence[str]], *, timeout_s: float, keep: int,
-                                  stop_agent: bool) -> CommandResult:
+async def verify_in_fresh_sandbox(
+    agent: modal.Sandbox,
+    spec: SandboxSpec,
+    create: dict,
+    files: Mapping[str, bytes],
+    command: Callable[[str], Sequence[str]],
+    *,
+    timeout_s: float,
+    keep: int,
+    stop_agent: bool,
+) -> CommandResult:
     """The module docstring's steps for the episode played in `agent`, a sandbox of `spec`
     made with Sandbox.create's keyword arguments `create` (its app, image and limits)."""
     lifetime = math.ceil(SETUP_TIMEOUT_S + timeout_s + IDLE_GRACE_S)
@@ -64,8 +72,9 @@ async def verify_in_fresh_sandbox(agent: modal.Sandbox, spec: SandboxSpec, creat
             return CommandResult(exit_code=1, output=failed)
         return await _command(fresh, list(command(files_dir)), timeout_s=timeout_s, keep=keep)
     except TimeoutError:
-        raise SandboxError(f"setting up the verification of env {spec.env_name} on Modal took more than "
-                           f"{SETUP_TIMEOUT_S:g}s") from None
+        raise SandboxError(
+            f"setting up the verification of env {spec.env_name} on Modal took more than {SETUP_TIMEOUT_S:g}s"
+        ) from None
     except modal.exception.Error as error:
         raise SandboxError(f"verifying env {spec.env_name} on Modal failed: {error}") from None
     finally:
@@ -102,8 +111,9 @@ def _shell(sandbox: modal.Sandbox) -> Shell:
     return run
 
 
-async def _copy_writable(source: modal.Sandbox, target: modal.Sandbox, writable: Sequence[str],
-                         scratch_mb: int) -> str | None:
+async def _copy_writable(
+    source: modal.Sandbox, target: modal.Sandbox, writable: Sequence[str], scratch_mb: int
+) -> str | None:
     """Stream the writable folders from `source` into `target`; None when done, else why not."""
     if not writable:
         return None
@@ -114,8 +124,10 @@ async def _copy_writable(source: modal.Sandbox, target: modal.Sandbox, writable:
     async for chunk in pack.stdout:
         sent += len(chunk)
         if sent > most:
-            return (f"[corral] the env's writable folders ({', '.join(writable)}) came to more than "
-                    f"{most >> 20} MB as an archive, twice their size limit; nothing was verified")
+            return (
+                f"[corral] the env's writable folders ({', '.join(writable)}) came to more than "
+                f"{most >> 20} MB as an archive, twice their size limit; nothing was verified"
+            )
         unpack.stdin.write(chunk)
         await unpack.stdin.drain.aio()
     unpack.stdin.write_eof()
@@ -135,7 +147,7 @@ async def _command(sandbox: modal.Sandbox, argv: list[str], *, timeout_s: float,
     async def collect(stream) -> None:
         async for chunk in stream:
             output.extend(chunk)
-            del output[:-keep * 4]  # characters are at most 4 bytes
+            del output[: -keep * 4]  # characters are at most 4 bytes
 
     try:
         async with asyncio.timeout(timeout_s):

@@ -31,8 +31,10 @@ def private_folder(path: Path, mode: int, fix: str = "serve with another --insta
     info = path.lstat()
     wrong = _what_is_wrong(info)
     if wrong:
-        raise ConfigError(f"{path} {wrong}, so another user may have made it to read or replace what corral keeps "
-                          f"there; remove it (and find out who made it), or {fix}")
+        raise ConfigError(
+            f"{path} {wrong}, so another user may have made it to read or replace what corral keeps "
+            f"there; remove it (and find out who made it), or {fix}"
+        )
     os.chmod(path, mode)  # lchmod is not needed: it is no link
 
 

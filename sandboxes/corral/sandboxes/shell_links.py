@@ -28,9 +28,7 @@ PAIRS = f'export LC_ALL=C; for p do printf "P%s:%s" "${{#p}}" "$p"; {TARGET}; do
 UNDER = 'find "$1" -xdev -type l -exec /bin/sh -c "$2" corral-links {} +'
 
 
-
-async def forged_links_under(shell: Shell, folders: Sequence[str],
-                             forbidden: Sequence[str]) -> list[str]:
+async def forged_links_under(shell: Shell, folders: Sequence[str], forbidden: Sequence[str]) -> list[str]:
     """What is wrong with the links under `folders` (a corral env's writable folders, as copied
     for its command verifier, which brings its files in at `forbidden`), resolved by `shell`:
     one line for each that leads into `forbidden` or /proc."""
@@ -52,14 +50,16 @@ async def resolve(shell: Shell, roots: list[bytes]) -> list[bytes]:
     return [path for path in resolved.values() if isinstance(path, bytes)]
 
 
-async def judge_links(shell: Shell, links: dict[bytes, bytes],
-                       roots: list[bytes]) -> list[str]:
+async def judge_links(shell: Shell, links: dict[bytes, bytes], roots: list[bytes]) -> list[str]:
     if not links:
         return []
     walks = {path: resolution(posixpath.dirname(path), target, roots) for path, target in links.items()}
     found = await _run_walks(shell, walks)
-    return [f"{path.decode(errors='replace')} -> {links[path].decode(errors='replace')}: {why}"
-            for path, why in found.items() if isinstance(why, str)]
+    return [
+        f"{path.decode(errors='replace')} -> {links[path].decode(errors='replace')}: {why}"
+        for path, why in found.items()
+        if isinstance(why, str)
+    ]
 
 
 async def _run_walks(shell: Shell, walks: dict[bytes, Walk]) -> dict[bytes, bytes | str]:
@@ -77,8 +77,9 @@ async def _run_walks(shell: Shell, walks: dict[bytes, Walk]) -> dict[bytes, byte
     return ended
 
 
-def _step(name: bytes, walk: Walk, answer: bytes | None, asked: dict[bytes, bytes], ended: dict, *,
-          first: bool) -> None:
+def _step(
+    name: bytes, walk: Walk, answer: bytes | None, asked: dict[bytes, bytes], ended: dict, *, first: bool
+) -> None:
     try:
         asked[name] = next(walk) if first else walk.send(answer)
     except StopIteration as done:
@@ -123,17 +124,17 @@ def answer_fields(output: bytes, tags: bytes, stderr: str) -> list[tuple[bytes, 
     found: list[tuple[bytes, bytes | None]] = []
     at = 0
     while at < len(output):
-        tag = output[at:at + 1]
+        tag = output[at : at + 1]
         if tag == b"N" and b"N" in tags:
             found.append((tag, None))
             at += 1
             continue
         colon = output.find(b":", at)
-        if tag not in tags or colon < 0 or not output[at + 1:colon].isdigit():
+        if tag not in tags or colon < 0 or not output[at + 1 : colon].isdigit():
             raise ValueError(f"the link check's answer cannot be read: {stderr}")
-        end = colon + 1 + int(output[at + 1:colon])
+        end = colon + 1 + int(output[at + 1 : colon])
         if end > len(output):
             raise ValueError(f"the link check's answer was cut short: {stderr}")
-        found.append((tag, output[colon + 1:end]))
+        found.append((tag, output[colon + 1 : end]))
         at = end
     return found

@@ -8,8 +8,12 @@ import importlib
 from typing import Any
 
 __all__ = ["BundleInvalid", "ServeOptions", "ServedBundle", "create_app"]
-_HOMES = {"BundleInvalid": "corral.errors", "create_app": "corral.server.app",
-          "ServedBundle": "corral.server.served", "ServeOptions": "corral.server.served"}
+_HOMES = {
+    "BundleInvalid": "corral.errors",
+    "create_app": "corral.server.app",
+    "ServedBundle": "corral.server.served",
+    "ServeOptions": "corral.server.served",
+}
 
 
 def __getattr__(name: str) -> Any:

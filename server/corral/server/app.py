@@ -34,8 +34,11 @@ def socket_settings(served: ServedBundle) -> dict[str, Any]:
     No compression: uvicorn queues every message of a chunk it reads before it pauses reading,
     and a chunk of compressed frames (1 KB each on the wire) expanded to a megabyte each held
     250 MB at once."""
-    return {"ws_max_size": served.options.max_frame_bytes, "ws_max_queue": WS_QUEUE_FRAMES,
-            "ws_per_message_deflate": False}
+    return {
+        "ws_max_size": served.options.max_frame_bytes,
+        "ws_max_queue": WS_QUEUE_FRAMES,
+        "ws_per_message_deflate": False,
+    }
 
 
 def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
@@ -62,8 +65,15 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
         if connection.scope["type"] == "http" and (refusal := _refusal(connection, token)):
             raise HTTPException(*refusal)
 
-    app = FastAPI(title=f"corral: {served.name}", version=OPENENV_HTTP_VERSION, lifespan=lifespan,
-                  dependencies=[Depends(authorize)], docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title=f"corral: {served.name}",
+        version=OPENENV_HTTP_VERSION,
+        lifespan=lifespan,
+        dependencies=[Depends(authorize)],
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
     app.state.registry = registry
     app.state.served = served
 

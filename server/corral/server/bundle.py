@@ -64,7 +64,9 @@ def load_corral(root: Path) -> LoadedBundle:
     splits = {RESERVED_SPLIT: list(tasks.values()), TRAIN_SPLIT: train, **evals}
     readme_path = root / "README.md"
     readme = readme_path.read_text() if readme_path.is_file() else ""
-    return LoadedBundle(root, manifest, readme, envs, tasks, splits, verifiers, merge_shared(problems), command_verifiers)
+    return LoadedBundle(
+        root, manifest, readme, envs, tasks, splits, verifiers, merge_shared(problems), command_verifiers
+    )
 
 
 def _read_toml(root: Path, path: Path, problems: list[Problem]) -> dict[str, Any] | None:
@@ -105,7 +107,7 @@ def _load_manifest(root: Path, problems: list[Problem]) -> Manifest:
     path = root / "bundle.toml"
     fallback = Manifest(name=re.sub(r"[^A-Za-z0-9_.-]", "-", root.name) or "bundle")
     if not path.is_file():
-        problems.append(Problem(file_name(root, path), "missing; create it with at least name = \"...\""))
+        problems.append(Problem(file_name(root, path), 'missing; create it with at least name = "..."'))
         return fallback
     data = _read_toml(root, path, problems)
     if data is None:
@@ -140,13 +142,20 @@ def _load_envs(root: Path, problems: list[Problem]) -> dict[str, BundleEnv]:
         if config is None:
             continue
         if (config.entry is None) == (config.command is None):
-            problems.append(Problem(file_name(root, path), 'set exactly one of entry = "module:Class" or command = [...]'))
+            problems.append(
+                Problem(file_name(root, path), 'set exactly one of entry = "module:Class" or command = [...]')
+            )
             continue
         if config.entry:
             module = config.entry.split(":")[0]
             module_path = folder / (module.replace(".", "/") + ".py")
             if not module_path.is_file() and not (folder / module.replace(".", "/") / "__init__.py").is_file():
-                problems.append(Problem(file_name(root, path), f"entry module {module!r} not found in {folder.name}/; add {module_path.name} or fix entry"))
+                problems.append(
+                    Problem(
+                        file_name(root, path),
+                        f"entry module {module!r} not found in {folder.name}/; add {module_path.name} or fix entry",
+                    )
+                )
         envs[folder.name] = BundleEnv(folder.name, folder, config)
     return envs
 
@@ -168,7 +177,9 @@ def _load_tasks(root: Path, defaults: dict[str, Any], problems: list[Problem]) -
             problems.extend(Problem(where, p.message) for p in _validation_problems(root, root, error, "the task"))
             return
         if task.id in tasks:
-            problems.append(Problem(where, f"task id {task.id!r} is already used in {seen_in[task.id]}; give each task its own id"))
+            problems.append(
+                Problem(where, f"task id {task.id!r} is already used in {seen_in[task.id]}; give each task its own id")
+            )
             return
         tasks[task.id] = task
         seen_in[task.id] = where
@@ -192,7 +203,9 @@ def _load_tasks(root: Path, defaults: dict[str, Any], problems: list[Problem]) -
             problems.append(Problem(file_name(root, path), f"not valid JSON: {error.msg} at line {error.lineno}"))
             continue
         add(raw, file_name(root, path), path.stem)
-    if not tasks and not any(p.file.startswith((file_name(root, jsonl), file_name(root, root / "tasks"))) for p in problems):
+    if not tasks and not any(
+        p.file.startswith((file_name(root, jsonl), file_name(root, root / "tasks"))) for p in problems
+    ):
         problems.append(Problem(file_name(root, root / "tasks"), "no tasks; add tasks/<id>.json or tasks.jsonl"))
     return tasks
 
@@ -205,10 +218,15 @@ def _check_task_refs(task: Task, envs: dict[str, BundleEnv], verifier_names: set
     for score_id, verifier in task.verifiers.items():
         if verifier not in verifier_names:
             known = ", ".join(sorted(verifier_names)) or "none"
-            problems.append(Problem(where, (
-                f"score {score_id!r} names verifier {verifier!r}, but verifiers/{verifier}.py does not exist, "
-                f"nor verifiers/{verifier}.toml (verifiers: {known})"
-            )))
+            problems.append(
+                Problem(
+                    where,
+                    (
+                        f"score {score_id!r} names verifier {verifier!r}, but verifiers/{verifier}.py does not exist, "
+                        f"nor verifiers/{verifier}.toml (verifiers: {known})"
+                    ),
+                )
+            )
 
 
 # `{files}` and `{task_id}` are the placeholders; `${VAR}` (a shell's) is left alone.
@@ -236,7 +254,10 @@ def _load_command_verifiers(root: Path, python_names: set[str], problems: list[P
 def _command_verifier_problems(config: CommandVerifier) -> list[str]:
     """What is wrong with a command verifier that parsed: placeholders and paths."""
     found = []
-    for what, parts, allowed in (("command", config.command, "{files} and {task_id}"), ("files", config.files, "{task_id}")):
+    for what, parts, allowed in (
+        ("command", config.command, "{files} and {task_id}"),
+        ("files", config.files, "{task_id}"),
+    ):
         for part in parts:
             for name in _PLACEHOLDER.findall(part):
                 if f"{{{name}}}" not in allowed:
@@ -249,16 +270,20 @@ def _command_verifier_problems(config: CommandVerifier) -> list[str]:
     return found
 
 
-def _check_command_files(root: Path, task: Task, command_verifiers: dict[str, CommandVerifier], problems: list[Problem]) -> None:
+def _check_command_files(
+    root: Path, task: Task, command_verifiers: dict[str, CommandVerifier], problems: list[Problem]
+) -> None:
     """Every file or folder a task's command verifiers copy in must exist for that task."""
     for name in dict.fromkeys(task.verifiers.values()):
         config = command_verifiers.get(name)
         for entry in config.files_for(task.id) if config else ():
             if not (root / entry).exists():
-                problems.append(Problem(
-                    f"task {task.id}",
-                    f"verifier {name} copies {entry!r} into the sandbox, but {file_name(root, root / entry)} does not exist; add it",
-                ))
+                problems.append(
+                    Problem(
+                        f"task {task.id}",
+                        f"verifier {name} copies {entry!r} into the sandbox, but {file_name(root, root / entry)} does not exist; add it",
+                    )
+                )
 
 
 def _unlisted(tasks: dict[str, Task], evals: dict[str, list[Task]]) -> list[Task]:

@@ -117,8 +117,12 @@ class RewardFileVerifier(CommandVerifier):
     environment: dict[str, str] = Field(default_factory=dict)
 
     def placement(self) -> dict[str, Any]:
-        return {"files_dir": self.files_dir, "results": self.reward_files, "user": self.user,
-                "environment": self.environment}
+        return {
+            "files_dir": self.files_dir,
+            "results": self.reward_files,
+            "user": self.user,
+            "environment": self.environment,
+        }
 
     @property
     def reward_files(self) -> tuple[str, str]:

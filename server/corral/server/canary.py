@@ -40,8 +40,9 @@ class Canary(Protocol):
     async def close(self) -> None: ...
 
 
-async def judge(ending: Ending, reason: str, runtime: EpisodeRuntime,
-                canary: Callable[[], Canary] | None) -> tuple[Ending, bool, str]:
+async def judge(
+    ending: Ending, reason: str, runtime: EpisodeRuntime, canary: Callable[[], Canary] | None
+) -> tuple[Ending, bool, str]:
     """Who caused `ending`, on the evidence: the ending to record, whether it is the agent's,
     and the reason with the evidence added. `canary` makes the untouched episode when one is
     needed; None for an episode that is itself one (its failures are the platform's)."""
@@ -54,8 +55,14 @@ async def judge(ending: Ending, reason: str, runtime: EpisodeRuntime,
     broken = await play_untouched(canary())
     runtime.metrics.untouched_replays.labels(platform="broken" if broken else "sound").inc()
     if broken is None:
-        return ending, True, (f"{reason}; the same task played untouched in a fresh sandbox was scored, so "
-                              "the failure came from what the agent did")
+        return (
+            ending,
+            True,
+            (
+                f"{reason}; the same task played untouched in a fresh sandbox was scored, so "
+                "the failure came from what the agent did"
+            ),
+        )
     return ending, False, f"{reason}; and the same task played untouched in a fresh sandbox failed too: {broken}"
 
 

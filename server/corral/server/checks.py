@@ -55,8 +55,9 @@ class Probe:
     sample_failed: str | None = None  # why the reset to the sample task, or its report, failed
 
 
-async def probe_env(bundle: LoadedBundle, env: BundleEnv, provider: SandboxProvider,
-                    sample: Task | None = None) -> Probe:
+async def probe_env(
+    bundle: LoadedBundle, env: BundleEnv, provider: SandboxProvider, sample: Task | None = None
+) -> Probe:
     """Start `env` of `bundle` once and list its tools; with a `sample` task, reset it to that task and read
     its report. Raise SandboxError saying why when it cannot start."""
     connection = bundle.connect(env, await provider.start(sandbox_spec(env), {"corral.purpose": "probe"}))
@@ -83,14 +84,16 @@ async def probe_env(bundle: LoadedBundle, env: BundleEnv, provider: SandboxProvi
         await connection.close()
 
 
-async def check_envs(bundle: LoadedBundle, provider: SandboxProvider, envs: Sequence[BundleEnv]
-                     ) -> tuple[dict[str, list[ToolSpec]], dict[str, dict[str, Any]]]:
+async def check_envs(
+    bundle: LoadedBundle, provider: SandboxProvider, envs: Sequence[BundleEnv]
+) -> tuple[dict[str, list[ToolSpec]], dict[str, dict[str, Any]]]:
     """The tools of each of `envs` (those the provider could prepare), and the report of a sample
     task of each that Python verifiers score (by task id); adds a problem to `bundle.problems`
     for each env or task that is off."""
     samples = {env.name: _sample_task(bundle, env) for env in envs}
-    results = await asyncio.gather(*(probe_env(bundle, env, provider, samples[env.name]) for env in envs),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        *(probe_env(bundle, env, provider, samples[env.name]) for env in envs), return_exceptions=True
+    )
     tools_by_env: dict[str, list[ToolSpec]] = {}
     reports: dict[str, dict[str, Any]] = {}
     for env, result in zip(envs, results, strict=True):
@@ -102,7 +105,9 @@ async def check_envs(bundle: LoadedBundle, provider: SandboxProvider, envs: Sequ
             continue
         reserved = sorted({tool.name for tool in result.tools} & RESERVED_TOOL_NAMES)
         if reserved:
-            bundle.problems.append(Problem(where, f"tool name(s) {', '.join(reserved)} are reserved by corral; rename them"))
+            bundle.problems.append(
+                Problem(where, f"tool name(s) {', '.join(reserved)} are reserved by corral; rename them")
+            )
         tools_by_env[env.name] = result.tools
         if result.sample_failed is not None:
             bundle.problems.append(Problem(where, result.sample_failed))
@@ -116,17 +121,25 @@ async def check_envs(bundle: LoadedBundle, provider: SandboxProvider, envs: Sequ
         names = {tool.name for tool in offered}
         missing = [name for name in task.tools if name not in names]
         if missing:
-            bundle.problems.append(Problem(
-                f"task {task.id}",
-                f"offers tool(s) {', '.join(missing)} that env {task.env} does not have (it has: {', '.join(sorted(names))}); fix 'tools'",
-            ))
+            bundle.problems.append(
+                Problem(
+                    f"task {task.id}",
+                    f"offers tool(s) {', '.join(missing)} that env {task.env} does not have (it has: {', '.join(sorted(names))}); fix 'tools'",
+                )
+            )
     return tools_by_env, reports
 
 
 def _sample_task(bundle: LoadedBundle, env: BundleEnv) -> Task | None:
     """The first task of `env` that a Python verifier scores: the one its verifiers are tried on."""
-    return next((task for task in bundle.tasks.values()
-                 if task.env == env.name and any(name in bundle.verifiers for name in task.verifiers.values())), None)
+    return next(
+        (
+            task
+            for task in bundle.tasks.values()
+            if task.env == env.name and any(name in bundle.verifiers for name in task.verifiers.values())
+        ),
+        None,
+    )
 
 
 def check_verifiers(bundle: LoadedBundle, reports: Mapping[str, dict[str, Any]]) -> None:
@@ -148,10 +161,13 @@ def check_verifiers(bundle: LoadedBundle, reports: Mapping[str, dict[str, Any]])
             try:
                 score_episode(task.model_dump(), report, {score_id: name}, loaded)
             except VerifierError as error:
-                bundle.problems.append(Problem(
-                    bundle.where("verifiers", bundle.verifiers[name].name),
-                    f"{error}, scoring task {task_id} right after its reset (the report {_short(report)}); "
-                    "a verifier must score every report its env gives, the do-nothing agent's too"))
+                bundle.problems.append(
+                    Problem(
+                        bundle.where("verifiers", bundle.verifiers[name].name),
+                        f"{error}, scoring task {task_id} right after its reset (the report {_short(report)}); "
+                        "a verifier must score every report its env gives, the do-nothing agent's too",
+                    )
+                )
 
 
 def _short(report: dict[str, Any]) -> str:
@@ -167,7 +183,10 @@ def check_reward_rule(bundle: LoadedBundle, rule: RewardRule) -> None:
             bundle.problems.append(Problem(f"task {task.id}", missing_rule_message(score_ids)))
             return
         if isinstance(rule, str) and "/" not in rule and rule not in task.verifiers:
-            bundle.problems.append(Problem(
-                f"task {task.id}", f"reward {rule!r} is not one of its scores ({', '.join(score_ids)}); pick one of those"
-            ))
+            bundle.problems.append(
+                Problem(
+                    f"task {task.id}",
+                    f"reward {rule!r} is not one of its scores ({', '.join(score_ids)}); pick one of those",
+                )
+            )
             return

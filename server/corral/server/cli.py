@@ -35,7 +35,12 @@ app = typer.Typer(
     add_completion=False,
 )
 
-NetworkOption = Annotated[str | None, typer.Option(help="Harbor tasks: none (each runs offline; one that asks for a network is left out, and listed) or egress (each gets the network it asks for). Default: the folder's bundle.toml, else none.")]
+NetworkOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Harbor tasks: none (each runs offline; one that asks for a network is left out, and listed) or egress (each gets the network it asks for). Default: the folder's bundle.toml, else none."
+    ),
+]
 
 
 def _version(show: bool) -> None:
@@ -46,8 +51,9 @@ def _version(show: bool) -> None:
 
 @app.callback()
 def _options(
-    version: Annotated[bool, typer.Option(
-        "--version", callback=_version, is_eager=True, help="Print corral's version and exit.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print corral's version and exit.")
+    ] = False,
 ) -> None:
     pass
 
@@ -74,10 +80,24 @@ def init(
 @app.command()
 def check(
     bundle: BundleArg,
-    sandbox: Annotated[str, typer.Option(help="Where to start each env once to list its tools: auto (docker when an engine answers, else local, as serve picks), docker, local or modal.")] = "auto",
+    sandbox: Annotated[
+        str,
+        typer.Option(
+            help="Where to start each env once to list its tools: auto (docker when an engine answers, else local, as serve picks), docker, local or modal."
+        ),
+    ] = "auto",
     network: NetworkOption = None,
-    oracle: Annotated[bool, typer.Option("--oracle", help="Harbor tasks: play each task's solution through the agent's tools and its tests; flag each that does not score 1.")] = False,
-    null: Annotated[bool, typer.Option("--null", help="Harbor tasks: end each task's turn at once; flag each that does not score 0.")] = False,
+    oracle: Annotated[
+        bool,
+        typer.Option(
+            "--oracle",
+            help="Harbor tasks: play each task's solution through the agent's tools and its tests; flag each that does not score 1.",
+        ),
+    ] = False,
+    null: Annotated[
+        bool,
+        typer.Option("--null", help="Harbor tasks: end each task's turn at once; flag each that does not score 0."),
+    ] = False,
     unsafe_local_shell: UnsafeLocalShellOption = False,
 ) -> None:
     """List every problem of a bundle at once, each with its file and fix; exit 1 if any
@@ -99,51 +119,121 @@ def check(
 def serve(
     ctx: typer.Context,
     bundle: BundleArg,
-    host: Annotated[str, typer.Option(help="Address to listen on; 0.0.0.0 to serve trainers on other machines.")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option(help="Address to listen on; 0.0.0.0 to serve trainers on other machines.")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
-    sandbox: Annotated[str, typer.Option(help="Where episodes run: auto (docker when an engine answers, else local), docker (a hardened container each), local (a child process each; no isolation), modal (a Modal Sandbox each, in Modal's cloud) or kubernetes (a hardened pod each; docs/kubernetes.md).")] = "auto",
-    warm_pool: Annotated[int, typer.Option(
-        envvar="CORRAL_WARM_POOL", min=0,
-        help="Started sandboxes kept waiting per env, so a reset skips the sandbox's start.")] = 0,
-    instance: Annotated[str | None, typer.Option(
-        envvar="CORRAL_INSTANCE",
-        help="This server's name on its containers and local folders; on start it removes what a killed run of the same name left, and a second server of the name refuses (default: HOSTNAME-PORT).")] = None,
-    max_concurrent_envs: Annotated[int, typer.Option(
-        envvar="MAX_CONCURRENT_ENVS", min=1,
-        help="Sessions allowed at once; a trainer holds one per rollout it generates at once.")] = 8,
-    workers: Annotated[int, typer.Option(
-        envvar="CORRAL_WORKERS", min=1,
-        help="Server processes sharing the port, each with its own sandboxes and sessions (so one host uses "
-             "several cores); --max-concurrent-envs is the host's. A request for a session another worker holds "
-             "is passed to it.")] = 1,
-    reward: Annotated[str | None, typer.Option(help="The score id that is the reward, for tasks that record several scores.")] = None,
-    tool_timeout: Annotated[float | None, typer.Option(help="Seconds one tool call may take before its episode ends unscored (default: the bundle's, else 60).")] = None,
-    reset_timeout: Annotated[float | None, typer.Option(help="Seconds a reset (deploy and task load) or an end_turn may take (default: the bundle's, else 600).")] = None,
-    token: Annotated[str | None, typer.Option(envvar="CORRAL_TOKEN", help="Require 'Authorization: Bearer TOKEN' on every request. On the command line any process on this machine can read it (/proc/PID/cmdline): prefer CORRAL_TOKEN or --token-file.")] = None,
-    token_file: Annotated[Path | None, typer.Option(help="Read the token from FILE (its first line), so it is on no command line.", dir_okay=False)] = None,
-    max_frame_mb: Annotated[float, typer.Option(
-        min=0.01, help="The largest WebSocket frame a client may send, in MB; a larger one closes its socket (1009).")] = 4.0,
+    sandbox: Annotated[
+        str,
+        typer.Option(
+            help="Where episodes run: auto (docker when an engine answers, else local), docker (a hardened container each), local (a child process each; no isolation), modal (a Modal Sandbox each, in Modal's cloud) or kubernetes (a hardened pod each; docs/kubernetes.md)."
+        ),
+    ] = "auto",
+    warm_pool: Annotated[
+        int,
+        typer.Option(
+            envvar="CORRAL_WARM_POOL",
+            min=0,
+            help="Started sandboxes kept waiting per env, so a reset skips the sandbox's start.",
+        ),
+    ] = 0,
+    instance: Annotated[
+        str | None,
+        typer.Option(
+            envvar="CORRAL_INSTANCE",
+            help="This server's name on its containers and local folders; on start it removes what a killed run of the same name left, and a second server of the name refuses (default: HOSTNAME-PORT).",
+        ),
+    ] = None,
+    max_concurrent_envs: Annotated[
+        int,
+        typer.Option(
+            envvar="MAX_CONCURRENT_ENVS",
+            min=1,
+            help="Sessions allowed at once; a trainer holds one per rollout it generates at once.",
+        ),
+    ] = 8,
+    workers: Annotated[
+        int,
+        typer.Option(
+            envvar="CORRAL_WORKERS",
+            min=1,
+            help="Server processes sharing the port, each with its own sandboxes and sessions (so one host uses "
+            "several cores); --max-concurrent-envs is the host's. A request for a session another worker holds "
+            "is passed to it.",
+        ),
+    ] = 1,
+    reward: Annotated[
+        str | None, typer.Option(help="The score id that is the reward, for tasks that record several scores.")
+    ] = None,
+    tool_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds one tool call may take before its episode ends unscored (default: the bundle's, else 60)."
+        ),
+    ] = None,
+    reset_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds a reset (deploy and task load) or an end_turn may take (default: the bundle's, else 600)."
+        ),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="CORRAL_TOKEN",
+            help="Require 'Authorization: Bearer TOKEN' on every request. On the command line any process on this machine can read it (/proc/PID/cmdline): prefer CORRAL_TOKEN or --token-file.",
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(help="Read the token from FILE (its first line), so it is on no command line.", dir_okay=False),
+    ] = None,
+    max_frame_mb: Annotated[
+        float,
+        typer.Option(
+            min=0.01,
+            help="The largest WebSocket frame a client may send, in MB; a larger one closes its socket (1009).",
+        ),
+    ] = 4.0,
     verifier_workers: Annotated[int, typer.Option(min=1, help="Processes that run the bundle's Python verifiers.")] = 2,
-    concurrent_starts: Annotated[int | None, typer.Option(
-        min=1, help="Sandboxes starting at once; more resets wait their turn (default: twice the CPUs, at least 4).")] = None,
+    concurrent_starts: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Sandboxes starting at once; more resets wait their turn (default: twice the CPUs, at least 4)."
+        ),
+    ] = None,
     network: NetworkOption = None,
-    record: Annotated[Path | None, typer.Option(
-        help="Record every episode in DIR (JSON lines and an SQLite index; list them with `corral episodes DIR`); default: the bundle's \\[serve] record.")] = None,
+    record: Annotated[
+        Path | None,
+        typer.Option(
+            help="Record every episode in DIR (JSON lines and an SQLite index; list them with `corral episodes DIR`); default: the bundle's \\[serve] record."
+        ),
+    ] = None,
     unsafe_local_shell: UnsafeLocalShellOption = False,
 ) -> None:
     """Serve every task of a bundle over OpenEnv's WebSocket protocol and Task API."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:  # by its name: typer carries a copy of click whose ParameterSource is not click's own
-        token = serve_token(token, token_file,
-                            on_command_line=getattr(ctx.get_parameter_source("token"), "name", "") == "COMMANDLINE")
+        token = serve_token(
+            token, token_file, on_command_line=getattr(ctx.get_parameter_source("token"), "name", "") == "COMMANDLINE"
+        )
     except ConfigError as error:
         fail(str(error))
     options = ServeOptions(
-        sandbox=sandbox, max_concurrent_envs=max_concurrent_envs, reward=reward,
-        tool_timeout_s=tool_timeout, reset_timeout_s=reset_timeout, token=token,
-        warm_pool=warm_pool, instance=instance or default_instance(port),
-        max_frame_bytes=int(max_frame_mb * 1024 * 1024), verifier_workers=verifier_workers, network=network,
-        record_dir=record, unsafe_local_shell=unsafe_local_shell, **({"concurrent_starts": concurrent_starts} if concurrent_starts else {}),
+        sandbox=sandbox,
+        max_concurrent_envs=max_concurrent_envs,
+        reward=reward,
+        tool_timeout_s=tool_timeout,
+        reset_timeout_s=reset_timeout,
+        token=token,
+        warm_pool=warm_pool,
+        instance=instance or default_instance(port),
+        max_frame_bytes=int(max_frame_mb * 1024 * 1024),
+        verifier_workers=verifier_workers,
+        network=network,
+        record_dir=record,
+        unsafe_local_shell=unsafe_local_shell,
+        **({"concurrent_starts": concurrent_starts} if concurrent_starts else {}),
     )
     refuse_bad_call(bundle, sandbox, network)
     listener = listen(host, port)  # before the bundle is opened: a port in use is known at once
@@ -162,8 +252,10 @@ def serve(
     warm = f", {warm_pool} warm sandbox(es) per env" if warm_pool else ""
     recording = f"; recording episodes in {served.recorder.root}" if served.recorder is not None else ""
     processes = f", {workers} workers" if workers > 1 else ""
-    typer.echo(f"serving on http://{host}:{port} (sandbox: {sandboxes.kind}{warm}, at most {max_concurrent_envs} "
-               f"sessions{processes}{recording})")
+    typer.echo(
+        f"serving on http://{host}:{port} (sandbox: {sandboxes.kind}{warm}, at most {max_concurrent_envs} "
+        f"sessions{processes}{recording})"
+    )
     if workers > 1:  # this process holds the instance and watches the workers; they serve
         try:
             status = Supervisor(bundle, options, listener, workers).run()
@@ -172,7 +264,9 @@ def serve(
         finally:
             asyncio.run(served.aclose())
         raise typer.Exit(status)
-    uvicorn.Server(uvicorn.Config(create_app(served), log_level="info", **socket_settings(served))).run(sockets=[listener])
+    uvicorn.Server(uvicorn.Config(create_app(served), log_level="info", **socket_settings(served))).run(
+        sockets=[listener]
+    )
 
 
 app.command()(build)

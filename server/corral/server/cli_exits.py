@@ -41,7 +41,9 @@ def refuse_bad_call(bundle: Path, sandbox: str, network: str | None = None) -> N
     if network not in (None, *NETWORK_POLICIES):
         fail(f"unknown --network {network!r}; choose one of: {', '.join(NETWORK_POLICIES)}")
     if not bundle.is_dir():
-        fail(f"no bundle folder at {bundle}; give the folder that holds bundle.toml, or write one with: corral init NAME")
+        fail(
+            f"no bundle folder at {bundle}; give the folder that holds bundle.toml, or write one with: corral init NAME"
+        )
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -56,7 +58,9 @@ def listen(host: str, port: int) -> socket.socket:
         if listener is not None:
             listener.close()
         if error.errno == errno.EADDRINUSE:
-            fail(f"port {port} on {host} is in use (another corral serve?); stop what listens there, or serve with --port {port + 1}")
+            fail(
+                f"port {port} on {host} is in use (another corral serve?); stop what listens there, or serve with --port {port + 1}"
+            )
         fail(f"cannot listen on {host}:{port} ({error.strerror or error}); serve with another --host or --port")
     return listener
 

@@ -19,9 +19,14 @@ from corral.server.formats import load_bundle
 
 def build(
     bundle: BundleArg,
-    push: Annotated[str | None, typer.Option(
-        metavar="REGISTRY", help="Then push each env's image to REGISTRY (host\\[:port]\\[/path]; `docker login` first) as "
-        "REGISTRY/corral-env/ENV:DIGEST, where --sandbox kubernetes with CORRAL_REGISTRY=REGISTRY pulls it.")] = None,
+    push: Annotated[
+        str | None,
+        typer.Option(
+            metavar="REGISTRY",
+            help="Then push each env's image to REGISTRY (host\\[:port]\\[/path]; `docker login` first) as "
+            "REGISTRY/corral-env/ENV:DIGEST, where --sandbox kubernetes with CORRAL_REGISTRY=REGISTRY pulls it.",
+        ),
+    ] = None,
 ) -> None:
     """Build the Docker image of every env of a bundle that lacks one (an unchanged env
     folder is never rebuilt; a changed one always is), and with --push, push them."""
@@ -61,5 +66,3 @@ async def push_built(env_name: str, prebuilt: str | None, image: str, registry: 
         return
     pushed = await asyncio.to_thread(push_image, image, registry, typer.echo)
     typer.echo(f"{env_name}: {pushed} pushed")
-
-

@@ -15,16 +15,33 @@ from corral.server.problems import merge_shared, problems_of
 
 
 def play_command(
-    target: Annotated[str, typer.Argument(
-        metavar="BUNDLE|URL", help="A bundle folder (served in this process) or a corral server's URL.",
-        show_default=False)],
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="BUNDLE|URL",
+            help="A bundle folder (served in this process) or a corral server's URL.",
+            show_default=False,
+        ),
+    ],
     task: Annotated[str | None, typer.Option(help="The task id to play.")] = None,
     split: Annotated[str | None, typer.Option(help="Play a task of this split (its first, or --index).")] = None,
     index: Annotated[int | None, typer.Option(min=0, help="The task's index in --split (default split: all).")] = None,
-    sandbox: Annotated[str, typer.Option(help="A bundle folder's sandbox: auto (docker when an engine answers, else local), docker, local or modal.")] = "auto",
+    sandbox: Annotated[
+        str,
+        typer.Option(
+            help="A bundle folder's sandbox: auto (docker when an engine answers, else local), docker, local or modal."
+        ),
+    ] = "auto",
     token: Annotated[str | None, typer.Option(envvar="CORRAL_TOKEN", help="A URL's bearer token.")] = None,
-    script: Annotated[Path | None, typer.Option(help='Replay the calls in FILE (one JSON object a line, {"tool": NAME, "arguments": {...}}) instead of reading them from the terminal; exit 1 if the episode ends unscored.')] = None,
-    record: Annotated[Path | None, typer.Option(help="Write the calls played to FILE, as a --script replays them.")] = None,
+    script: Annotated[
+        Path | None,
+        typer.Option(
+            help='Replay the calls in FILE (one JSON object a line, {"tool": NAME, "arguments": {...}}) instead of reading them from the terminal; exit 1 if the episode ends unscored.'
+        ),
+    ] = None,
+    record: Annotated[
+        Path | None, typer.Option(help="Write the calls played to FILE, as a --script replays them.")
+    ] = None,
     unsafe_local_shell: UnsafeLocalShellOption = False,
 ) -> None:
     """Play one task by hand in the terminal (or replay a script of calls): the prompts, the
@@ -43,8 +60,17 @@ def play_command(
         refuse_bad_call(Path(target), sandbox)
     try:
         calls = read_script(script) if script is not None else None
-        options = PlayOptions(target=target, task_id=task, split=split, index=index, sandbox=sandbox,
-                              token=token, script=calls, record=record, unsafe_local_shell=unsafe_local_shell)
+        options = PlayOptions(
+            target=target,
+            task_id=task,
+            split=split,
+            index=index,
+            sandbox=sandbox,
+            token=token,
+            script=calls,
+            record=record,
+            unsafe_local_shell=unsafe_local_shell,
+        )
         status = play(options, Console(highlight=False))
     except BundleInvalid as error:
         typer.echo(str(BundleInvalid(target, merge_shared(problems_of(error)))), err=True)

@@ -17,8 +17,12 @@ from corral.server.problems import merge_shared, problems_of
 
 
 def episodes(
-    folder: Annotated[Path, typer.Argument(metavar="DIR", help="The folder episodes were recorded in.", show_default=False)],
-    episode: Annotated[str | None, typer.Argument(help="Show this episode (its id, or a unique prefix) as a transcript.")] = None,
+    folder: Annotated[
+        Path, typer.Argument(metavar="DIR", help="The folder episodes were recorded in.", show_default=False)
+    ],
+    episode: Annotated[
+        str | None, typer.Argument(help="Show this episode (its id, or a unique prefix) as a transcript.")
+    ] = None,
     run: Annotated[str | None, typer.Option(help="Only this run (its name, or a prefix).")] = None,
     task: Annotated[str | None, typer.Option(help="Only this task.")] = None,
     split: Annotated[str | None, typer.Option(help="Only this split.")] = None,
@@ -27,18 +31,36 @@ def episodes(
     max_reward: Annotated[float | None, typer.Option(help="Only episodes with at most this reward.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="Rows shown.")] = 50,
     runs: Annotated[bool, typer.Option("--runs", help="List the runs recorded, and stop.")] = False,
-    rollouts: Annotated[Path | None, typer.Option(help="The trainer's records, when it recorded into another folder.")] = None,
-    export: Annotated[str | None, typer.Option(help="Write training data as JSON lines to --out: sft (the best episodes of each task, as conversations) or rl (the trainer's rollouts, as token ids).")] = None,
+    rollouts: Annotated[
+        Path | None, typer.Option(help="The trainer's records, when it recorded into another folder.")
+    ] = None,
+    export: Annotated[
+        str | None,
+        typer.Option(
+            help="Write training data as JSON lines to --out: sft (the best episodes of each task, as conversations) or rl (the trainer's rollouts, as token ids)."
+        ),
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="The file --export writes.")] = None,
-    per_task: Annotated[int, typer.Option(min=1, help="--export sft: the most episodes kept per task (the best first).")] = 1,
+    per_task: Annotated[
+        int, typer.Option(min=1, help="--export sft: the most episodes kept per task (the best first).")
+    ] = 1,
     seed: Annotated[int, typer.Option(help="--export sft: the draw among episodes of equal reward.")] = 0,
-    min_pass: Annotated[float | None, typer.Option(help="--export sft/prompts by difficulty: keep tasks whose pass rate is at least this.")] = None,
+    min_pass: Annotated[
+        float | None,
+        typer.Option(help="--export sft/prompts by difficulty: keep tasks whose pass rate is at least this."),
+    ] = None,
     max_pass: Annotated[float | None, typer.Option(help="... and at most this.")] = None,
-    min_step: Annotated[int | None, typer.Option(help="... pass rates over the steps from this one (default: the whole run).")] = None,
+    min_step: Annotated[
+        int | None, typer.Option(help="... pass rates over the steps from this one (default: the whole run).")
+    ] = None,
     max_step: Annotated[int | None, typer.Option(help="... up to this one.")] = None,
     per_prompt: Annotated[int, typer.Option(min=1, help="... the most rows one prompt gives.")] = 1,
-    target: Annotated[int | None, typer.Option(min=1, help="... rows in all, every prompt's first before any second.")] = None,
-    by_tool_calls: Annotated[bool, typer.Option("--by-tool-calls", help="... draw a prompt's rows weighted by their tool calls.")] = False,
+    target: Annotated[
+        int | None, typer.Option(min=1, help="... rows in all, every prompt's first before any second.")
+    ] = None,
+    by_tool_calls: Annotated[
+        bool, typer.Option("--by-tool-calls", help="... draw a prompt's rows weighted by their tool calls.")
+    ] = False,
     success: Annotated[float, typer.Option(help="... the reward at which an episode passes.")] = 1.0,
 ) -> None:
     """List recorded episodes (newest first, filtered), show one as a transcript, or export them."""
@@ -46,21 +68,46 @@ def episodes(
 
     filters = Filters(run=run, task=task, split=split, status=status, min_reward=min_reward, max_reward=max_reward)
     try:
-        typer.echo(answer(Request(folder, episode, filters, limit=limit, runs=runs, rollouts=rollouts, export=export,
-                                  out=out, per_task=per_task, seed=seed, difficulty=by_difficulty(
-                                      min_pass, max_pass, min_step, max_step, per_prompt, target, by_tool_calls,
-                                      success, seed))))
+        typer.echo(
+            answer(
+                Request(
+                    folder,
+                    episode,
+                    filters,
+                    limit=limit,
+                    runs=runs,
+                    rollouts=rollouts,
+                    export=export,
+                    out=out,
+                    per_task=per_task,
+                    seed=seed,
+                    difficulty=by_difficulty(
+                        min_pass, max_pass, min_step, max_step, per_prompt, target, by_tool_calls, success, seed
+                    ),
+                )
+            )
+        )
     except ConfigError as error:
         fail(str(error))
 
 
 def view(
-    folder: Annotated[Path, typer.Argument(metavar="DIR", help="The folder episodes and rollouts were recorded in.", show_default=False)],
-    rollouts: Annotated[Path | None, typer.Option(help="The trainer's records, when it recorded into another folder.")] = None,
+    folder: Annotated[
+        Path,
+        typer.Argument(metavar="DIR", help="The folder episodes and rollouts were recorded in.", show_default=False),
+    ],
+    rollouts: Annotated[
+        Path | None, typer.Option(help="The trainer's records, when it recorded into another folder.")
+    ] = None,
     host: Annotated[str, typer.Option(help="The address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="The port to listen on.")] = 8765,
     success: Annotated[float, typer.Option(help="The reward at which an episode passes (pass@1, pass rates).")] = 1.0,
-    tokenizer: Annotated[str | None, typer.Option(help="The model's tokenizer (its folder, or a name): an episode's tokens show their text, not ids. Needs transformers.")] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="The model's tokenizer (its folder, or a name): an episode's tokens show their text, not ids. Needs transformers."
+        ),
+    ] = None,
 ) -> None:
     """Browse training runs in a local web app: reward over steps, groups, episodes (docs/viewer.md)."""
     from corral.server.viewer.app import create_viewer
@@ -74,16 +121,44 @@ def view(
 
 
 def eval_command(
-    model: Annotated[str, typer.Argument(help="A local HF model's folder, or the URL of a vLLM (OpenAI-compatible, token-in /v1/completions) server.", show_default=False)],
-    target: Annotated[str, typer.Argument(metavar="BUNDLE|URL", help="A bundle folder (served in this process) or a corral server's URL.", show_default=False)],
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="A local HF model's folder, or the URL of a vLLM (OpenAI-compatible, token-in /v1/completions) server.",
+            show_default=False,
+        ),
+    ],
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="BUNDLE|URL",
+            help="A bundle folder (served in this process) or a corral server's URL.",
+            show_default=False,
+        ),
+    ],
     split: Annotated[str, typer.Option(help="The split whose tasks to play.")] = "eval",
-    k: Annotated[int, typer.Option("-k", "--k", min=1, help="Samples per task; pass@k is reported for 1, powers of two and k.")] = 1,
-    concurrency: Annotated[int, typer.Option(min=1, help="Episodes played at once (the server needs as many sessions).")] = 8,
-    tokenizer: Annotated[str | None, typer.Option(help="The model's tokenizer (default: the model's folder, or the name a server serves).")] = None,
+    k: Annotated[
+        int, typer.Option("-k", "--k", min=1, help="Samples per task; pass@k is reported for 1, powers of two and k.")
+    ] = 1,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="Episodes played at once (the server needs as many sessions).")
+    ] = 8,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="The model's tokenizer (default: the model's folder, or the name a server serves)."),
+    ] = None,
     temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature; 0 is greedy.")] = 1.0,
     top_p: Annotated[float, typer.Option(min=0.0, max=1.0)] = 1.0,
-    max_tokens: Annotated[int, typer.Option(min=1, help="Ids an episode may reach (sampled and rendered) before it is cut; no further than a local model's context.")] = 1024,
-    max_tool_calls: Annotated[int, typer.Option(min=1, help="Calls (end_turn included) an episode may make before it is cut.")] = 8,
+    max_tokens: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Ids an episode may reach (sampled and rendered) before it is cut; no further than a local model's context.",
+        ),
+    ] = 1024,
+    max_tool_calls: Annotated[
+        int, typer.Option(min=1, help="Calls (end_turn included) an episode may make before it is cut.")
+    ] = 8,
     success: Annotated[float, typer.Option(help="The reward at which an episode passes.")] = 1.0,
     limit: Annotated[int | None, typer.Option(min=1, help="Play only the split's first N tasks.")] = None,
     record: Annotated[Path | None, typer.Option(help="Record the episodes (server and tokens) in DIR.")] = None,
@@ -103,10 +178,22 @@ def eval_command(
     if not remote:
         refuse_bad_call(Path(target), sandbox)
     try:
-        report = evaluate(model, target, split=split, k=k, concurrency=concurrency, tokenizer=tokenizer,
-                          sampling=SamplingParams(temperature=temperature, top_p=top_p),
-                          max_completion_length=max_tokens, max_tool_calls=max_tool_calls, success=success,
-                          limit=limit, record_dir=record, sandbox=sandbox, token=token)
+        report = evaluate(
+            model,
+            target,
+            split=split,
+            k=k,
+            concurrency=concurrency,
+            tokenizer=tokenizer,
+            sampling=SamplingParams(temperature=temperature, top_p=top_p),
+            max_completion_length=max_tokens,
+            max_tool_calls=max_tool_calls,
+            success=success,
+            limit=limit,
+            record_dir=record,
+            sandbox=sandbox,
+            token=token,
+        )
     except BundleInvalid as error:
         typer.echo(str(BundleInvalid(target, merge_shared(problems_of(error)))), err=True)
         raise typer.Exit(1) from None

@@ -33,8 +33,9 @@ class EmbeddedServer:
     Raises what opening the bundle raised (`BundleInvalid` for a broken bundle, `ConfigError`
     for a sandbox that cannot be had), or `ServeFailed` when the server does not start."""
 
-    def __init__(self, root: Path, options: ServeOptions, *, ws_ping_interval: float = 20.0,
-                 ws_ping_timeout: float = 20.0):
+    def __init__(
+        self, root: Path, options: ServeOptions, *, ws_ping_interval: float = 20.0, ws_ping_timeout: float = 20.0
+    ):
         port = _free_port()
         if options.instance is None:  # the reaper's name for this server: its port makes it unique here
             options = dataclasses.replace(options, instance=default_instance(port))
@@ -45,10 +46,17 @@ class EmbeddedServer:
         self._opened: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._started: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._stopping = threading.Event()
-        config = {"host": "127.0.0.1", "port": port, "log_level": "warning", "timeout_graceful_shutdown": 5,
-                  "ws_ping_interval": ws_ping_interval, "ws_ping_timeout": ws_ping_timeout}
-        self._thread = threading.Thread(target=asyncio.run, args=(self._serve(options, config),),
-                                        name=f"corral-server-{port}", daemon=True)
+        config = {
+            "host": "127.0.0.1",
+            "port": port,
+            "log_level": "warning",
+            "timeout_graceful_shutdown": 5,
+            "ws_ping_interval": ws_ping_interval,
+            "ws_ping_timeout": ws_ping_timeout,
+        }
+        self._thread = threading.Thread(
+            target=asyncio.run, args=(self._serve(options, config),), name=f"corral-server-{port}", daemon=True
+        )
         self._thread.start()
         try:
             self._opened.result()  # no deadline: building a bundle's images may take minutes
@@ -56,8 +64,7 @@ class EmbeddedServer:
         except concurrent.futures.TimeoutError:
             self.stop()
             raise ServeFailed(
-                f"the embedded corral server for {root} did not start within {START_TIMEOUT_S:.0f}s; "
-                "see the log above"
+                f"the embedded corral server for {root} did not start within {START_TIMEOUT_S:.0f}s; see the log above"
             ) from None
         except BaseException:  # a broken bundle, or Ctrl-C while it opens: nothing is left running
             self.stop()
@@ -80,20 +87,28 @@ class EmbeddedServer:
         if self._stopping.is_set():  # the caller gave up while the bundle was opening
             await self.served.aclose()
             return
-        self._server = server = uvicorn.Server(uvicorn.Config(create_app(self.served), **config, **socket_settings(self.served)))
+        self._server = server = uvicorn.Server(
+            uvicorn.Config(create_app(self.served), **config, **socket_settings(self.served))
+        )
         server.should_exit = self._stopping.is_set()  # a stop() that came before self._server was set
         announcer = asyncio.create_task(_announce_start(server, self._started))
         try:
             await server.serve()
         except BaseException as error:  # noqa: BLE001 - uvicorn exits (SystemExit) when it cannot bind its port
             if not self._started.done():
-                self._started.set_exception(ServeFailed(
-                    f"the embedded corral server for {self._root} did not start: {error!r}; see the log above"))
+                self._started.set_exception(
+                    ServeFailed(
+                        f"the embedded corral server for {self._root} did not start: {error!r}; see the log above"
+                    )
+                )
         finally:
             announcer.cancel()
             if not self._started.done():
-                self._started.set_exception(ServeFailed(
-                    f"the embedded corral server for {self._root} stopped before it started; see the log above"))
+                self._started.set_exception(
+                    ServeFailed(
+                        f"the embedded corral server for {self._root} stopped before it started; see the log above"
+                    )
+                )
             if not server.started:  # the app's lifespan, which closes the sandboxes, never ran
                 await self.served.aclose()
 

@@ -37,18 +37,35 @@ class Ending:
     what: str  # for the docs and the log: what ended the episode
 
 
-ENDINGS: dict[Cause, Ending] = {ending.cause: ending for ending in (
-    Ending("tool_timeout", "agent", "a tool call ran past its deadline"),
-    Ending("env_died", "agent", "the env died during a tool call or the agent's turn (it exited, or a limit ended it)"),
-    Ending("turn_timeout", "agent", "the env did not answer the agent's reply (end_turn) within the deadline"),
-    Ending("time_budget", "agent", "the agent's time budget ran out and the verifiers could not score what it left"),
-    Ending("reset_timeout", "platform", "deploying the env and loading the task took longer than the reset deadline"),
-    Ending("env_start_failed", "platform", "the sandbox or the env could not start the task (its image, the engine, its reset)"),
-    Ending("sandbox_failed", "platform", "the sandbox's provider stopped answering (e.g. the Docker engine)"),
-    Ending("env_hook_failed", "evidence", "the env's own end_turn or report code raised"),
-    Ending("verify_timeout", "evidence", "the verifiers did not finish within the deadline"),
-    Ending("scoring_failed", "evidence", "a verifier raised, or the verification's sandbox failed"),
-    Ending("reward_failed", "evidence", "the reward rule could not be applied to the scores"),
-    Ending("unreadable", "evidence", "corral could not make sense of what came out of the sandbox"),
-    Ending("abandoned", "platform", "the client left before the episode ended (a new reset, its session closed, shutdown)"),
-)}
+ENDINGS: dict[Cause, Ending] = {
+    ending.cause: ending
+    for ending in (
+        Ending("tool_timeout", "agent", "a tool call ran past its deadline"),
+        Ending(
+            "env_died", "agent", "the env died during a tool call or the agent's turn (it exited, or a limit ended it)"
+        ),
+        Ending("turn_timeout", "agent", "the env did not answer the agent's reply (end_turn) within the deadline"),
+        Ending(
+            "time_budget", "agent", "the agent's time budget ran out and the verifiers could not score what it left"
+        ),
+        Ending(
+            "reset_timeout", "platform", "deploying the env and loading the task took longer than the reset deadline"
+        ),
+        Ending(
+            "env_start_failed",
+            "platform",
+            "the sandbox or the env could not start the task (its image, the engine, its reset)",
+        ),
+        Ending("sandbox_failed", "platform", "the sandbox's provider stopped answering (e.g. the Docker engine)"),
+        Ending("env_hook_failed", "evidence", "the env's own end_turn or report code raised"),
+        Ending("verify_timeout", "evidence", "the verifiers did not finish within the deadline"),
+        Ending("scoring_failed", "evidence", "a verifier raised, or the verification's sandbox failed"),
+        Ending("reward_failed", "evidence", "the reward rule could not be applied to the scores"),
+        Ending("unreadable", "evidence", "corral could not make sense of what came out of the sandbox"),
+        Ending(
+            "abandoned",
+            "platform",
+            "the client left before the episode ended (a new reset, its session closed, shutdown)",
+        ),
+    )
+}

@@ -26,8 +26,11 @@ def field_of(answer: Any, key: str, kind: type) -> Any:
 
 def refused(name: str, error_type: str, message: str) -> CallToolObservation:
     """A call the episode turned down; the model reads why, and the episode goes on."""
-    return CallToolObservation(tool_name=name, error=ToolError(error_type=error_type, message=message),  # type: ignore[arg-type]
-                               reward=STEP_REWARD)
+    return CallToolObservation(
+        tool_name=name,
+        error=ToolError(error_type=error_type, message=message),  # type: ignore[arg-type]
+        reward=STEP_REWARD,
+    )
 
 
 def tool_answer(name: str, result: Any, max_chars: int) -> CallToolObservation:
@@ -35,7 +38,9 @@ def tool_answer(name: str, result: Any, max_chars: int) -> CallToolObservation:
     structured content as JSON); a failure says which kind, as corral's runtime names it. The
     result is read as the env wrote it: parts of it that are malformed count as absent."""
     parts = field_of(result, "content", list) or []
-    text = "".join(part["text"] for part in parts if field_of(part, "type", str) == "text" and field_of(part, "text", str))
+    text = "".join(
+        part["text"] for part in parts if field_of(part, "type", str) == "text" and field_of(part, "text", str)
+    )
     if not text and isinstance(result, dict) and result.get("structuredContent") is not None:
         text = json.dumps(result["structuredContent"], separators=(",", ":"))
     text = cut(text, max_chars)
@@ -51,4 +56,4 @@ def cut(text: str, max_chars: int) -> str:
         return text
     note = f"\n[... {len(text) - max_chars:,} characters cut: the answer was {len(text):,}, the server keeps {max_chars:,} ...]\n"
     half = max(0, (max_chars - len(note)) // 2)
-    return text[:half] + note + text[len(text) - half:]
+    return text[:half] + note + text[len(text) - half :]

@@ -127,9 +127,7 @@ class EnvProcess:
         except jsonrpc.RpcError:
             self.skipped_lines += 1
             self._last_skipped = line.decode("utf-8", "replace")[:200]
-            log.debug(
-                "skipped a line of the env's stdout that is not JSON-RPC: %r", self._last_skipped
-            )
+            log.debug("skipped a line of the env's stdout that is not JSON-RPC: %r", self._last_skipped)
             return None
         return replace_lone_surrogates(message) if has_lone_surrogate_escape(line) else message
 
@@ -157,11 +155,7 @@ class EnvProcess:
 def _answers(message: dict[str, Any], request_id: str) -> bool:
     """Whether `message` is the reply to the request `request_id` (not a request of the env's
     that happens to carry the same id)."""
-    return (
-        message.get("id") == request_id
-        and "method" not in message
-        and ("result" in message or "error" in message)
-    )
+    return message.get("id") == request_id and "method" not in message and ("result" in message or "error" in message)
 
 
 def _declared_hooks(initialize_result: Any) -> frozenset[str]:

@@ -49,8 +49,17 @@ log = logging.getLogger("corral.server")
 class ServedEpisode:
     """One task played on one session, under `limits`, with what `runtime` serves it."""
 
-    def __init__(self, runtime: EpisodeRuntime, task: Task, *, limits: Limits, episode_id: str | None = None,
-                 session_id: str = "", split: str | None = None, untouched: bool = False):
+    def __init__(
+        self,
+        runtime: EpisodeRuntime,
+        task: Task,
+        *,
+        limits: Limits,
+        episode_id: str | None = None,
+        session_id: str = "",
+        split: str | None = None,
+        untouched: bool = False,
+    ):
         self.runtime = runtime
         # An untouched replay (the evidence for another episode's ending): never counted or
         # recorded, and its own failures are the platform's.
@@ -83,8 +92,15 @@ class ServedEpisode:
         return self.status is not None
 
     def state(self) -> EpisodeState:
-        return EpisodeState(episode_id=self.episode_id, step_count=self.step_count, task_id=self.task.id,
-                            turn=self.turn, done=self.done, status=self.status, reason=self.reason)
+        return EpisodeState(
+            episode_id=self.episode_id,
+            step_count=self.step_count,
+            task_id=self.task.id,
+            turn=self.turn,
+            done=self.done,
+            status=self.status,
+            reason=self.reason,
+        )
 
     async def start(self) -> ResetObservation:
         """Deploy the env, load the task, and open the first turn (within the reset deadline)."""
@@ -94,8 +110,15 @@ class ServedEpisode:
 
     async def _start(self) -> ResetObservation:
         labels = {"corral.session": self.session_id, "corral.episode": self.episode_id}
-        opened = ResetObservation(task_id=self.task.id, episode_id=self.episode_id, system_prompt=self.task.system_prompt,
-                                  prompt=self.task.prompt, turn=self.turn, offered_tools=self.tools, limits=self.limits)
+        opened = ResetObservation(
+            task_id=self.task.id,
+            episode_id=self.episode_id,
+            system_prompt=self.task.system_prompt,
+            prompt=self.task.prompt,
+            turn=self.turn,
+            offered_tools=self.tools,
+            limits=self.limits,
+        )
         metrics = self.runtime.metrics
         if not self.untouched:
             metrics.episodes_started.inc()
@@ -106,11 +129,15 @@ class ServedEpisode:
                 await self._env.initialize()
                 await self._env.hook("corral/reset", {"task": self.task.args})
         except TimeoutError:
-            reason = (f"the reset didn't finish within {self.limits.reset_timeout_s:g}s (deploying the env and "
-                      "loading the task); the episode ended unscored")
+            reason = (
+                f"the reset didn't finish within {self.limits.reset_timeout_s:g}s (deploying the env and "
+                "loading the task); the episode ended unscored"
+            )
             return await self._end_early(opened, reason, cause="reset_timeout")
         except (SandboxError, EnvCallError) as error:
-            return await self._end_early(opened, f"the env could not start this task: {error}", cause="env_start_failed")
+            return await self._end_early(
+                opened, f"the env could not start this task: {error}", cause="env_start_failed"
+            )
         self._acting_since = time.monotonic()
         self.seconds["reset"] = self._acting_since - self._began
         metrics.reset.observe(self.seconds["reset"])
@@ -131,8 +158,11 @@ class ServedEpisode:
             log.warning("episode %s: %s failed in corral", self.episode_id, name, exc_info=True)
             reason = f"corral could not handle what the env answered to {name}: {type(error).__name__}: {error}"
             observed = await self._end_early(CallToolObservation(tool_name=name), reason, cause="unreadable")
-        self.calls.append(RecordedCall.of(name, arguments, observed, turn=turn, started_s=began - self._began,
-                                          seconds=time.monotonic() - began))
+        self.calls.append(
+            RecordedCall.of(
+                name, arguments, observed, turn=turn, started_s=began - self._began, seconds=time.monotonic() - began
+            )
+        )
         self._publish()
         return observed
 
@@ -149,8 +179,12 @@ class ServedEpisode:
             return refused(name, "tool_not_found", f"no tool {name!r} in this turn; it offers: {offered}")
         size, most = len(json.dumps(arguments)), self.runtime.max_argument_bytes
         if size > most:
-            return refused(name, "invalid_args", f"the arguments are {size:,} bytes of JSON, more than the "
-                            f"{most:,} this server takes; send less (e.g. write a file in several calls)")
+            return refused(
+                name,
+                "invalid_args",
+                f"the arguments are {size:,} bytes of JSON, more than the "
+                f"{most:,} this server takes; send less (e.g. write a file in several calls)",
+            )
         assert self._env is not None
         failed = CallToolObservation(tool_name=name)
         self.tool_calls += 1
@@ -162,12 +196,15 @@ class ServedEpisode:
         except TimeoutError:
             if self._time_left() <= 0:
                 return await self._out_of_time(name)
-            reason = (f"{name} didn't answer within {self.limits.tool_timeout_s:g}s, and the episode ended, "
-                      "since what the call does may still be under way")
+            reason = (
+                f"{name} didn't answer within {self.limits.tool_timeout_s:g}s, and the episode ended, "
+                "since what the call does may still be under way"
+            )
             return await self._end_early(failed, reason, cause="tool_timeout", error_type="timeout")
         except EnvDied as error:
-            return await self._end_early(failed, f"the env died during {name}: {error}", cause="env_died",
-                                         error_type="transport_error")
+            return await self._end_early(
+                failed, f"the env died during {name}: {error}", cause="env_died", error_type="transport_error"
+            )
         except EnvCallError as error:
             return refused(name, "execution_error", str(error))
         return tool_answer(name, result, self.runtime.max_output_chars)
@@ -182,8 +219,9 @@ class ServedEpisode:
                 next_prompt = field_of(reply, "prompt", str)
                 if next_prompt is not None and self.turn < self.task.max_turns:
                     self.turn += 1
-                    return CallToolObservation(tool_name=END_TURN, result=next_prompt, prompt=next_prompt,
-                                               turn=self.turn, reward=STEP_REWARD)
+                    return CallToolObservation(
+                        tool_name=END_TURN, result=next_prompt, prompt=next_prompt, turn=self.turn, reward=STEP_REWARD
+                    )
                 report = field_of(await self._env.hook("corral/report"), "report", dict) or {}
         except TimeoutError:
             if self._time_left() <= 0:
@@ -191,8 +229,9 @@ class ServedEpisode:
             reason = f"the env did not answer the reply within {self.limits.reset_timeout_s:g}s (end_turn)"
             return await self._end_early(ended, reason, cause="turn_timeout", error_type="timeout")
         except EnvDied as error:
-            return await self._end_early(ended, f"the env died at the end of the turn: {error}", cause="env_died",
-                                         error_type="transport_error")
+            return await self._end_early(
+                ended, f"the env died at the end of the turn: {error}", cause="env_died", error_type="transport_error"
+            )
         except EnvCallError as error:
             return await self._end_early(ended, f"the env's own code failed: {error}", cause="env_hook_failed")
         return await self._score(ended, report)
@@ -202,8 +241,14 @@ class ServedEpisode:
         assert self._env is not None
         verifying = time.monotonic()
         try:
-            scored = await score_what_was_left(self.runtime, self.task, self._env.sandbox, report,
-                                               timeout_s=self.limits.reset_timeout_s, release=self._close_sandbox)
+            scored = await score_what_was_left(
+                self.runtime,
+                self.task,
+                self._env.sandbox,
+                report,
+                timeout_s=self.limits.reset_timeout_s,
+                release=self._close_sandbox,
+            )
         except Unscorable as failed:
             return await self._end_early(ended, failed.reason, cause=failed.cause, error_type=failed.error_type)
         self.seconds["verify"] = time.monotonic() - verifying
@@ -214,8 +259,9 @@ class ServedEpisode:
         try:
             reward = pick_reward(scores, self.runtime.reward)
         except Exception as error:  # noqa: BLE001 - RewardError, or anything a user's reward function raises
-            return await self._end_early(ended, f"the reward could not be computed from {scores}: {error}",
-                                         cause="reward_failed", scores=scores)
+            return await self._end_early(
+                ended, f"the reward could not be computed from {scores}: {error}", cause="reward_failed", scores=scores
+            )
         self.status, self.scores, self.reward = "scored", scores, reward
         self._ended("scored")
         return ended.model_copy(update={"done": True, "reward": reward, "status": "scored", "scores": scores})
@@ -254,25 +300,55 @@ class ServedEpisode:
                 async with asyncio.timeout(self.limits.reset_timeout_s):
                     await env.close()
             except TimeoutError:
-                log.warning("episode %s: closing its sandbox took more than %gs; given up", self.episode_id,
-                            self.limits.reset_timeout_s)
+                log.warning(
+                    "episode %s: closing its sandbox took more than %gs; given up",
+                    self.episode_id,
+                    self.limits.reset_timeout_s,
+                )
             except Exception:  # what the agent left may make a close fail: it takes no verdict either
                 log.warning("episode %s: closing its sandbox failed; given up", self.episode_id, exc_info=True)
 
-    async def _end_early(self, observed: ResetObservation | CallToolObservation, reason: str, *, cause: Cause,
-                         error_type: str = "execution_error", scores: dict[str, float] | None = None) -> Any:
+    async def _end_early(
+        self,
+        observed: ResetObservation | CallToolObservation,
+        reason: str,
+        *,
+        cause: Cause,
+        error_type: str = "execution_error",
+        scores: dict[str, float] | None = None,
+    ) -> Any:
         """End the episode before it could be scored, with the reason where the client and the
         logs see it: the task's failure score if the agent caused it, else unscored (endings.py)."""
         await self._close_sandbox()  # first: an untouched replay may need the room
-        canary = None if self.untouched else functools.partial(  # the same task, played untouched: made if needed
-            ServedEpisode, self.runtime, self.task, limits=self.limits, session_id=self.session_id, split=self.split,
-            untouched=True)
+        canary = (
+            None
+            if self.untouched
+            else functools.partial(  # the same task, played untouched: made if needed
+                ServedEpisode,
+                self.runtime,
+                self.task,
+                limits=self.limits,
+                session_id=self.session_id,
+                split=self.split,
+                untouched=True,
+            )
+        )
         ending, by_agent, reason = await judge(ENDINGS[cause], reason, self.runtime, canary)
         reward = self.task.failure_score if by_agent else None
-        self.status, self.scores, self.reward, self.reason = ("failed" if by_agent else "unscored"), scores or {}, reward, reason
+        self.status, self.scores, self.reward, self.reason = (
+            ("failed" if by_agent else "unscored"),
+            scores or {},
+            reward,
+            reason,
+        )
         self._ended(ending.cause)
-        update: dict[str, Any] = {"done": True, "reward": reward, "status": self.status, "scores": self.scores,
-                                  "reason": reason}
+        update: dict[str, Any] = {
+            "done": True,
+            "reward": reward,
+            "status": self.status,
+            "scores": self.scores,
+            "reason": reason,
+        }
         if isinstance(observed, CallToolObservation):
             update.update(result=None, error=ToolError(error_type=error_type, message=reason))  # type: ignore[arg-type]
         return observed.model_copy(update=update)
@@ -295,10 +371,26 @@ class ServedEpisode:
         if self.cause is None or self._published or self.untouched:
             return
         self._published = True
-        self.runtime.episode_ended(EpisodeRecord(
-            episode_id=self.episode_id, session_id=self.session_id, bundle=self.runtime.name, task_id=self.task.id,
-            split=self.split, system_prompt=self.task.system_prompt, prompt=self.task.prompt, tools=self.tools,
-            turns=self.turn, calls=list(self.calls), tool_calls=self.tool_calls, status=self.status or "unscored",
-            cause=self.cause, reason=self.reason, scores=dict(self.scores), reward=self.reward,
-            sandbox=self.runtime.sandbox_kind(), seconds=dict(self.seconds), started_at=self._started_at,
-        ))
+        self.runtime.episode_ended(
+            EpisodeRecord(
+                episode_id=self.episode_id,
+                session_id=self.session_id,
+                bundle=self.runtime.name,
+                task_id=self.task.id,
+                split=self.split,
+                system_prompt=self.task.system_prompt,
+                prompt=self.task.prompt,
+                tools=self.tools,
+                turns=self.turn,
+                calls=list(self.calls),
+                tool_calls=self.tool_calls,
+                status=self.status or "unscored",
+                cause=self.cause,
+                reason=self.reason,
+                scores=dict(self.scores),
+                reward=self.reward,
+                sandbox=self.runtime.sandbox_kind(),
+                seconds=dict(self.seconds),
+                started_at=self._started_at,
+            )
+        )

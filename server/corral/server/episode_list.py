@@ -65,8 +65,9 @@ def answer(request: Request) -> str:
         if request.episode is not None:
             return transcript(store, request.episode)
         if request.export is not None and request.out is not None:
-            return export(store, request.export, request.out, request.filters, per_task=request.per_task,
-                          seed=request.seed)
+            return export(
+                store, request.export, request.out, request.filters, per_task=request.per_task, seed=request.seed
+            )
         return listing(store, request.filters, request.limit)
 
 
@@ -77,8 +78,19 @@ def listing(store: EpisodeStore, filters: Filters, limit: int) -> str:
     if not rows:
         return f"no recorded episode in {store.root} matches" + ("" if filters == Filters() else " these filters")
     table = [("ended", "episode", "task", "split", "status", "cause", "reward", "run")]
-    table += [(time.strftime("%m-%d %H:%M:%S", time.localtime(r.ended_at)), r.episode_id, r.task_id, r.split or "-",
-               r.status or "-", r.cause or "-", "-" if r.reward is None else f"{r.reward:g}", r.run) for r in rows]
+    table += [
+        (
+            time.strftime("%m-%d %H:%M:%S", time.localtime(r.ended_at)),
+            r.episode_id,
+            r.task_id,
+            r.split or "-",
+            r.status or "-",
+            r.cause or "-",
+            "-" if r.reward is None else f"{r.reward:g}",
+            r.run,
+        )
+        for r in rows
+    ]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in table]
     tally = store.tally(**matching)
@@ -105,8 +117,9 @@ def transcript(store: EpisodeStore, episode_id: str) -> str:
 def export(store: EpisodeStore, kind: str, path: Path, filters: Filters, *, per_task: int, seed: int) -> str:
     """Write SFT conversations (`sft`) or RL trajectories (`rl`) as JSON lines."""
     if kind == "sft":
-        data = sft_dataset(store, per_task=per_task, min_reward=filters.min_reward, seed=seed, run=filters.run,
-                           split=filters.split)
+        data = sft_dataset(
+            store, per_task=per_task, min_reward=filters.min_reward, seed=seed, run=filters.run, split=filters.split
+        )
     else:
         _refuse_without_rollouts(store, filters)
         data = rl_dataset(store, run=filters.run, split=filters.split)
@@ -117,8 +130,9 @@ def export(store: EpisodeStore, kind: str, path: Path, filters: Filters, *, per_
 def export_by_difficulty(request: Request, choice: Difficulty) -> str:
     """Write SFT rows (`sft`) or RL prompts (`prompts`) chosen by each task's pass rate, as JSON lines."""
     filters = request.filters
-    where = EpisodeFilter(task=filters.task, split=filters.split, min_reward=filters.min_reward,
-                          max_reward=filters.max_reward)
+    where = EpisodeFilter(
+        task=filters.task, split=filters.split, min_reward=filters.min_reward, max_reward=filters.max_reward
+    )
     runs = [filters.run] if filters.run else None
     index = RunIndex(request.folder, request.rollouts, success=choice.success)
     try:
@@ -132,20 +146,38 @@ def export_by_difficulty(request: Request, choice: Difficulty) -> str:
     assert request.out is not None
     with open(request.out, "w", encoding="utf-8") as file:
         file.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-    left_out = f"; {len(refused)} left out: a tool call without a function name ({', '.join(refused[:3])})" if refused else ""
+    left_out = (
+        f"; {len(refused)} left out: a tool call without a function name ({', '.join(refused[:3])})" if refused else ""
+    )
     return f"wrote {len(rows)} {'conversations' if request.export == 'sft' else 'prompts'} to {request.out}{left_out}"
 
 
-def by_difficulty(min_pass: float | None, max_pass: float | None, min_step: int | None, max_step: int | None,
-                  per_prompt: int, target: int | None, by_tool_calls: bool, success: float, seed: int
-                  ) -> Difficulty | None:
+def by_difficulty(
+    min_pass: float | None,
+    max_pass: float | None,
+    min_step: int | None,
+    max_step: int | None,
+    per_prompt: int,
+    target: int | None,
+    by_tool_calls: bool,
+    success: float,
+    seed: int,
+) -> Difficulty | None:
     """The difficulty export `corral episodes` was asked for; None when no option of it was given."""
     given = (min_pass, max_pass, min_step, max_step, target)
     if all(value is None for value in given) and per_prompt == 1 and not by_tool_calls:
         return None
-    return Difficulty(min_pass=0.0 if min_pass is None else min_pass, max_pass=1.0 if max_pass is None else max_pass,
-                      min_step=min_step, max_step=max_step, per_prompt=per_prompt, target=target,
-                      by_tool_calls=by_tool_calls, seed=seed, success=success)
+    return Difficulty(
+        min_pass=0.0 if min_pass is None else min_pass,
+        max_pass=1.0 if max_pass is None else max_pass,
+        min_step=min_step,
+        max_step=max_step,
+        per_prompt=per_prompt,
+        target=target,
+        by_tool_calls=by_tool_calls,
+        seed=seed,
+        success=success,
+    )
 
 
 def _refuse_without_rollouts(store: EpisodeStore, filters: Filters) -> None:
@@ -155,7 +187,10 @@ def _refuse_without_rollouts(store: EpisodeStore, filters: Filters) -> None:
         raise ConfigError(
             f"--export rl writes the trainer's rollouts (their token ids), and {store.rollouts_root} holds none, only "
             "the server's episodes: pass the folder the trainer recorded in (CorralRollout(record_dir=...), corral "
-            "eval --record) with --rollouts DIR")
+            "eval --record) with --rollouts DIR"
+        )
     if store.tally(kind="rollouts", run=filters.run, split=filters.split).records == 0:
-        raise ConfigError(f"no rollout recorded in {store.rollouts_root} is of this --run and --split; "
-                          f"list the runs with: corral episodes {store.root} --runs")
+        raise ConfigError(
+            f"no rollout recorded in {store.rollouts_root} is of this --run and --split; "
+            f"list the runs with: corral episodes {store.root} --runs"
+        )

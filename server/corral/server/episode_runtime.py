@@ -68,8 +68,9 @@ class EpisodeRuntime(Protocol):
     async def run_command_verifiers(self, sandbox: Sandbox, task: Task) -> dict[str, CommandScore]:
         """`task`'s command verifiers run on what the agent left in `sandbox`, by score id."""
 
-    async def score(self, task: Task, report: dict[str, Any], verifiers: Mapping[str, str], *,
-                    timeout_s: float) -> dict[str, float]:
+    async def score(
+        self, task: Task, report: dict[str, Any], verifiers: Mapping[str, str], *, timeout_s: float
+    ) -> dict[str, float]:
         """The Python `verifiers`' scores of `report`; VerifierError when one fails, TimeoutError
         when they run past `timeout_s`."""
 

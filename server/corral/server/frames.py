@@ -46,13 +46,17 @@ def parse_frame(text: str) -> ClientFrame:
         raise FrameError(ErrorCode.VALIDATION_ERROR, 'a frame is a JSON object with a "type"')
     if raw["type"] not in CLIENT_FRAME_TYPES:
         shown = json.dumps(raw["type"])[:100]
-        raise FrameError(ErrorCode.UNKNOWN_TYPE, f"unknown frame type {shown}; send one of {', '.join(CLIENT_FRAME_TYPES)}")
+        raise FrameError(
+            ErrorCode.UNKNOWN_TYPE, f"unknown frame type {shown}; send one of {', '.join(CLIENT_FRAME_TYPES)}"
+        )
     try:
         return CLIENT_FRAMES.validate_python(raw)
     except ValidationError as error:
         details = error.errors(include_url=False, include_context=False, include_input=False)
         summary = "; ".join(f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}" for e in details)
-        raise FrameError(ErrorCode.VALIDATION_ERROR, f"invalid {raw['type']} frame: {summary}", errors=details) from None
+        raise FrameError(
+            ErrorCode.VALIDATION_ERROR, f"invalid {raw['type']} frame: {summary}", errors=details
+        ) from None
 
 
 async def handle_frame(session: ServedSession, registry: SessionRegistry, text: str) -> str | BaseModel | None:
@@ -74,4 +78,6 @@ async def handle_frame(session: ServedSession, registry: SessionRegistry, text: 
         return ErrorReply.of(error.code, str(error), **error.extra)
     except Exception:  # a bug must not take the session down, nor show the client its internals
         log.exception("frame failed on session %s", session.session_id)
-        return ErrorReply.of(ErrorCode.EXECUTION_ERROR, "the server failed to handle this frame; its log has the reason")
+        return ErrorReply.of(
+            ErrorCode.EXECUTION_ERROR, "the server failed to handle this frame; its log has the reason"
+        )

@@ -42,8 +42,10 @@ async def answer_mcp(raw: Any, registry: SessionRegistry, *, session: ServedSess
         return JsonRpcResponse(id=request_id, error=refusal.error)
     except Exception:
         log.exception("JSON-RPC request failed")
-        return JsonRpcResponse(id=request_id, error=JsonRpcError(
-            code=jsonrpc.INTERNAL_ERROR, message="internal error; the server's log has the reason"))
+        return JsonRpcResponse(
+            id=request_id,
+            error=JsonRpcError(code=jsonrpc.INTERNAL_ERROR, message="internal error; the server's log has the reason"),
+        )
 
 
 def parse_error(error: Exception) -> JsonRpcResponse:
@@ -59,7 +61,9 @@ def session_named(raw: Any) -> Any:
 
 def _request(raw: Any) -> JsonRpcRequest:
     if isinstance(raw, list):
-        raise _Refusal(jsonrpc.INVALID_REQUEST, "Invalid request: batches are not supported; send one request at a time")
+        raise _Refusal(
+            jsonrpc.INVALID_REQUEST, "Invalid request: batches are not supported; send one request at a time"
+        )
     try:
         return JsonRpcRequest.model_validate(raw)
     except ValidationError as error:
@@ -70,8 +74,11 @@ def _request(raw: Any) -> JsonRpcRequest:
 async def _dispatch(request: JsonRpcRequest, registry: SessionRegistry, own: ServedSession | None) -> Any:
     method, params = request.method, request.params
     if method == "initialize":
-        return {"protocolVersion": jsonrpc.PROTOCOL_VERSION, "capabilities": {"tools": {}},
-                "serverInfo": {"name": f"corral: {registry.served.name}", "version": "1"}}
+        return {
+            "protocolVersion": jsonrpc.PROTOCOL_VERSION,
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": f"corral: {registry.served.name}", "version": "1"},
+        }
     if method == "ping":
         return {}
     if method == "openenv/session/create":
@@ -84,15 +91,20 @@ async def _dispatch(request: JsonRpcRequest, registry: SessionRegistry, own: Ser
         return {"tools": [tool.as_mcp() for tool in tools]}
     if method == "tools/call":
         return await _call(_session(registry, own, params, required=True), params)
-    raise _Refusal(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}; corral answers initialize, ping, "
-                   "tools/list, tools/call, openenv/session/create and openenv/session/close")
+    raise _Refusal(
+        jsonrpc.METHOD_NOT_FOUND,
+        f"Method not found: {method}; corral answers initialize, ping, "
+        "tools/list, tools/call, openenv/session/create and openenv/session/close",
+    )
 
 
 def _create(registry: SessionRegistry) -> ServedSession:
     try:
         return registry.open(over_http=True)
     except CapacityReached as full:
-        raise _Refusal(jsonrpc.SERVER_ERROR, str(full), {"active_sessions": full.active, "max_sessions": full.limit}) from None
+        raise _Refusal(
+            jsonrpc.SERVER_ERROR, str(full), {"active_sessions": full.active, "max_sessions": full.limit}
+        ) from None
 
 
 async def _close(registry: SessionRegistry, own: ServedSession | None, params: dict[str, Any]) -> dict[str, Any]:
@@ -107,12 +119,16 @@ async def _close(registry: SessionRegistry, own: ServedSession | None, params: d
 
 
 @overload
-def _session(registry: SessionRegistry, own: ServedSession | None, params: dict[str, Any], *,
-             required: Literal[True]) -> ServedSession: ...
+def _session(
+    registry: SessionRegistry, own: ServedSession | None, params: dict[str, Any], *, required: Literal[True]
+) -> ServedSession: ...
 @overload
-def _session(registry: SessionRegistry, own: ServedSession | None, params: dict[str, Any], *,
-             required: Literal[False]) -> ServedSession | None: ...
-def _session(registry: SessionRegistry, own: ServedSession | None, params: dict[str, Any], *, required: bool) -> ServedSession | None:
+def _session(
+    registry: SessionRegistry, own: ServedSession | None, params: dict[str, Any], *, required: Literal[False]
+) -> ServedSession | None: ...
+def _session(
+    registry: SessionRegistry, own: ServedSession | None, params: dict[str, Any], *, required: bool
+) -> ServedSession | None:
     if own is not None:
         return own
     session_id = params.get("session_id")
@@ -136,9 +152,17 @@ async def _call(session: ServedSession, params: dict[str, Any]) -> dict[str, Any
     except FrameError as error:
         raise _Refusal(jsonrpc.SERVER_ERROR, str(error)) from None
     answer = observed.answer
-    ending = {"reward": observed.reward, "done": observed.done, "status": observed.status,
-              "scores": observed.scores, "reason": observed.reason}
+    ending = {
+        "reward": observed.reward,
+        "done": observed.done,
+        "status": observed.status,
+        "scores": observed.scores,
+        "reason": observed.reason,
+    }
     # MCP's CallToolResult, plus OpenEnv's `data` (what its MCPToolClient returns).
-    return {"content": [{"type": "text", "text": answer}], "isError": observed.error is not None,
-            "structuredContent": {key: value for key, value in ending.items() if value is not None},
-            "data": answer}
+    return {
+        "content": [{"type": "text", "text": answer}],
+        "isError": observed.error is not None,
+        "structuredContent": {key: value for key, value in ending.items() if value is not None},
+        "data": answer,
+    }

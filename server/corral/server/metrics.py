@@ -34,23 +34,35 @@ class Metrics:
         self._sessions = Gauge("corral_sessions_active", "Sessions open now.", registry=registry)
         self.sessions_refused = Counter("corral_sessions_refused", "Sessions refused at the limit.", registry=registry)
         self.episodes_started = Counter("corral_episodes_started", "Episodes reset.", registry=registry)
-        self.episodes_ended = Counter("corral_episodes_ended", "Episodes ended, by status and cause.",
-                                      ["status", "cause"], registry=registry)
+        self.episodes_ended = Counter(
+            "corral_episodes_ended", "Episodes ended, by status and cause.", ["status", "cause"], registry=registry
+        )
         self.untouched_replays = Counter(
-            "corral_untouched_replays", "Episodes whose failure was judged by replaying their task untouched, by "
-            "what the replay showed of the platform (sound: the failure was the agent's).", ["platform"],
-            registry=registry)
-        self.sandbox_start = Histogram("corral_sandbox_start_seconds", "Starting an episode's sandbox.",
-                                       buckets=BUCKETS, registry=registry)
-        self.reset = Histogram("corral_reset_seconds", "A whole reset: sandbox, handshake, the task's load.",
-                               buckets=BUCKETS, registry=registry)
+            "corral_untouched_replays",
+            "Episodes whose failure was judged by replaying their task untouched, by "
+            "what the replay showed of the platform (sound: the failure was the agent's).",
+            ["platform"],
+            registry=registry,
+        )
+        self.sandbox_start = Histogram(
+            "corral_sandbox_start_seconds", "Starting an episode's sandbox.", buckets=BUCKETS, registry=registry
+        )
+        self.reset = Histogram(
+            "corral_reset_seconds",
+            "A whole reset: sandbox, handshake, the task's load.",
+            buckets=BUCKETS,
+            registry=registry,
+        )
         self.tool_call = Histogram("corral_tool_call_seconds", "One tool call.", buckets=BUCKETS, registry=registry)
-        self.verify = Histogram("corral_verify_seconds", "Scoring an episode: report and verifiers.",
-                                buckets=BUCKETS, registry=registry)
-        Gauge("corral_sandboxes_live", "Sandboxes serving episodes now.",
-              registry=registry).set_function(lambda: sandboxes().live)
-        self._warm = Gauge("corral_warm_pool_ready", "Started sandboxes waiting for an episode, by env.", ["env"],
-                           registry=registry)
+        self.verify = Histogram(
+            "corral_verify_seconds", "Scoring an episode: report and verifiers.", buckets=BUCKETS, registry=registry
+        )
+        Gauge("corral_sandboxes_live", "Sandboxes serving episodes now.", registry=registry).set_function(
+            lambda: sandboxes().live
+        )
+        self._warm = Gauge(
+            "corral_warm_pool_ready", "Started sandboxes waiting for an episode, by env.", ["env"], registry=registry
+        )
         registry.register(WarmPoolDry(sandboxes))
         self._sandboxes = sandboxes
 
@@ -66,9 +78,15 @@ class Metrics:
         """Count the episode and write its one log line (JSON, logger `corral.episodes`)."""
         self.episodes_ended.labels(status=record.status, cause=record.cause).inc()
         fields = {
-            "episode": record.episode_id, "session": record.session_id, "task": record.task_id,
-            "status": record.status, "cause": record.cause, "reward": record.reward, "reason": record.reason,
-            "tool_calls": record.tool_calls, "seconds": {k: round(v, 4) for k, v in record.seconds.items()},
+            "episode": record.episode_id,
+            "session": record.session_id,
+            "task": record.task_id,
+            "status": record.status,
+            "cause": record.cause,
+            "reward": record.reward,
+            "reason": record.reason,
+            "tool_calls": record.tool_calls,
+            "seconds": {k: round(v, 4) for k, v in record.seconds.items()},
         }
         episodes_log.info(json.dumps(fields))
 
@@ -91,8 +109,9 @@ class WarmPoolDry:
 
     @staticmethod
     def _family() -> CounterMetricFamily:
-        return CounterMetricFamily("corral_warm_pool_dry", "Resets that found no warm sandbox ready, by env.",
-                                   labels=["env"])
+        return CounterMetricFamily(
+            "corral_warm_pool_dry", "Resets that found no warm sandbox ready, by env.", labels=["env"]
+        )
 
 
 class Timed:  # a class, not contextlib: it times every tool call

@@ -70,8 +70,9 @@ def play(options: PlayOptions, console: Console) -> int:
     if options.remote:
         bundle = Bundle(options.target, split="all", token=options.token)
     else:
-        bundle = Bundle.local(options.target, split="all", sandbox=options.sandbox,
-                              unsafe_local_shell=options.unsafe_local_shell)
+        bundle = Bundle.local(
+            options.target, split="all", sandbox=options.sandbox, unsafe_local_shell=options.unsafe_local_shell
+        )
     player = Player(bundle, options, console)
     try:
         player.start()
@@ -121,8 +122,9 @@ class Player:
         for call in calls:
             self.call(call)
         if self.episode.open:  # what get_reward does for a trainer: the verifiers score what was done
-            self.console.print(Text("the script ended with the episode open: ending its turns with empty replies",
-                                    style="dim"))
+            self.console.print(
+                Text("the script ended with the episode open: ending its turns with empty replies", style="dim")
+            )
             before = len(self.episode.calls)
             self.episode.finish()
             for number, record in enumerate(self.episode.calls[before:], before + 1):
@@ -132,9 +134,9 @@ class Player:
 
     def run_interactive(self) -> None:
         read = _line_reader(self)
-        self.console.print(Text(
-            "type a call as  name key=value ...  or as JSON; Tab completes; "
-            f"{' '.join(COMMANDS)}", style="dim"))
+        self.console.print(
+            Text(f"type a call as  name key=value ...  or as JSON; Tab completes; {' '.join(COMMANDS)}", style="dim")
+        )
         while True:
             try:
                 line = read(f"{self.bundle.name}> ")
@@ -166,8 +168,9 @@ class Player:
         elif command.name == ":state":
             self._state()
         else:
-            print_doc(self.console, Doc().add("text", "\n".join(f"{k:8} {v}" for k, v in COMMANDS.items()),
-                                              label="commands"))
+            print_doc(
+                self.console, Doc().add("text", "\n".join(f"{k:8} {v}" for k, v in COMMANDS.items()), label="commands")
+            )
         return True
 
     def close(self) -> None:
@@ -215,8 +218,14 @@ def _indented(text: str, width: int) -> str:
     with spaces, and drop the indent of the lines it wraps)."""
     lines = []
     for line in text.splitlines() or [""]:
-        lines += textwrap.wrap(line, max(width, 20), initial_indent=INDENT, subsequent_indent=INDENT,
-                               replace_whitespace=False, break_on_hyphens=False) or [""]
+        lines += textwrap.wrap(
+            line,
+            max(width, 20),
+            initial_indent=INDENT,
+            subsequent_indent=INDENT,
+            replace_whitespace=False,
+            break_on_hyphens=False,
+        ) or [""]
     return "\n".join(lines)
 
 
@@ -225,7 +234,9 @@ def _line_reader(player: Player) -> Callable[[str], str]:
     if not sys.stdin.isatty():  # piped calls: read them as typed, with no prompt in the output
         return lambda _prompt: input()
     session: PromptSession[str] = PromptSession(
-        history=InMemoryHistory(), auto_suggest=AutoSuggestFromHistory(),
-        completer=CallCompleter(player.episode.tools), complete_while_typing=False,
+        history=InMemoryHistory(),
+        auto_suggest=AutoSuggestFromHistory(),
+        completer=CallCompleter(player.episode.tools),
+        complete_while_typing=False,
     )
     return session.prompt

@@ -34,8 +34,15 @@ class Unscorable(Exception):
         self.cause, self.reason, self.error_type = cause, reason, error_type
 
 
-async def score_what_was_left(runtime: EpisodeRuntime, task: Task, sandbox: Sandbox, report: dict[str, Any] | None, *,
-                              timeout_s: float, release: Callable[[], Awaitable[None]]) -> Scored:
+async def score_what_was_left(
+    runtime: EpisodeRuntime,
+    task: Task,
+    sandbox: Sandbox,
+    report: dict[str, Any] | None,
+    *,
+    timeout_s: float,
+    release: Callable[[], Awaitable[None]],
+) -> Scored:
     """The scores of `task`'s verifiers. `release` closes `sandbox` once the command verifiers are
     done with it. Without a `report` (the env could not give one) the Python verifiers cannot run,
     and an episode that needs them is Unscorable, as are verifiers that fail or run past `timeout_s`."""
@@ -45,8 +52,10 @@ async def score_what_was_left(runtime: EpisodeRuntime, task: Task, sandbox: Sand
             checked = await runtime.run_command_verifiers(sandbox, task)
         await release()  # its own deadline: a close that hangs takes no verdict
         if report is None and python_verifiers:
-            raise Unscorable("time_budget", "the agent's time ran out while the env was busy, so it could not "
-                             "report what the verifiers grade")
+            raise Unscorable(
+                "time_budget",
+                "the agent's time ran out while the env was busy, so it could not report what the verifiers grade",
+            )
         # The deadline is the verifiers' own run: a wait for a worker other episodes hold is not this one's doing.
         scores = await runtime.score(task, report or {}, python_verifiers, timeout_s=timeout_s)
     except TimeoutError:

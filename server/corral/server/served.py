@@ -62,7 +62,9 @@ class ServeOptions:
     max_frame_bytes: int = 4 * 1024 * 1024  # the largest WebSocket frame a client may send
     max_argument_bytes: int = 1024 * 1024  # a tool call's arguments, as JSON
     max_output_chars: int = 1_000_000  # a tool's answer; a longer one is cut in the middle, with a note
-    network: str | None = None  # tasks that ask for a network (Harbor's): "none" or "egress"; None: the bundle's, else none
+    network: str | None = (
+        None  # tasks that ask for a network (Harbor's): "none" or "egress"; None: the bundle's, else none
+    )
     record_dir: Path | None = None  # record every episode there (None: the bundle's [serve] record, else none)
     # The local sandbox serves envs that give the agent a shell even where it cannot contain them
     unsafe_local_shell: bool = False
@@ -87,9 +89,14 @@ class ServedBundle:
         """Load and check the bundle, prepare and probe its envs; raise BundleInvalid if
         anything is off."""
         bundle = load_bundle(root, network=options.network)
-        provider = bundle.serving_provider(make_provider(
-            options.sandbox, instance=options.instance, warm_pool=options.warm_pool,
-            unsafe_local_shell=options.unsafe_local_shell))
+        provider = bundle.serving_provider(
+            make_provider(
+                options.sandbox,
+                instance=options.instance,
+                warm_pool=options.warm_pool,
+                unsafe_local_shell=options.unsafe_local_shell,
+            )
+        )
         try:
             ready = await _prepare_envs(bundle, provider)
             tools_by_env, reports = await check_envs(bundle, provider, ready) if ready else ({}, {})
@@ -181,8 +188,12 @@ class ServedBundle:
     @functools.cached_property
     def _home_splits(self) -> dict[str, str]:
         # Later entries win: train, then the eval splits from the last to the first.
-        return {task.id: name for name, tasks in reversed(self.bundle.splits.items()) if name != RESERVED_SPLIT
-                for task in tasks}
+        return {
+            task.id: name
+            for name, tasks in reversed(self.bundle.splits.items())
+            if name != RESERVED_SPLIT
+            for task in tasks
+        }
 
     def offered_tools(self, task: Task) -> list[ToolSpec]:
         """The turn's tools: the env tools the task offers, then end_turn."""
@@ -190,7 +201,9 @@ class ServedBundle:
 
     def all_tools(self) -> list[ToolSpec]:
         """Every tool the bundle offers, each once (what a session lists before its reset)."""
-        tools = {tool.name: tool for toolset in self.toolsets.values() for tool in toolset.tools if tool.name != END_TURN}
+        tools = {
+            tool.name: tool for toolset in self.toolsets.values() for tool in toolset.tools if tool.name != END_TURN
+        }
         return [*tools.values(), END_TURN_TOOL]
 
     async def start_pools(self) -> None:
@@ -231,8 +244,9 @@ class ServedBundle:
                 checked[score_id] = await run_command_verifier(sandbox, self.bundle.root, name, config, task.id)
         return checked
 
-    async def score(self, task: Task, report: dict[str, Any], verifiers: Mapping[str, str], *,
-                    timeout_s: float) -> dict[str, float]:
+    async def score(
+        self, task: Task, report: dict[str, Any], verifiers: Mapping[str, str], *, timeout_s: float
+    ) -> dict[str, float]:
         """In a worker process of the pool: a verifier may take CPU, or never return."""
         return await self.verifiers.score(task.model_dump(), report, verifiers, timeout_s=timeout_s)
 
@@ -284,7 +298,9 @@ async def _prepare_envs(bundle: LoadedBundle, provider: SandboxProvider) -> list
     return ready
 
 
-def _toolsets(bundle: LoadedBundle, tools_by_env: dict[str, list[ToolSpec]]) -> tuple[dict[str, Toolset], dict[str, str]]:
+def _toolsets(
+    bundle: LoadedBundle, tools_by_env: dict[str, list[ToolSpec]]
+) -> tuple[dict[str, Toolset], dict[str, str]]:
     """Group tasks by the tools they offer (the same names and schemas: one toolset). A toolset
     is named after its env when its tasks play one env that offers no other, else after the env
     and its tools (`mail:read+send`); one offered by tasks of several envs (a Harbor bundle's,
@@ -315,4 +331,3 @@ def _toolsets(bundle: LoadedBundle, tools_by_env: dict[str, list[ToolSpec]]) -> 
         toolsets[name] = Toolset(name=name, env=env, tools=[*tools, END_TURN_TOOL])
         toolset_of.update(dict.fromkeys(ids, name))
     return toolsets, toolset_of
-

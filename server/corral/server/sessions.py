@@ -69,8 +69,14 @@ class ServedSession:
         except LookupError as error:
             raise FrameError(ErrorCode.VALIDATION_ERROR, str(error)) from None
         limits, notes = self.served.limits_for(data)
-        self.episode = ServedEpisode(self.served, task, limits=limits, episode_id=data.episode_id,
-                                     session_id=self.session_id, split=data.split or self.served.split_of(task.id))
+        self.episode = ServedEpisode(
+            self.served,
+            task,
+            limits=limits,
+            episode_id=data.episode_id,
+            session_id=self.session_id,
+            split=data.split or self.served.split_of(task.id),
+        )
         opened = await self.episode.start()
         if notes:
             opened.metadata["limits"] = notes
@@ -162,7 +168,9 @@ class SessionRegistry:
         """The HTTP-created session a socket asks for; FrameError when it cannot have it."""
         session = self.sessions.get(session_id)
         if session is None or not session.over_http:
-            raise FrameError(ErrorCode.SESSION_ERROR, f"Unknown session_id: {session_id}; create one with openenv/session/create")
+            raise FrameError(
+                ErrorCode.SESSION_ERROR, f"Unknown session_id: {session_id}; create one with openenv/session/create"
+            )
         if session.attached:
             raise FrameError(ErrorCode.SESSION_ERROR, f"Session {session_id} already has an attached WebSocket")
         session.attached = True
@@ -202,6 +210,10 @@ class SessionRegistry:
             for session in list(self.sessions.values()):
                 ttl = DETACHED_TTL_S if session.episode is not None else min(UNUSED_TTL_S, DETACHED_TTL_S)
                 if session.over_http and not session.attached and now - session.idle_since > ttl:
-                    log.info("closing session %s: left without a socket for %.0fs%s", session.session_id, ttl,
-                             "" if session.episode is not None else ", and no episode played")
+                    log.info(
+                        "closing session %s: left without a socket for %.0fs%s",
+                        session.session_id,
+                        ttl,
+                        "" if session.episode is not None else ", and no episode played",
+                    )
                     await self.release(session)

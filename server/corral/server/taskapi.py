@@ -16,7 +16,10 @@ from corral.protocol.catalog import SplitInfo, TaskInfo
 from corral.server.served import ServedBundle
 
 OPENENV_SPLIT_TYPES: dict[str, Literal["train", "validation", "test"]] = {
-    "train": "train", "validation": "validation", "test": "test"}
+    "train": "train",
+    "validation": "validation",
+    "test": "test",
+}
 
 
 class SplitRequest(BaseModel):
@@ -76,14 +79,15 @@ def task_router(served: ServedBundle) -> APIRouter:
             index = found[request.index]
         except IndexError:
             raise HTTPException(
-                400, f"Invalid task index: split {request.split!r} has {len(found)} tasks; "
+                400,
+                f"Invalid task index: split {request.split!r} has {len(found)} tasks; "
                 f"index {request.index} is outside -{len(found)}..{len(found) - 1}",
             ) from None
         return {"task": served.task_info(request.split, index)}
 
     @router.post("/{env_name}/task_range")
     def get_task_range(env_name: str, request: RangeRequest) -> dict[str, list[TaskInfo]]:
-        found = indices(env_name, request.split)[request.start:request.stop]
+        found = indices(env_name, request.split)[request.start : request.stop]
         return {"tasks": [served.task_info(request.split, i) for i in found]}
 
     @router.get("/toolsets")

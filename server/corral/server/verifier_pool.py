@@ -28,8 +28,9 @@ BOOT_WAIT_S = 60.0  # how long a starting server waits for its workers to import
 class _Worker:
     def __init__(self, paths: Mapping[str, Path]):
         self.conn, child_conn = SPAWN.Pipe()
-        self.process: BaseProcess = SPAWN.Process(target=_serve, args=(child_conn, dict(paths)),
-                                                  name="corral-verifier", daemon=True)
+        self.process: BaseProcess = SPAWN.Process(
+            target=_serve, args=(child_conn, dict(paths)), name="corral-verifier", daemon=True
+        )
         self.process.start()
         child_conn.close()
         self.booted = False
@@ -89,8 +90,14 @@ class VerifierPool:
         self._waiting: asyncio.Queue[_Worker] | None = None  # made on the loop that serves (see _idle)
         self._workers: set[_Worker] = set()
 
-    async def score(self, task: dict[str, Any], report: dict[str, Any], verifiers: Mapping[str, str], *,
-                    timeout_s: float | None = None) -> dict[str, float]:
+    async def score(
+        self,
+        task: dict[str, Any],
+        report: dict[str, Any],
+        verifiers: Mapping[str, str],
+        *,
+        timeout_s: float | None = None,
+    ) -> dict[str, float]:
         """Every score of an episode (see `verifiers.score_episode`); VerifierError when a
         verifier raises, returns no score, or its worker dies; TimeoutError when they run past
         `timeout_s` (a worker started for them may take as long again to boot). A call

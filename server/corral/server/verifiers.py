@@ -66,8 +66,9 @@ def score_episode(
         try:
             result = loaded[name](task, report)
         except Exception as error:
-            raise VerifierError(f"verifier {name} raised {type(error).__name__}: {error}{_raised_at(error, loaded[name])}"
-                                ) from error
+            raise VerifierError(
+                f"verifier {name} raised {type(error).__name__}: {error}{_raised_at(error, loaded[name])}"
+            ) from error
         if isinstance(result, Mapping):
             for key, value in result.items():
                 scores[f"{score_id}/{key}"] = _as_score(name, value)
@@ -135,8 +136,9 @@ async def run_command_verifier(
 ) -> CommandScore:
     """Run the verifier's command on what the agent left in `sandbox`, and score its exit."""
     files = await asyncio.to_thread(command_files, root, config, task_id)  # disk reads, off the loop
-    result = await sandbox.verify(files, functools.partial(config.command_for, task_id), timeout_s=config.timeout_s,
-                                  **config.placement())
+    result = await sandbox.verify(
+        files, functools.partial(config.command_for, task_id), timeout_s=config.timeout_s, **config.placement()
+    )
     if isinstance(config, RewardFileVerifier):
         return reward_file_score(name, config, result)
     if result.exit_code is None:
@@ -169,12 +171,13 @@ def reward_file_score(name: str, config: RewardFileVerifier, result: CommandResu
 
 def _with_verdict(output: str, verdict: str) -> str:
     """The end of a command's output with the verdict on a last line: OUTPUT_TAIL_CHARS in all."""
-    tail = output.rstrip("\n")[-(OUTPUT_TAIL_CHARS - len(verdict) - 1):]
+    tail = output.rstrip("\n")[-(OUTPUT_TAIL_CHARS - len(verdict) - 1) :]
     return f"{tail}\n{verdict}" if tail else verdict
 
 
 # The reward files come out of the sandbox, written by whatever ran there: parsing them never
 # raises (a nesting too deep to parse, a number too large for a float), malformed is a 0.
+
 
 def _parse_reward_json(data: bytes) -> tuple[dict[str, float] | None, str]:
     try:

@@ -52,7 +52,9 @@ class Forwarder:
             return None
         headers = {name: request.headers[name] for name in PASSED_ON if name in request.headers}
         try:
-            answer = await self.peer_client(holder).post(f"http://worker{request.url.path}", content=body, headers=headers)
+            answer = await self.peer_client(holder).post(
+                f"http://worker{request.url.path}", content=body, headers=headers
+            )
         except httpx.HTTPError as error:
             log.info("worker %d did not answer a request for its session: %s", holder, error)
             return None
@@ -63,8 +65,9 @@ class Forwarder:
         """The pooled client of worker `holder`'s private socket (also /metrics', worker_metrics)."""
         if holder not in self._clients:  # a connection left by a worker that died is dropped from the pool, not reused
             transport = httpx.AsyncHTTPTransport(uds=self.seat.socket_path(holder))
-            self._clients[holder] = httpx.AsyncClient(transport=transport, trust_env=False,
-                                                      timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S))
+            self._clients[holder] = httpx.AsyncClient(
+                transport=transport, trust_env=False, timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
+            )
         return self._clients[holder]
 
     async def socket(self, websocket: WebSocket) -> bool:
@@ -77,8 +80,16 @@ class Forwarder:
         uri = f"ws://worker/ws?{urlencode({'session_id': session_id})}"
         try:
             # No size limit: this worker's server already bounds what the client sends, and the holder is trusted.
-            peer = await unix_connect(self.seat.socket_path(holder), uri, additional_headers=headers, compression=None,
-                                      max_size=None, ping_interval=None, open_timeout=CONNECT_TIMEOUT_S, proxy=None)
+            peer = await unix_connect(
+                self.seat.socket_path(holder),
+                uri,
+                additional_headers=headers,
+                compression=None,
+                max_size=None,
+                ping_interval=None,
+                open_timeout=CONNECT_TIMEOUT_S,
+                proxy=None,
+            )
         except (OSError, InvalidHandshake, TimeoutError) as error:
             log.info("worker %d did not answer a socket for its session: %s", holder, error)
             return False

@@ -28,8 +28,9 @@ PEER_TIMEOUT_S = 10.0
 async def peers_metrics(seat: WorkerSeat, peers: Forwarder, authorization: str | None) -> list[str]:
     """Every other worker's /metrics text, from those that answer (asked over `peers`' pooled clients)."""
     headers = {OWN_ONLY: "1", **({"authorization": authorization} if authorization else {})}
-    answers = await asyncio.gather(*(_ask(peers.peer_client(index), index, headers)
-                                     for index in range(len(seat.pids)) if index != seat.index))
+    answers = await asyncio.gather(
+        *(_ask(peers.peer_client(index), index, headers) for index in range(len(seat.pids)) if index != seat.index)
+    )
     return [text for text in answers if text is not None]
 
 

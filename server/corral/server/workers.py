@@ -85,8 +85,12 @@ class Supervisor:
 
     def _start(self, index: int) -> BaseProcess:
         seat = WorkerSeat(index, self.sessions, self.pids, self.folder)
-        process = self._context.Process(target=_work, name=f"corral-worker-{index}", daemon=False,
-                                        args=(self.root, self.options, seat, self.listener, os.getpid()))
+        process = self._context.Process(
+            target=_work,
+            name=f"corral-worker-{index}",
+            daemon=False,
+            args=(self.root, self.options, seat, self.listener, os.getpid()),
+        )
         process.start()
         return process
 
@@ -100,11 +104,18 @@ class Supervisor:
                 served = self.pids[index] != 0
                 self.pids[index] = self.sessions[index] = 0  # its sessions ended with it
                 if not served:
-                    log.error("worker %d exited (status %s) before it served; stopping the host: see its log above",
-                              index, process.exitcode)
+                    log.error(
+                        "worker %d exited (status %s) before it served; stopping the host: see its log above",
+                        index,
+                        process.exitcode,
+                    )
                     return 1
-                log.warning("worker %d (pid %d) exited (status %s): its episodes ended; starting another",
-                            index, process.pid, process.exitcode)
+                log.warning(
+                    "worker %d (pid %d) exited (status %s): its episodes ended; starting another",
+                    index,
+                    process.pid,
+                    process.exitcode,
+                )
                 self.processes[index] = self._start(index)
             if not announced and all(self.pids):
                 announced = True
@@ -144,8 +155,9 @@ def reap_dropped_workers(options: ServeOptions, count: int) -> None:
     for index in sorted(index for match in marked if match and (index := int(match[1])) >= count):
         instance = worker_instance(options.instance, index)
         log.info("reaping what worker %d of a killed host left (instance %s)", index, instance)
-        asyncio.run(_reaped(make_provider(options.sandbox, instance=instance,
-                                          unsafe_local_shell=options.unsafe_local_shell)))
+        asyncio.run(
+            _reaped(make_provider(options.sandbox, instance=instance, unsafe_local_shell=options.unsafe_local_shell))
+        )
         os.unlink(os.path.join(folder, socket_name(index)))
     if count == 1:
         shutil.rmtree(folder, ignore_errors=True)

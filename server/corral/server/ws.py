@@ -54,8 +54,9 @@ def _session_for(websocket: WebSocket, registry: SessionRegistry) -> ServedSessi
 
 def _refusal(refused: CapacityReached | FrameError) -> ErrorReply:
     if isinstance(refused, CapacityReached):
-        return ErrorReply.of(ErrorCode.CAPACITY_REACHED, str(refused), active_sessions=refused.active,
-                             max_sessions=refused.limit)
+        return ErrorReply.of(
+            ErrorCode.CAPACITY_REACHED, str(refused), active_sessions=refused.active, max_sessions=refused.limit
+        )
     return ErrorReply.of(refused.code, str(refused), **refused.extra)
 
 
@@ -79,8 +80,9 @@ async def _play(websocket: WebSocket, session: ServedSession, registry: SessionR
         raise failed
 
 
-async def _answer(websocket: WebSocket, session: ServedSession, registry: SessionRegistry,
-                  inbox: asyncio.Queue[str]) -> None:
+async def _answer(
+    websocket: WebSocket, session: ServedSession, registry: SessionRegistry, inbox: asyncio.Queue[str]
+) -> None:
     """Handle the queued frames one at a time and send each its reply, until a close frame."""
     while (reply := await handle_frame(session, registry, await inbox.get())) is not None:
         await websocket.send_text(reply if isinstance(reply, str) else reply.model_dump_json())

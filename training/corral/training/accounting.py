@@ -45,8 +45,15 @@ class Outcome:
 
     @classmethod
     def of(cls, rollout: RolloutOutcome) -> Outcome:
-        return cls(rollout.toolset, rollout.reward, rollout.status, rollout.unscored_reason, rollout.truncated,
-                   rollout.tool_calls, rollout.tool_errors)
+        return cls(
+            rollout.toolset,
+            rollout.reward,
+            rollout.status,
+            rollout.unscored_reason,
+            rollout.truncated,
+            rollout.tool_calls,
+            rollout.tool_errors,
+        )
 
 
 @dataclass
@@ -134,12 +141,16 @@ class StepAccount:
 
     def summary(self) -> str:
         """One line for a log: the counts, and the reasons rollouts were left unscored."""
-        text = (f"{self.scored}/{self.rollouts} rollouts scored; {self.groups_under_two_scored}/{self.groups} groups "
-                f"with under two scored, {self.groups_zero_variance} with equal rewards")
+        text = (
+            f"{self.scored}/{self.rollouts} rollouts scored; {self.groups_under_two_scored}/{self.groups} groups "
+            f"with under two scored, {self.groups_zero_variance} with equal rewards"
+        )
         if self.truncated:
             text += "; truncated: " + ", ".join(f"{n} by {limit}" for limit, n in self.truncated.items())
         if self.failed_reasons:
-            text += "; failed by the agent: " + "; ".join(f"{n}x {reason}" for reason, n in self.failed_reasons.most_common())
+            text += "; failed by the agent: " + "; ".join(
+                f"{n}x {reason}" for reason, n in self.failed_reasons.most_common()
+            )
         if self.unscored_reasons:
             text += "; unscored: " + "; ".join(f"{n}x {reason}" for reason, n in self.unscored_reasons.most_common())
         return text

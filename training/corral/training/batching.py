@@ -63,9 +63,17 @@ class BatchedGenerator:
             torch.distributed runs more than one process.
     """
 
-    def __init__(self, model: Any, sampling: SamplingParams | None = None, *, logprobs: bool = True,
-                 pad_token_id: int | None = None, max_batch: int = 64, window_s: float = 0.05,
-                 lockstep: bool | None = None):
+    def __init__(
+        self,
+        model: Any,
+        sampling: SamplingParams | None = None,
+        *,
+        logprobs: bool = True,
+        pad_token_id: int | None = None,
+        max_batch: int = 64,
+        window_s: float = 0.05,
+        lockstep: bool | None = None,
+    ):
         self.model = model
         self.sampling = sampling or SamplingParams()
         self.logprobs = logprobs
@@ -192,17 +200,23 @@ class BatchedGenerator:
         input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
         attention = torch.zeros_like(input_ids)
         for i, ids in enumerate(rows):  # left-padded: every row's next token comes at the same place
-            input_ids[i, width - len(ids):] = torch.tensor(ids)
-            attention[i, width - len(ids):] = 1
+            input_ids[i, width - len(ids) :] = torch.tensor(ids)
+            attention[i, width - len(ids) :] = 1
         device = _device(self.model)
         input_ids, attention = input_ids.to(device), attention.to(device)
         sampling = self.sampling
         with torch.no_grad():
             output = self.model.generate(
-                input_ids, attention_mask=attention, do_sample=sampling.temperature > 0,
-                temperature=sampling.temperature or None, top_p=sampling.top_p, top_k=sampling.top_k,
-                max_new_tokens=max((r.max_new_tokens for r in batch), default=1), eos_token_id=stops,
-                pad_token_id=pad, synced_gpus=self.lockstep,
+                input_ids,
+                attention_mask=attention,
+                do_sample=sampling.temperature > 0,
+                temperature=sampling.temperature or None,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k,
+                max_new_tokens=max((r.max_new_tokens for r in batch), default=1),
+                eos_token_id=stops,
+                pad_token_id=pad,
+                synced_gpus=self.lockstep,
             )
         self.calls += 1
         samples = [_cut(row, request) for row, request in zip(output[:, width:].tolist(), batch, strict=False)]
@@ -213,16 +227,17 @@ class BatchedGenerator:
             request.sample = sample
             request.answered.set()
 
-    def _logprobs(self, input_ids: torch.Tensor, attention: torch.Tensor, completions: list[list[int]],
-                  pad: int) -> list[list[float]]:
+    def _logprobs(
+        self, input_ids: torch.Tensor, attention: torch.Tensor, completions: list[list[int]], pad: int
+    ) -> list[list[float]]:
         """Each sampled id's logprob, from one forward over the padded prompts and samples."""
         width, longest = input_ids.shape[1], max(map(len, completions))
         ids = torch.full((len(completions), width + longest), pad, dtype=torch.long, device=input_ids.device)
         mask = torch.zeros_like(ids)
         ids[:, :width], mask[:, :width] = input_ids[: len(completions)], attention[: len(completions)]
         for i, completion in enumerate(completions):
-            ids[i, width: width + len(completion)] = torch.tensor(completion)
-            mask[i, width: width + len(completion)] = 1
+            ids[i, width : width + len(completion)] = torch.tensor(completion)
+            mask[i, width : width + len(completion)] = 1
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as generate numbers left-padded rows
         vocabulary = self.model.config.get_text_config().vocab_size
         chunk = max(1, LOGITS_PER_CHUNK // max(1, (longest + 1) * vocabulary))
@@ -231,10 +246,15 @@ class BatchedGenerator:
         with torch.no_grad():
             for start in range(0, len(completions), chunk):
                 rows = slice(start, start + chunk)
-                logits = self.model(input_ids=ids[rows], attention_mask=mask[rows], position_ids=positions[rows],
-                                    logits_to_keep=longest + 1).logits[:, :-1]
-                picked = torch.log_softmax(logits.float() / temperature, dim=-1).gather(
-                    -1, ids[rows, width:, None])[..., 0]
+                logits = self.model(
+                    input_ids=ids[rows],
+                    attention_mask=mask[rows],
+                    position_ids=positions[rows],
+                    logits_to_keep=longest + 1,
+                ).logits[:, :-1]
+                picked = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, ids[rows, width:, None])[
+                    ..., 0
+                ]
                 found += [row[: len(c)] for row, c in zip(picked.tolist(), completions[rows], strict=True)]
         return found
 

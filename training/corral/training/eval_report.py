@@ -83,25 +83,48 @@ class EvalReport:
     def table(self, *, tasks_shown: int | None = None) -> str:
         """The summary: a row per task (the first `tasks_shown`), overall, and the reasons."""
         head = ["task", "scored", "mean reward", *(f"pass@{k}" for k in self.ks)]
-        rows = [[t.task_id, f"{len(t.rewards)}/{len(t.rewards) + t.unscored}", _number(t.mean_reward),
-                 *(_number(t.pass_at(k)) for k in self.ks)] for t in self.tasks[:tasks_shown]]
+        rows = [
+            [
+                t.task_id,
+                f"{len(t.rewards)}/{len(t.rewards) + t.unscored}",
+                _number(t.mean_reward),
+                *(_number(t.pass_at(k)) for k in self.ks),
+            ]
+            for t in self.tasks[:tasks_shown]
+        ]
         if tasks_shown is not None and len(self.tasks) > tasks_shown:
             rows.append([f"... {len(self.tasks) - tasks_shown} more tasks", "", "", *("" for _ in self.ks)])
-        rows.append(["overall", f"{self.scored}/{self.episodes}", _number(self.mean_reward),
-                     *(_number(self.pass_at[k]) for k in self.ks)])
+        rows.append(
+            [
+                "overall",
+                f"{self.scored}/{self.episodes}",
+                _number(self.mean_reward),
+                *(_number(self.pass_at[k]) for k in self.ks),
+            ]
+        )
         widths = [max(len(str(row[i])) for row in [head, *rows]) for i in range(len(head))]
-        lines = [(f"{self.model} on {self.bundle} ({self.split}): {len(self.tasks)} tasks x {self.k} samples = "
-                  f"{self.episodes} episodes in {self.seconds:.1f}s; passed: reward >= {self.success:g}")]
-        lines += ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-                  for row in [head, *rows]]
-        for title, reasons in (("failed by the agent (scored their failure score)", self.failed_reasons),
-                               ("unscored (left out of the numbers)", self.unscored_reasons)):
+        lines = [
+            (
+                f"{self.model} on {self.bundle} ({self.split}): {len(self.tasks)} tasks x {self.k} samples = "
+                f"{self.episodes} episodes in {self.seconds:.1f}s; passed: reward >= {self.success:g}"
+            )
+        ]
+        lines += [
+            "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            for row in [head, *rows]
+        ]
+        for title, reasons in (
+            ("failed by the agent (scored their failure score)", self.failed_reasons),
+            ("unscored (left out of the numbers)", self.unscored_reasons),
+        ):
             if reasons:
                 lines.append(f"{title}: {sum(reasons.values())}")
                 lines += [f"  {count}x {reason}" for reason, count in reasons.most_common()]
         if self.context_cut:
-            lines.append(f"note: {self.context_cut} episode(s) reached the model's context of {self.context_length} "
-                         "positions (prompt and completion together) and were cut there, short of the completion limit")
+            lines.append(
+                f"note: {self.context_cut} episode(s) reached the model's context of {self.context_length} "
+                "positions (prompt and completion together) and were cut there, short of the completion limit"
+            )
         if self.run is not None:
             lines.append(f"rollouts recorded as run {self.run}")
         return "\n".join(lines)
@@ -109,19 +132,48 @@ class EvalReport:
     def as_dict(self) -> dict[str, Any]:
         """The numbers as plain data (for JSON)."""
         return {
-            "model": self.model, "bundle": self.bundle, "split": self.split, "k": self.k, "success": self.success,
-            "episodes": self.episodes, "scored": self.scored, "seconds": round(self.seconds, 3),
-            "mean_reward": self.mean_reward, "pass_at": {str(k): v for k, v in self.pass_at.items()},
-            "tasks": [{"task_id": t.task_id, "rewards": t.rewards, "passed": t.passed, "failed": t.failed,
-                       "unscored": t.unscored, "mean_reward": t.mean_reward,
-                       "pass_at": {str(k): t.pass_at(k) for k in self.ks}} for t in self.tasks],
-            "failed_reasons": dict(self.failed_reasons), "unscored_reasons": dict(self.unscored_reasons),
-            "run": self.run, "context_length": self.context_length, "context_cut": self.context_cut,
+            "model": self.model,
+            "bundle": self.bundle,
+            "split": self.split,
+            "k": self.k,
+            "success": self.success,
+            "episodes": self.episodes,
+            "scored": self.scored,
+            "seconds": round(self.seconds, 3),
+            "mean_reward": self.mean_reward,
+            "pass_at": {str(k): v for k, v in self.pass_at.items()},
+            "tasks": [
+                {
+                    "task_id": t.task_id,
+                    "rewards": t.rewards,
+                    "passed": t.passed,
+                    "failed": t.failed,
+                    "unscored": t.unscored,
+                    "mean_reward": t.mean_reward,
+                    "pass_at": {str(k): t.pass_at(k) for k in self.ks},
+                }
+                for t in self.tasks
+            ],
+            "failed_reasons": dict(self.failed_reasons),
+            "unscored_reasons": dict(self.unscored_reasons),
+            "run": self.run,
+            "context_length": self.context_length,
+            "context_cut": self.context_cut,
         }
 
 
-def report_of(played: Sequence[Rollout], task_ids: list[str], *, name: str, bundle: str, split: str, k: int,
-              success: float, seconds: float, run: str | None) -> EvalReport:
+def report_of(
+    played: Sequence[Rollout],
+    task_ids: list[str],
+    *,
+    name: str,
+    bundle: str,
+    split: str,
+    k: int,
+    success: float,
+    seconds: float,
+    run: str | None,
+) -> EvalReport:
     """The report of the rollouts `played` over `task_ids`: failed ones count as misses at their
     failure score, unscored ones are left out and their reasons listed."""
     tasks = {task_id: TaskScore(task_id) for task_id in task_ids}

@@ -91,9 +91,16 @@ def evaluate(
     step = checkpoint_step(model)  # the records' step: a checkpoint's, when the model is one
     try:
         processor = processor or HermesProcessor.for_trainer(
-            policy.tokenizer, chat_template_kwargs or {"enable_thinking": False}, stop_token_ids=policy.eos_ids)
-        rollout = CorralRollout(opened, processor=processor, generator=policy.generator, max_tool_calls=max_tool_calls,
-                                max_completion_length=max_completion_length, record_dir=record_dir)
+            policy.tokenizer, chat_template_kwargs or {"enable_thinking": False}, stop_token_ids=policy.eos_ids
+        )
+        rollout = CorralRollout(
+            opened,
+            processor=processor,
+            generator=policy.generator,
+            max_tool_calls=max_tool_calls,
+            max_completion_length=max_completion_length,
+            record_dir=record_dir,
+        )
         rows = rollout.dataset_for(split)
         if limit is not None:
             rows = rows.select(range(min(limit, len(rows))))
@@ -102,35 +109,51 @@ def evaluate(
         started = time.monotonic()
         try:
             with policy.threads():
-                played = rollout.play(prompts, concurrency=concurrency,
-                                      contexts=group_contexts(len(prompts), k, step),
-                                      on_rollout=(lambda _: bar.update(1)) if bar is not None else None)
+                played = rollout.play(
+                    prompts,
+                    concurrency=concurrency,
+                    contexts=group_contexts(len(prompts), k, step),
+                    on_rollout=(lambda _: bar.update(1)) if bar is not None else None,
+                )
         finally:
             policy.restore()
             if bar is not None:
                 bar.close()
             run = rollout.records.run if rollout.records is not None else None
             rollout.close()
-        report = report_of(played, [row["task_id"] for row in rows], name=policy.name, bundle=opened.name, split=split,
-                         k=k, success=success, seconds=time.monotonic() - started, run=run)
+        report = report_of(
+            played,
+            [row["task_id"] for row in rows],
+            name=policy.name,
+            bundle=opened.name,
+            split=split,
+            k=k,
+            success=success,
+            seconds=time.monotonic() - started,
+            run=run,
+        )
         report.context_length = policy.context_length
         if report.context_length is not None:
-            report.context_cut = sum(len(r.prompt_ids) + len(r.completion_ids) >= report.context_length
-                                     for r in played)
+            report.context_cut = sum(len(r.prompt_ids) + len(r.completion_ids) >= report.context_length for r in played)
         return report
     finally:
         if opened is not bundle:
             opened.close()
 
 
-def _open_bundle(bundle: Bundle | str | Path, split: str, sandbox: str, concurrency: int,
-                 record_dir: str | Path | None, token: str | None) -> Bundle:
+def _open_bundle(
+    bundle: Bundle | str | Path,
+    split: str,
+    sandbox: str,
+    concurrency: int,
+    record_dir: str | Path | None,
+    token: str | None,
+) -> Bundle:
     if isinstance(bundle, Bundle):
         return bundle
     if isinstance(bundle, str) and "://" in bundle:
         return Bundle(bundle, split=split, token=token)
-    return Bundle.local(bundle, split=split, sandbox=sandbox, max_concurrent_envs=concurrency,
-                        record_dir=record_dir)
+    return Bundle.local(bundle, split=split, sandbox=sandbox, max_concurrent_envs=concurrency, record_dir=record_dir)
 
 
 @dataclass
@@ -164,11 +187,19 @@ def _policy(model: Any, tokenizer: Any, sampling: SamplingParams) -> _Policy:
     eos_ids = eos_token_ids(model, tokenizer)
     was_training = model.training
     model.eval()
-    generator = BatchedGenerator(model, sampling, logprobs=False, pad_token_id=tokenizer.pad_token_id,
-                                 max_batch=256, lockstep=False)
+    generator = BatchedGenerator(
+        model, sampling, logprobs=False, pad_token_id=tokenizer.pad_token_id, max_batch=256, lockstep=False
+    )
     on_cpu = next(model.parameters()).device.type == "cpu"
-    return _Policy(generator, tokenizer, name, eos_ids, lambda: model.train(was_training),
-                   one_cpu_thread if on_cpu else nullcontext, generator.context_length)
+    return _Policy(
+        generator,
+        tokenizer,
+        name,
+        eos_ids,
+        lambda: model.train(was_training),
+        one_cpu_thread if on_cpu else nullcontext,
+        generator.context_length,
+    )
 
 
 def _load(name: str, tokenizer: Any) -> tuple[Any, Any]:
@@ -180,15 +211,19 @@ def _load(name: str, tokenizer: Any) -> tuple[Any, Any]:
     disable_progress_bar()  # its loading bar would stand between the eval's own bar, or its one-line error
     folder = Path(name)
     if folder.is_dir() and not (folder / "config.json").is_file():
-        raise ConfigError(f"{name} is a folder but not a saved model (it has no config.json): give the folder a "
-                          "model was saved in (save_pretrained, a recipe's --output-dir) or a vLLM server's URL")
+        raise ConfigError(
+            f"{name} is a folder but not a saved model (it has no config.json): give the folder a "
+            "model was saved in (save_pretrained, a recipe's --output-dir) or a vLLM server's URL"
+        )
     try:
         tokenizer = _tokenizer(tokenizer or name)
         model = AutoModelForCausalLM.from_pretrained(name, dtype="auto")
     except (OSError, ValueError) as error:
         where = "" if folder.exists() else f"there is no folder {folder.resolve()}, and "
-        raise ConfigError(f"cannot load the model {name!r}: {where}transformers says: {_first_line(error)}; give a "
-                          "saved model's folder or a vLLM server's URL") from error
+        raise ConfigError(
+            f"cannot load the model {name!r}: {where}transformers says: {_first_line(error)}; give a "
+            "saved model's folder or a vLLM server's URL"
+        ) from error
     # transformers' decorator on `to` types it as taking the model again: a wrong hint.
     return model.to("cuda" if _cuda() else "cpu"), tokenizer  # type: ignore[arg-type]
 

@@ -109,12 +109,19 @@ class TransformersGenerator:
         input_ids = torch.tensor([prompt_ids], device=device)
         with self._lock, torch.no_grad():
             output = self.model.generate(
-                input_ids, attention_mask=torch.ones_like(input_ids), do_sample=True,
-                temperature=self.sampling.temperature, top_p=self.sampling.top_p, top_k=self.sampling.top_k,
-                max_new_tokens=max_new_tokens, eos_token_id=stop_token_ids, pad_token_id=stop_token_ids[0],
-                output_logits=True, return_dict_in_generate=True,
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                do_sample=True,
+                temperature=self.sampling.temperature,
+                top_p=self.sampling.top_p,
+                top_k=self.sampling.top_k,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=stop_token_ids,
+                pad_token_id=stop_token_ids[0],
+                output_logits=True,
+                return_dict_in_generate=True,
             )
-        ids = output.sequences[0, len(prompt_ids):].tolist()
+        ids = output.sequences[0, len(prompt_ids) :].tolist()
         # generate pads finished rows; a single row stops at its first stop id.
         stop = next((i for i, token in enumerate(ids) if token in stop_token_ids), None)
         ids = ids if stop is None else ids[: stop + 1]
@@ -149,16 +156,23 @@ class VLLMGenerator:
             train on such samples), and its logprobs are NaN.
     """
 
-    def __init__(self, base_url: str, model: str | None = None, sampling: SamplingParams = SamplingParams(),
-                 timeout: float = 600.0, tokenizer: Any = None):
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        sampling: SamplingParams = SamplingParams(),
+        timeout: float = 600.0,
+        tokenizer: Any = None,
+    ):
         self.base_url = base_url.rstrip("/")
         self._model = model
         self.sampling = sampling
         self.tokenizer = tokenizer
         # A pooled connection is dropped well before the server closes it: one reused as the server
         # closes it loses its request ("Server disconnected without sending a response").
-        limits = httpx.Limits(max_connections=100, max_keepalive_connections=20,
-                              keepalive_expiry=_SERVER_IDLE_CLOSE_S / 2)
+        limits = httpx.Limits(
+            max_connections=100, max_keepalive_connections=20, keepalive_expiry=_SERVER_IDLE_CLOSE_S / 2
+        )
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, trust_env=False, limits=limits)
 
     @property
@@ -168,8 +182,10 @@ class VLLMGenerator:
             reply = self._send("GET", "/v1/models")
             served = reply.json().get("data") if reply.status_code == 200 else None
             if not served:
-                raise GenerationError(f"the server at {self.base_url} lists no model at /v1/models "
-                                      f"({reply.status_code}): pass VLLMGenerator(url, model=NAME)")
+                raise GenerationError(
+                    f"the server at {self.base_url} lists no model at /v1/models "
+                    f"({reply.status_code}): pass VLLMGenerator(url, model=NAME)"
+                )
             self._model = str(served[0]["id"])
         return self._model
 
@@ -190,8 +206,9 @@ class VLLMGenerator:
         }
         reply = self._send("POST", "/v1/completions", json=payload)
         if reply.status_code != 200:
-            raise GenerationError(f"the vLLM server at {self.base_url} refused a completion ({reply.status_code}): "
-                               f"{reply.text[:500]}")
+            raise GenerationError(
+                f"the vLLM server at {self.base_url} refused a completion ({reply.status_code}): {reply.text[:500]}"
+            )
         choice = reply.json()["choices"][0]
         stopped = choice.get("finish_reason") == "stop"
         ids = choice.get("token_ids")

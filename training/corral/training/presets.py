@@ -90,9 +90,7 @@ def preset(name: str) -> Preset:
     """
     found = _BY_KEY.get(_key(name))
     if found is None:
-        raise ConfigError(
-            f"no training preset is called {name!r}; the known presets are: {', '.join(PRESETS)}"
-        )
+        raise ConfigError(f"no training preset is called {name!r}; the known presets are: {', '.join(PRESETS)}")
     return found
 
 
@@ -290,7 +288,10 @@ _PRESETS = [
             takes no environment_factory.
         """),
         settings={
-            "num_iterations": 1, "scale_rewards": "none", "loss_type": "dr_grpo", "beta": 0.0,
+            "num_iterations": 1,
+            "scale_rewards": "none",
+            "loss_type": "dr_grpo",
+            "beta": 0.0,
         },
     ),
     Preset(

@@ -113,15 +113,22 @@ class ChatTemplateProcessor(ABC):
         self.end_of_turn = end_of_turn
         stop = tokenizer.convert_tokens_to_ids(end_of_turn)
         if not isinstance(stop, int) or stop == tokenizer.unk_token_id:
-            raise ConfigError(f"the tokenizer has no token {end_of_turn!r}, which ends an assistant turn in this template")
+            raise ConfigError(
+                f"the tokenizer has no token {end_of_turn!r}, which ends an assistant turn in this template"
+            )
         self.stop_token_ids = list(dict.fromkeys([stop, *stop_token_ids]))  # the template's own first
 
-    def render(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None,
-               add_generation_prompt: bool = False) -> str:
+    def render(
+        self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool = False
+    ) -> str:
         """The template's text for `messages` (what a token-exact sequence must decode to)."""
         rendered = self.tokenizer.apply_chat_template(
-            messages, tools=list(tools) if tools else None, chat_template=self.chat_template,
-            tokenize=False, add_generation_prompt=add_generation_prompt, **self.template_kwargs,
+            messages,
+            tools=list(tools) if tools else None,
+            chat_template=self.chat_template,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            **self.template_kwargs,
         )
         assert isinstance(rendered, str)  # tokenize=False: the text (transformers types every form)
         return rendered
@@ -137,8 +144,13 @@ class ChatTemplateProcessor(ABC):
         if name is None:
             dummy.append({"role": "assistant", "content": "dummy"})
         else:
-            dummy.append({"role": "assistant", "content": "",
-                          "tool_calls": [{"type": "function", "function": {"name": name, "arguments": {}}}]})
+            dummy.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"type": "function", "function": {"name": name, "arguments": {}}}],
+                }
+            )
         before = self.render(dummy)
         after = self.render(dummy + messages, add_generation_prompt=True)
         cut = before.rfind(self.end_of_turn)
@@ -148,7 +160,7 @@ class ChatTemplateProcessor(ABC):
                 "tool results cannot be appended token-exact; render with a prefix-preserving template "
                 "(TRL's get_training_chat_template gives one for the families it knows)"
             )
-        return self._encode(after[cut + len(self.end_of_turn):])
+        return self._encode(after[cut + len(self.end_of_turn) :])
 
     def parse(self, completion_ids: list[int]) -> Turn:
         ids = completion_ids[:-1] if completion_ids and completion_ids[-1] in self.stop_token_ids else completion_ids
@@ -189,14 +201,29 @@ class HermesProcessor(ChatTemplateProcessor):
         template_kwargs: Template variables, e.g. `{"enable_thinking": False}`.
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, *, chat_template: str | None = None,
-                 template_kwargs: dict[str, Any] | None = None, stop_token_ids: Sequence[int] = ()):
-        super().__init__(tokenizer, end_of_turn="<|im_end|>", chat_template=chat_template,
-                         template_kwargs=template_kwargs, stop_token_ids=stop_token_ids)
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        chat_template: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+        stop_token_ids: Sequence[int] = (),
+    ):
+        super().__init__(
+            tokenizer,
+            end_of_turn="<|im_end|>",
+            chat_template=chat_template,
+            template_kwargs=template_kwargs,
+            stop_token_ids=stop_token_ids,
+        )
 
     @classmethod
-    def for_trainer(cls, tokenizer: PreTrainedTokenizerBase, template_kwargs: dict[str, Any] | None = None,
-                    stop_token_ids: Sequence[int] = ()) -> HermesProcessor:
+    def for_trainer(
+        cls,
+        tokenizer: PreTrainedTokenizerBase,
+        template_kwargs: dict[str, Any] | None = None,
+        stop_token_ids: Sequence[int] = (),
+    ) -> HermesProcessor:
         """A processor that renders with the template `GRPOTrainer` renders with for this tokenizer;
         `stop_token_ids`: the model's other EOS ids (`trainer.eos_token_ids`)."""
         template = None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
@@ -213,10 +240,21 @@ class Llama3JsonProcessor(ChatTemplateProcessor):
     """Llama 3.1 / 3.2 JSON tool calls: the whole reply is `{"name": ..., "parameters": {...}}`
     (optionally after `<|python_tag|>`); one call per turn, results in the `ipython` role."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, *, chat_template: str | None = None,
-                 template_kwargs: dict[str, Any] | None = None, stop_token_ids: Sequence[int] = ()):
-        super().__init__(tokenizer, end_of_turn="<|eot_id|>", chat_template=chat_template,
-                         template_kwargs=template_kwargs, stop_token_ids=stop_token_ids)
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        chat_template: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+        stop_token_ids: Sequence[int] = (),
+    ):
+        super().__init__(
+            tokenizer,
+            end_of_turn="<|eot_id|>",
+            chat_template=chat_template,
+            template_kwargs=template_kwargs,
+            stop_token_ids=stop_token_ids,
+        )
 
     def read(self, text: str) -> Turn:
         body = text.strip().removeprefix("<|python_tag|>").strip()
@@ -240,5 +278,7 @@ def _json_call(body: str, *, arguments_key: str) -> ToolCall:
         except json.JSONDecodeError:
             pass
     if not isinstance(arguments, dict):
-        return ToolCall(name=call["name"], error=f"the arguments of {call['name']} are not a JSON object: {arguments!r}")
+        return ToolCall(
+            name=call["name"], error=f"the arguments of {call['name']} are not a JSON object: {arguments!r}"
+        )
     return ToolCall(name=call["name"], arguments=arguments)

@@ -8,8 +8,13 @@ from collections.abc import Callable
 from typing import Any
 
 
-def episode_reward(completions: list[Any], episode_reward: list[float | None], log_metric: Callable | None = None,
-                   rollout_metrics: list[dict[str, float]] | None = None, **_: Any) -> list[float | None]:
+def episode_reward(
+    completions: list[Any],
+    episode_reward: list[float | None],
+    log_metric: Callable | None = None,
+    rollout_metrics: list[dict[str, float]] | None = None,
+    **_: Any,
+) -> list[float | None]:
     """The reward function of `CorralRollout`: each episode's reward from the server (None: it
     ended unscored, and TRL leaves it out of its group). It also logs the step's rollout
     accounting through TRL's `log_metric`, which averages over processes: every process logs

@@ -56,10 +56,22 @@ class Rollout:
     def record(self) -> RolloutRecord:
         """The client's side of the episode's record (joined to the server's by `episode_id`)."""
         return RolloutRecord(
-            **self.context.model_dump(), episode_id=self.episode_id, task_id=self.task_id, split=self.split, toolset=self.toolset,
-            prompt_ids=self.prompt_ids, completion_ids=self.completion_ids, env_mask=self.env_mask,
-            logprobs=self.logprobs, messages=self.messages, tools=self.tools, reward=self.reward,
-            status=self.status, reason=self.unscored_reason, truncated=self.truncated, tool_calls=self.tool_calls,
+            **self.context.model_dump(),
+            episode_id=self.episode_id,
+            task_id=self.task_id,
+            split=self.split,
+            toolset=self.toolset,
+            prompt_ids=self.prompt_ids,
+            completion_ids=self.completion_ids,
+            env_mask=self.env_mask,
+            logprobs=self.logprobs,
+            messages=self.messages,
+            tools=self.tools,
+            reward=self.reward,
+            status=self.status,
+            reason=self.unscored_reason,
+            truncated=self.truncated,
+            tool_calls=self.tool_calls,
             tool_errors=self.tool_errors,
         )
 
@@ -77,8 +89,15 @@ class RolloutLimits:
 class RolloutPlayer:
     """One rollout on one session: the loop of sampling, tool calls and rendered answers."""
 
-    def __init__(self, session: Session, spec: EnvironmentSpec, task: dict[str, Any], processor: Processor,
-                 generator: Generator, limits: RolloutLimits):
+    def __init__(
+        self,
+        session: Session,
+        spec: EnvironmentSpec,
+        task: dict[str, Any],
+        processor: Processor,
+        generator: Generator,
+        limits: RolloutLimits,
+    ):
         self.episode = Episode(session, spec.server_limits, reward=spec.reward, capacity_wait_s=spec.capacity_wait_s)
         self.spec = spec
         self.task = task
@@ -90,14 +109,26 @@ class RolloutPlayer:
     def play(self, prompt: list[Message]) -> Rollout:
         messages = [{"role": m["role"], "content": m["content"]} for m in prompt]
         episode_id = uuid.uuid4().hex  # sent in the reset: the server's record of the episode carries it
-        opened = self.episode.start(ResetData(
-            split=self.task["split"], index=self.task["index"], task_id=self.task["task_id"], episode_id=episode_id,
-            tool_timeout_s=self.spec.tool_timeout_s, reset_timeout_s=self.spec.reset_timeout_s,
-        ))
+        opened = self.episode.start(
+            ResetData(
+                split=self.task["split"],
+                index=self.task["index"],
+                task_id=self.task["task_id"],
+                episode_id=episode_id,
+                tool_timeout_s=self.spec.tool_timeout_s,
+                reset_timeout_s=self.spec.reset_timeout_s,
+            )
+        )
         tools = [tool.as_chat() for tool in opened.offered_tools]
-        self.rollout = rollout = Rollout(self.task["task_id"], self.task["toolset"],
-                                         self.processor.render_prompt(messages, tools), opened.episode_id,
-                                         self.task["split"], tools, messages=messages)
+        self.rollout = rollout = Rollout(
+            self.task["task_id"],
+            self.task["toolset"],
+            self.processor.render_prompt(messages, tools),
+            opened.episode_id,
+            self.task["split"],
+            tools,
+            messages=messages,
+        )
         if opened.done:  # the env could not start: nothing to sample; one masked id keeps TRL's shapes
             rollout.add(self.processor.stop_token_ids[:1], sampled=False)
             return self._scored(rollout)
@@ -106,8 +137,11 @@ class RolloutPlayer:
             if budget <= 0:
                 rollout.truncated = "completion_length"
                 break
-            sample = self.generator.generate(rollout.prompt_ids + rollout.completion_ids, max_new_tokens=budget,
-                                             stop_token_ids=self.processor.stop_token_ids)
+            sample = self.generator.generate(
+                rollout.prompt_ids + rollout.completion_ids,
+                max_new_tokens=budget,
+                stop_token_ids=self.processor.stop_token_ids,
+            )
             rollout.add(sample.token_ids, sampled=True, logprobs=sample.logprobs)
             if not sample.stopped:  # cut mid-turn: kept as the text it is, its calls not run
                 rollout.messages.append({"role": "assistant", "content": self.processor.parse(sample.token_ids).text})

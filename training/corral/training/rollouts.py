@@ -101,7 +101,9 @@ class CorralRollout:
         self._datasets: dict[str, Any] = {}
         self._sessions: list[Session] = []
         # What a session needs, per toolset of the split: URL, token, limits, reward rule.
-        self._specs: dict[str, EnvironmentSpec] = {name: bundle.environment_spec(name) for name in bundle.split_toolsets}
+        self._specs: dict[str, EnvironmentSpec] = {
+            name: bundle.environment_spec(name) for name in bundle.split_toolsets
+        }
 
     @property
     def dataset(self):
@@ -129,12 +131,18 @@ class CorralRollout:
         """Play one episode per prompt, all at once; return what GRPOTrainer trains on."""
         args = trainer.args
         if self.processor is None:  # a turn may end on any of the model's EOS ids (vLLM stops on them all)
-            self.processor = HermesProcessor.for_trainer(trainer.processing_class, args.chat_template_kwargs,
-                                                         stop_token_ids=trainer.eos_token_ids)
+            self.processor = HermesProcessor.for_trainer(
+                trainer.processing_class, args.chat_template_kwargs, stop_token_ids=trainer.eos_token_ids
+            )
         length = self.max_completion_length or args.max_completion_length
         with trainer_policy(trainer, self.generator, self.weight_sync) as generator:
-            rollouts = self.play(prompts, generator=generator, max_completion_length=length,
-                                 contexts=trainer_contexts(trainer, len(prompts)), record=False)
+            rollouts = self.play(
+                prompts,
+                generator=generator,
+                max_completion_length=length,
+                contexts=trainer_contexts(trainer, len(prompts)),
+                record=False,
+            )
         training = trainer.model.training
         # Groups may span processes: count the step over every process's rollouts.
         outcomes = gather_object([Outcome.of(r) for r in rollouts])
@@ -160,10 +168,17 @@ class CorralRollout:
             "rollout_metrics": [account.metrics()] * len(rollouts),
         }
 
-    def play(self, prompts: list[list[Message]], *, generator: Generator | None = None,
-             max_completion_length: int | None = None, concurrency: int | None = None,
-             on_rollout: Callable[[Rollout], None] | None = None,
-             contexts: Sequence[TrainingContext] | None = None, record: bool = True) -> list[Rollout]:
+    def play(
+        self,
+        prompts: list[list[Message]],
+        *,
+        generator: Generator | None = None,
+        max_completion_length: int | None = None,
+        concurrency: int | None = None,
+        on_rollout: Callable[[Rollout], None] | None = None,
+        contexts: Sequence[TrainingContext] | None = None,
+        record: bool = True,
+    ) -> list[Rollout]:
         """Play one episode per prompt, `concurrency` at once (all by default), one session each;
         also usable by hand.
 
@@ -196,8 +211,9 @@ class CorralRollout:
             session = free.get()
             try:
                 with episode_on(generator):
-                    rollout = RolloutPlayer(session, self._specs[task["toolset"]], task, processor, generator,
-                                            limits).play(prompt)
+                    rollout = RolloutPlayer(
+                        session, self._specs[task["toolset"]], task, processor, generator, limits
+                    ).play(prompt)
             finally:
                 free.put(session)
             rollout.context = context
@@ -207,8 +223,10 @@ class CorralRollout:
                 on_rollout(rollout)
             return rollout
 
-        with playing(generator, len(prompts), workers), \
-                ThreadPoolExecutor(max_workers=workers, thread_name_prefix="corral-episode") as pool:
+        with (
+            playing(generator, len(prompts), workers),
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="corral-episode") as pool,
+        ):
             rollouts = list(pool.map(play_one, tasks, prompts, contexts))
         self.last_rollouts = rollouts
         return rollouts

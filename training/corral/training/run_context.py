@@ -29,14 +29,18 @@ def trainer_contexts(trainer: Any, count: int) -> list[TrainingContext]:
     size = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
     step = trainer.state.global_step
     first = trainer.accelerator.process_index * count
-    return [TrainingContext(step=step, policy_version=step, group=(first + i) // size, group_index=(first + i) % size)
-            for i in range(count)]
+    return [
+        TrainingContext(step=step, policy_version=step, group=(first + i) // size, group_index=(first + i) % size)
+        for i in range(count)
+    ]
 
 
 def group_contexts(count: int, group_size: int, step: int | None) -> list[TrainingContext]:
     """The context of `count` rows sampled `group_size` at a time per prompt by one policy (an eval)."""
-    return [TrainingContext(step=step, policy_version=step, group=i // group_size, group_index=i % group_size)
-            for i in range(count)]
+    return [
+        TrainingContext(step=step, policy_version=step, group=i // group_size, group_index=i % group_size)
+        for i in range(count)
+    ]
 
 
 def trainer_advantages(trainer: Any, rewards: Sequence[float | None]) -> list[float] | None:
@@ -45,8 +49,9 @@ def trainer_advantages(trainer: Any, rewards: Sequence[float | None]) -> list[fl
     import torch
     from trl.trainer.utils import nanstd
 
-    if [getattr(f, "__wrapped__", f) for f in trainer.reward_funcs] != [episode_reward] or \
-            trainer.args.multi_objective_aggregation != "sum_then_normalize":
+    if [getattr(f, "__wrapped__", f) for f in trainer.reward_funcs] != [
+        episode_reward
+    ] or trainer.args.multi_objective_aggregation != "sum_then_normalize":
         return None
     size = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
     weight = float(trainer.reward_weights[0])

@@ -103,10 +103,17 @@ def play_gold(environment: Any, row: Mapping[str, Any], calls: Sequence[ToolCall
         name, arguments = call["name"], dict(call["arguments"])
         tool = getattr(environment, name, None)
         if name.startswith("_") or name in ENVIRONMENT_METHODS or not callable(tool):
-            raise ConfigError(f"gold call {name!r} of task {row['task_id']} names no tool of {type(environment).__name__}")
+            raise ConfigError(
+                f"gold call {name!r} of task {row['task_id']} names no tool of {type(environment).__name__}"
+            )
         answer = tool(**arguments)
-        messages.append({"role": "assistant", "content": "",
-                         "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}],
+            }
+        )
         messages.append({"role": "tool", "name": name, "content": str(answer)})  # str(): as GRPOTrainer does
     messages.append({"role": "assistant", "content": closing})
     return GoldEpisode(task_id=row["task_id"], messages=messages, reward=environment.get_reward())
@@ -171,12 +178,26 @@ def gold_dataset(
                     f"the gold calls of task {episode.task_id} earned {episode.reward} on the server, below the "
                     f"required {min_reward}: fix the bundle's gold answers before training on them"
                 )
-            records.append({"messages": episode.messages, "tools": tools, "chat_template_kwargs": NO_THINKING,
-                            "task_id": episode.task_id, "reward": episode.reward})
+            records.append(
+                {
+                    "messages": episode.messages,
+                    "tools": tools,
+                    "chat_template_kwargs": NO_THINKING,
+                    "task_id": episode.task_id,
+                    "reward": episode.reward,
+                }
+            )
             if progress is not None:
                 progress(done, len(rows))
-    features = Features({"messages": Json(), "tools": Json(), "chat_template_kwargs": Json(),
-                         "task_id": Value("string"), "reward": Value("float64")})
+    features = Features(
+        {
+            "messages": Json(),
+            "tools": Json(),
+            "chat_template_kwargs": Json(),
+            "task_id": Value("string"),
+            "reward": Value("float64"),
+        }
+    )
     return Dataset.from_list(records, features=features)
 
 
@@ -229,16 +250,27 @@ def sampled_tool_calls(
     try:
         for prompt in prompts:
             prompt_ids = tokenizer.apply_chat_template(
-                list(prompt), tools=list(tools), chat_template=template, add_generation_prompt=True,
-                tokenize=True, return_dict=False, **NO_THINKING,
+                list(prompt),
+                tools=list(tools),
+                chat_template=template,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+                **NO_THINKING,
             )
             input_ids = torch.tensor([prompt_ids] * samples, device=model.device)
             with torch.no_grad():
                 output = model.generate(
-                    input_ids, attention_mask=torch.ones_like(input_ids), do_sample=True, temperature=1.0,
-                    top_k=0, top_p=1.0, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                    input_ids,
+                    attention_mask=torch.ones_like(input_ids),
+                    do_sample=True,
+                    temperature=1.0,
+                    top_k=0,
+                    top_p=1.0,
+                    max_new_tokens=max_new_tokens,
+                    pad_token_id=tokenizer.pad_token_id,
                 )
-            for row in output[:, len(prompt_ids):].tolist():
+            for row in output[:, len(prompt_ids) :].tolist():
                 end = next((i for i, token in enumerate(row) if token in stops), len(row) - 1)
                 parsed = parse_response(tokenizer, row[: end + 1], prefix=prompt_ids, tools=list(tools))
                 answers.append(list(parsed.get("tool_calls") or []))

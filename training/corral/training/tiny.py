@@ -109,8 +109,9 @@ def make_tiny_model(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".tiny-model-", dir=out_dir.parent))
     chats = sample_chats(random.Random(seed), 300) if chats is None else chats
-    tokenizer = build_tokenizer(chats, vocab_size=vocab_size, split_digits=split_digits, common_lines=common_lines,
-                                max_positions=max_positions)
+    tokenizer = build_tokenizer(
+        chats, vocab_size=vocab_size, split_digits=split_digits, common_lines=common_lines, max_positions=max_positions
+    )
     tokenizer.save_pretrained(staging)
     torch.manual_seed(seed)
     config = Qwen3Config(
@@ -276,15 +277,18 @@ def sample_tool_calls(
     tokenizer = add_response_schema(AutoTokenizer.from_pretrained(model_dir))
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     # tokenize=True, return_dict=False on one conversation: its ids (transformers types every form).
-    prompt_ids = cast(list[int], tokenizer.apply_chat_template(
-        lesson.prompt,
-        tools=list(tools),
-        chat_template=_trainer_chat_template(tokenizer),
-        add_generation_prompt=True,
-        enable_thinking=False,
-        tokenize=True,
-        return_dict=False,
-    ))
+    prompt_ids = cast(
+        list[int],
+        tokenizer.apply_chat_template(
+            lesson.prompt,
+            tools=list(tools),
+            chat_template=_trainer_chat_template(tokenizer),
+            add_generation_prompt=True,
+            enable_thinking=False,
+            tokenize=True,
+            return_dict=False,
+        ),
+    )
     input_ids = torch.tensor([prompt_ids] * samples)
     torch.manual_seed(seed)
     with torch.no_grad(), one_cpu_thread():

@@ -38,8 +38,14 @@ is done. Every step takes some time, so the first answer should be right. Return
 _WORDS = re.findall(r"\w+", _ENGLISH)
 
 
-def build_tokenizer(chats: Iterable[dict[str, Any]], *, vocab_size: int = VOCAB_SIZE, split_digits: bool = False,
-                    common_lines: bool = False, max_positions: int = 2048) -> PreTrainedTokenizerFast:
+def build_tokenizer(
+    chats: Iterable[dict[str, Any]],
+    *,
+    vocab_size: int = VOCAB_SIZE,
+    split_digits: bool = False,
+    common_lines: bool = False,
+    max_positions: int = 2048,
+) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE on `chats` rendered with the Qwen3 template.
 
     Args:
@@ -52,8 +58,11 @@ def build_tokenizer(chats: Iterable[dict[str, Any]], *, vocab_size: int = VOCAB_
     """
     tokenizer = Tokenizer(models.BPE())
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-                               if split_digits else byte_level)
+    tokenizer.pre_tokenizer = (
+        pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+        if split_digits
+        else byte_level
+    )
     tokenizer.decoder = decoders.ByteLevel()
     added = SPECIAL_TOKENS + TAG_TOKENS
     trainer = trainers.BpeTrainer(
@@ -83,8 +92,9 @@ def build_tokenizer(chats: Iterable[dict[str, Any]], *, vocab_size: int = VOCAB_
 def _shared_lines(chats: list[list[str]]) -> list[str]:
     """The lines (of 12 characters or more) that at least half of the chats have, longest first."""
     counts = Counter(line for pieces in chats for line in {line for piece in pieces for line in piece.split("\n")})
-    return sorted((line for line, n in counts.items() if n >= len(chats) / 2 and len(line) >= 12), key=len,
-                  reverse=True)
+    return sorted(
+        (line for line, n in counts.items() if n >= len(chats) / 2 and len(line) >= 12), key=len, reverse=True
+    )
 
 
 def sample_chats(rng: random.Random, count: int) -> Iterable[dict[str, Any]]:
@@ -131,5 +141,3 @@ def _sample_chat(rng: random.Random) -> dict[str, Any]:
         {"role": "assistant", "content": words(5) + "."},
     ]
     return {"messages": messages, "tools": tools}
-
-

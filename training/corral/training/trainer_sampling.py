@@ -27,8 +27,9 @@ _LOOPBACK = {"0.0.0.0", "localhost", "127.0.0.1", "::1", "[::1]"}
 
 
 @contextmanager
-def trainer_policy(trainer: Any, generator: Generator | None,
-                   weight_sync: FileWeightSync | None = None) -> Iterator[Generator]:
+def trainer_policy(
+    trainer: Any, generator: Generator | None, weight_sync: FileWeightSync | None = None
+) -> Iterator[Generator]:
     """The generator that samples the trainer's policy, for the block (a rollout_func call).
 
     Args:
@@ -44,8 +45,10 @@ def trainer_policy(trainer: Any, generator: Generator | None,
     if weight_sync is not None:
         url = getattr(generator, "base_url", None)
         if generator is None or url is None or not _same_server(url, weight_sync.base_url):
-            raise ConfigError(f"the weight sync pushes to {weight_sync.base_url}, but CorralRollout samples from "
-                              f"{url or 'the trainer itself'}: pass generator=VLLMGenerator('{weight_sync.base_url}')")
+            raise ConfigError(
+                f"the weight sync pushes to {weight_sync.base_url}, but CorralRollout samples from "
+                f"{url or 'the trainer itself'}: pass generator=VLLMGenerator('{weight_sync.base_url}')"
+            )
         weight_sync.push_for_step(trainer.accelerator.unwrap_model(trainer.model), trainer.state.global_step)
         yield generator
         return
@@ -60,13 +63,20 @@ def trainer_policy(trainer: Any, generator: Generator | None,
     # The trainer's own model: unwrapped as TRL unwraps it to generate (gradient checkpointing off,
     # ZeRO-3 weights gathered, FSDP1's full parameters summoned), batched across episodes.
     with (
-        unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
-                                    gather_deepspeed3_params=args.ds3_gather_for_generation,
-                                    gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as model,
+        unwrap_model_for_generation(
+            trainer.model_wrapped,
+            trainer.accelerator,
+            gather_deepspeed3_params=args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs,
+        ) as model,
         DistributedBackend(trainer.accelerator).summon_full_params(trainer.model_wrapped, recurse=False),
     ):
-        yield BatchedGenerator(model, SamplingParams.from_trainer_args(args), logprobs=uses_sampling_logprobs(args),
-                               pad_token_id=trainer.processing_class.pad_token_id)
+        yield BatchedGenerator(
+            model,
+            SamplingParams.from_trainer_args(args),
+            logprobs=uses_sampling_logprobs(args),
+            pad_token_id=trainer.processing_class.pad_token_id,
+        )
 
 
 def check_policy(generator: Generator, args: Any) -> None:
@@ -96,7 +106,8 @@ def uses_sampling_logprobs(args: Any) -> bool:
     """Whether TRL 1.16 reads the sampling logprobs a rollout_func returns: for vLLM's importance
     sampling correction, and for the off-policy sequence mask."""
     return bool(args.use_vllm and args.vllm_importance_sampling_correction) or (
-        getattr(args, "off_policy_mask_threshold", None) is not None)
+        getattr(args, "off_policy_mask_threshold", None) is not None
+    )
 
 
 def vllm_server_url(args: Any) -> str:

@@ -48,7 +48,8 @@ class FileWeightSync:
         if getattr(model.config, "tie_word_embeddings", False):
             raise GenerationError(
                 "FileWeightSync cannot sync a model with tied embeddings: vLLM on CPU keeps its old output "
-                "head on reload; train an untied model (tie_word_embeddings=False)")
+                "head on reload; train an untied model (tie_word_embeddings=False)"
+            )
         self.folder.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(self.folder, safe_serialization=True)
         self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(self.folder)}})
@@ -66,8 +67,11 @@ class FileWeightSync:
         except httpx.HTTPError as error:
             raise ServerUnreachable(f"could not reach the vLLM server at {self.base_url}: {error}") from None
         if reply.status_code == 404:
-            raise GenerationError(f"the vLLM server at {self.base_url} has no {path}: start it with "
-                                  "VLLM_SERVER_DEV_MODE=1 to sync weights through a file")
+            raise GenerationError(
+                f"the vLLM server at {self.base_url} has no {path}: start it with "
+                "VLLM_SERVER_DEV_MODE=1 to sync weights through a file"
+            )
         if reply.status_code != 200:
-            raise GenerationError(f"the vLLM server at {self.base_url} refused {path} ({reply.status_code}): "
-                                  f"{reply.text[:500]}")
+            raise GenerationError(
+                f"the vLLM server at {self.base_url} refused {path} ({reply.status_code}): {reply.text[:500]}"
+            )

@@ -46,10 +46,7 @@ def simulate(args: dict, actions: list[int]) -> dict:
                 truncated_at = hour
         path.append(soc)
     if violation is None and soc < battery["end_soc_mwh"]:
-        violation = (
-            f"the day ends at {soc} MWh, below the required end_soc_mwh of "
-            f"{battery['end_soc_mwh']} MWh"
-        )
+        violation = f"the day ends at {soc} MWh, below the required end_soc_mwh of {battery['end_soc_mwh']} MWh"
     return {
         "feasible": violation is None,
         "truncated_at": truncated_at,
@@ -63,10 +60,7 @@ def _violation(hour: int, action: int, soc: int, power: int, capacity: int) -> s
     if abs(action) > power:
         return f"hour {hour}: |{action}| MW exceeds the battery's power of {power} MW"
     if soc + action > capacity:
-        return (
-            f"hour {hour}: charging {action} MWh from {soc} MWh would exceed the capacity "
-            f"of {capacity} MWh"
-        )
+        return f"hour {hour}: charging {action} MWh from {soc} MWh would exceed the capacity of {capacity} MWh"
     if soc + action < 0:
         return f"hour {hour}: discharging {-action} MWh from {soc} MWh would go below 0 MWh"
     return None

@@ -28,8 +28,7 @@ class GridSim(Env):
                 (earning the price times the round-trip efficiency for each), 0 idles.
         """
         if len(actions) != self.hours:
-            return {"submitted": False,
-                    "error": f"expected exactly {self.hours} integers, got {len(actions)}"}
+            return {"submitted": False, "error": f"expected exactly {self.hours} integers, got {len(actions)}"}
         result = simulate(self.args, actions)
         self.last = {"actions": list(actions), **result}
         return {"submitted": True, **result}

@@ -49,16 +49,23 @@ class ShellFix(Env):
         """
         timeout_s = max(1, min(timeout_s, MAX_TIMEOUT_S))
         process = agent.popen(
-            ["bash", "-c", command], cwd=self.root, env=self.environ, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            ["bash", "-c", command],
+            cwd=self.root,
+            env=self.environ,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         output = _CappedOutput(process.stdout)
         try:
             status = f"[exit status {process.wait(timeout=timeout_s)}]"
         except subprocess.TimeoutExpired:
-            status = (f"[timed out after {timeout_s}s: the command and everything it started were "
-                      f"stopped; run it in smaller steps or pass a larger timeout_s (at most "
-                      f"{MAX_TIMEOUT_S})]")
+            status = (
+                f"[timed out after {timeout_s}s: the command and everything it started were "
+                f"stopped; run it in smaller steps or pass a larger timeout_s (at most "
+                f"{MAX_TIMEOUT_S})]"
+            )
         # Its own process group: this stops background children too, which also ends the pipe.
         try:
             os.killpg(process.pid, signal.SIGKILL)
@@ -78,8 +85,10 @@ class ShellFix(Env):
         with agent.files():
             text = self._path(path).read_text(errors="replace")
         if len(text) > READ_MAX_CHARS:
-            return (text[:READ_MAX_CHARS] + f"\n[cut: the file has {len(text)} characters; "
-                    f"read the rest with bash, e.g. sed -n '400,500p' {path}]")
+            return (
+                text[:READ_MAX_CHARS] + f"\n[cut: the file has {len(text)} characters; "
+                f"read the rest with bash, e.g. sed -n '400,500p' {path}]"
+            )
         return text
 
     @tool
@@ -138,8 +147,8 @@ class _CappedOutput:
             while chunk := pipe.read1(65536):
                 self._total += len(chunk)
                 room = OUTPUT_HEAD_CHARS - len(self._head)
-                self._head += chunk[:max(room, 0)]
-                self._tail += chunk[max(room, 0):]
+                self._head += chunk[: max(room, 0)]
+                self._tail += chunk[max(room, 0) :]
                 del self._tail[:-OUTPUT_TAIL_CHARS]
 
     def text(self) -> str:
@@ -150,6 +159,8 @@ class _CappedOutput:
         tail = self._tail.decode(errors="replace")
         cut = self._total - len(self._head) - len(self._tail)
         if cut > 0:
-            return (f"{head}\n[output cut: {cut} bytes of {self._total} left out; showing the "
-                    f"first {OUTPUT_HEAD_CHARS} and the last {OUTPUT_TAIL_CHARS}]\n{tail}")
+            return (
+                f"{head}\n[output cut: {cut} bytes of {self._total} left out; showing the "
+                f"first {OUTPUT_HEAD_CHARS} and the last {OUTPUT_TAIL_CHARS}]\n{tail}"
+            )
         return head + tail

@@ -11,9 +11,11 @@ import random
 
 from corral.env import Env, tool
 
-LINES = ([[(r, c) for c in range(3)] for r in range(3)]
-         + [[(r, c) for r in range(3)] for c in range(3)]
-         + [[(i, i) for i in range(3)], [(i, 2 - i) for i in range(3)]])
+LINES = (
+    [[(r, c) for c in range(3)] for r in range(3)]
+    + [[(r, c) for r in range(3)] for c in range(3)]
+    + [[(i, i) for i in range(3)], [(i, 2 - i) for i in range(3)]]
+)
 
 
 class TicTacToe(Env):
@@ -64,13 +66,18 @@ class TicTacToe(Env):
         if _winner(self.board) == "O":
             self.outcome = "loss"
             return None
-        return (f"O played row {row + 1}, column {col + 1}.\n\n{render(self.board)}\n\n"
-                f"Your move: call place(row, col), then end_turn.")
+        return (
+            f"O played row {row + 1}, column {col + 1}.\n\n{render(self.board)}\n\n"
+            f"Your move: call place(row, col), then end_turn."
+        )
 
     def report(self) -> dict:
         """The outcome ("unfinished" if the episode stopped mid-game) and the final board."""
-        return {"outcome": self.outcome or "unfinished", "reason": self.reason,
-                "board": ["".join(row) for row in self.board]}
+        return {
+            "outcome": self.outcome or "unfinished",
+            "reason": self.reason,
+            "board": ["".join(row) for row in self.board],
+        }
 
     def _o_move(self) -> tuple[int, int]:
         free = _free(self.board)
@@ -90,8 +97,7 @@ class TicTacToe(Env):
         return self._answer(False, f"illegal move: {reason}; the game is over and counts as a loss")
 
     def _answer(self, legal: bool, error: str | None) -> dict:
-        answer = {"legal": legal, "board": ["".join(row) for row in self.board],
-                  "game_over": self.outcome is not None}
+        answer = {"legal": legal, "board": ["".join(row) for row in self.board], "game_over": self.outcome is not None}
         if error is not None:
             answer["error"] = error
         if self.outcome is not None:

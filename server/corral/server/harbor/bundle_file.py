@@ -58,7 +58,9 @@ class HarborManifest(_Strict):
     description: str = ""
     version: str = "0.0.0"
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    tools: list[Literal["bash", "read_file", "write_file", "replace_in_file"]] | None = Field(default=None, min_length=1)
+    tools: list[Literal["bash", "read_file", "write_file", "replace_in_file"]] | None = Field(
+        default=None, min_length=1
+    )
     network: NetworkPolicy = "none"
     exclude: list[str] = Field(default_factory=list)
     split_by: str | None = None

@@ -70,8 +70,10 @@ class HarborProvider(SandboxProvider):
         """The task's image, made as ImagePlan says; ImageError when it cannot be, and when the
         provider does not run an image whole (a Harbor task's environment is its image)."""
         if not self.inner.whole_images:
-            raise ImageError(f"task {spec.env_name} runs in its own image, as a whole machine, which the "
-                             f"{self.inner.kind} sandbox does not run; serve Harbor tasks with --sandbox docker")
+            raise ImageError(
+                f"task {spec.env_name} runs in its own image, as a whole machine, which the "
+                f"{self.inner.kind} sandbox does not run; serve Harbor tasks with --sandbox docker"
+            )
         if spec not in self._prepared:
             self._prepared[spec] = await self.images.prepare(self.inner, spec, progress)
         return self._prepared[spec][1]

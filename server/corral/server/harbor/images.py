@@ -33,8 +33,17 @@ from corral.sandboxes.base import Progress
 from corral.sandboxes.env_digest import context_digest
 
 _FROM = re.compile(r"^(\s*FROM\s+(?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE | re.MULTILINE)
-_NO_REGISTRY = ("pull access denied", "dial tcp", "no such host", "lookup ", "manifest unknown", "TLS handshake",
-                "failed to resolve", "connection refused", "i/o timeout")
+_NO_REGISTRY = (
+    "pull access denied",
+    "dial tcp",
+    "no such host",
+    "lookup ",
+    "manifest unknown",
+    "TLS handshake",
+    "failed to resolve",
+    "connection refused",
+    "i/o timeout",
+)
 
 
 @dataclass(frozen=True)
@@ -55,7 +64,9 @@ class ImagePlan:
     mapped: dict[str, str] = field(default_factory=dict)  # a mapped name -> the image it became
     bases: dict[Path, str] = field(default_factory=dict)  # a BaseBuild's folder -> the image built from it
 
-    async def prepare(self, provider: SandboxProvider, spec: SandboxSpec, progress: Progress) -> tuple[SandboxSpec, Prepared]:
+    async def prepare(
+        self, provider: SandboxProvider, spec: SandboxSpec, progress: Progress
+    ) -> tuple[SandboxSpec, Prepared]:
         """Make the task's image with `provider`: (the spec it was made from, what prepare did)."""
         dockerfile = spec.context_dir / spec.dockerfile
         prebuilt = self.docker_images.get(spec.env_name)
@@ -67,9 +78,11 @@ class ImagePlan:
                     return ready, await provider.prepare(ready, progress)
                 except ImageError as error:
                     if not dockerfile.is_file():
-                        raise ImageError(f"task {spec.env_name}: its docker_image {image} is not on this engine and it "
-                                         "has no environment/Dockerfile to build instead; load the image (docker load), "
-                                         f"or map it to a local one in bundle.toml [base_images] ({error})") from None
+                        raise ImageError(
+                            f"task {spec.env_name}: its docker_image {image} is not on this engine and it "
+                            "has no environment/Dockerfile to build instead; load the image (docker load), "
+                            f"or map it to a local one in bundle.toml [base_images] ({error})"
+                        ) from None
                     progress(f"task {spec.env_name}: docker_image {image} is not here; building environment/Dockerfile")
         if not dockerfile.is_file():
             raise ImageError(f"task {spec.env_name} has no environment/{spec.dockerfile} and no docker_image; add one")
@@ -81,8 +94,10 @@ class ImagePlan:
         except ImageError as error:
             unmapped = sorted({name for _, name, _ in _FROM.findall(text) if _normal(name) not in self.base_images})
             if unmapped and any(sign in str(error) for sign in _NO_REGISTRY):
-                raise ImageError(f"{error}; no registry answers here: map {', '.join(unmapped)} to a local image in "
-                                 "bundle.toml [base_images]") from None
+                raise ImageError(
+                    f"{error}; no registry answers here: map {', '.join(unmapped)} to a local image in "
+                    "bundle.toml [base_images]"
+                ) from None
             raise
 
     async def _rewrite(self, provider: SandboxProvider, text: str, progress: Progress) -> str:
@@ -118,7 +133,7 @@ def read_base_images(raw: dict[str, object], root: Path) -> tuple[dict[str, str 
                 continue
             found[_normal(name)] = BaseBuild(folder)
         else:
-            problems.append(f"[base_images] {name!r} = {target!r}: give a local image name, or {{ build = \"FOLDER\" }}")
+            problems.append(f'[base_images] {name!r} = {target!r}: give a local image name, or {{ build = "FOLDER" }}')
     return found, problems
 
 

@@ -72,7 +72,9 @@ def read_legacy(folder: Path, cache: Path | None = None) -> HarborTask:
         first = error.errors()[0]
         raise TaskFileError(f"task.yaml: {'.'.join(map(str, first['loc']))!r}: {first['msg']}") from None
     if (folder / "solution.yaml").is_file():
-        raise TaskFileError("solution.yaml is not supported (Harbor does not migrate it either); convert it to solution.sh")
+        raise TaskFileError(
+            "solution.yaml is not supported (Harbor does not migrate it either); convert it to solution.sh"
+        )
     if not (folder / "run-tests.sh").is_file():
         raise TaskFileError("run-tests.sh is missing; an older Terminal-Bench task runs its tests with it")
     target = (cache or _cache_root()) / f"{folder.name}-{context_digest(folder)}"
@@ -139,6 +141,7 @@ def _compose(source: Path) -> dict[str, Any] | None:
 def _ignore_handled(source: Path):
     def ignore(folder: str, names: list[str]) -> set[str]:
         return {name for name in names if Path(folder) == source and name in _HANDLED}
+
     return ignore
 
 

@@ -82,8 +82,12 @@ def load_harbor(root: Path, *, network: str | None = None) -> LoadedBundle:
     base_images, wrong = read_base_images(manifest.base_images, root)
     problems.extend(Problem(f"{root.name}/bundle.toml", message) for message in wrong)
     read, left_out, notes = _read_tasks(root, manifest, policy, problems)
-    envs = {task.id: BundleEnv(task.id, task.environment_dir, EnvConfig(command=list(KEEPER)),
-                               spec=_spec(task, manifest, policy)) for task in read.values()}
+    envs = {
+        task.id: BundleEnv(
+            task.id, task.environment_dir, EnvConfig(command=list(KEEPER)), spec=_spec(task, manifest, policy)
+        )
+        for task in read.values()
+    }
     tasks = {task.id: _task(task, manifest) for task in read.values()}
     verifiers: dict[str, CommandVerifier] = {task.id: _tests(task) for task in read.values()}
     splits = _splits(root, manifest, tasks, read, left_out, problems)
@@ -93,11 +97,16 @@ def load_harbor(root: Path, *, network: str | None = None) -> LoadedBundle:
         reset_timeout_s=manifest.serve.reset_timeout_s or max(600.0, longest_test + VERIFY_SETUP_S),
         reward=manifest.serve.reward or SCORE,
     )
-    bundle_manifest = Manifest(name=manifest.name or _safe_name(root.name), description=manifest.description,
-                               version=manifest.version, serve=serve)
+    bundle_manifest = Manifest(
+        name=manifest.name or _safe_name(root.name),
+        description=manifest.description,
+        version=manifest.version,
+        serve=serve,
+    )
     readme = (root / "README.md").read_text() if (root / "README.md").is_file() else ""
-    images = ImagePlan(base_images, {task.id: image for task in read.values()
-                                     if (image := task.config.environment.docker_image)})
+    images = ImagePlan(
+        base_images, {task.id: image for task in read.values() if (image := task.config.environment.docker_image)}
+    )
     part = HarborPart(tasks=read, images=images, network=policy, left_out=left_out, notes=notes)
     return LoadedBundle(root, bundle_manifest, readme, envs, tasks, splits, {}, problems, verifiers, extension=part)
 
@@ -123,11 +132,19 @@ def _read_manifest(root: Path, problems: list[Problem]) -> HarborManifest:
     return HarborManifest()
 
 
-def _read_tasks(root: Path, manifest: HarborManifest, policy: str, problems: list[Problem]
-                ) -> tuple[dict[str, HarborTask], list[Problem], list[str]]:
+def _read_tasks(
+    root: Path, manifest: HarborManifest, policy: str, problems: list[Problem]
+) -> tuple[dict[str, HarborTask], list[Problem], list[str]]:
     """The tasks served, the tasks left out (each with why), and notes for `corral check`."""
-    folders = [root] if _is_task(root) else sorted(
-        child for child in root.iterdir() if child.is_dir() and not child.name.startswith((".", "_")) and _is_task(child))
+    folders = (
+        [root]
+        if _is_task(root)
+        else sorted(
+            child
+            for child in root.iterdir()
+            if child.is_dir() and not child.name.startswith((".", "_")) and _is_task(child)
+        )
+    )
     served: dict[str, HarborTask] = {}
     left_out: list[Problem] = []
     defaulted, unenforced, rooted, shared = [], [], [], []
@@ -159,21 +176,28 @@ def _read_tasks(root: Path, manifest: HarborManifest, policy: str, problems: lis
         problems.append(Problem(root.name, "no task folders (a folder with task.toml, or task.yaml); add some"))
     notes = []
     if defaulted and policy == "none":
-        notes.append(f"{len(defaulted)} task(s) leave the network to Harbor's default (public) and are served offline: "
-                     "a test.sh or solution that downloads (curl, apt-get, pip, uv) fails; check them with --oracle, "
-                     "or serve with --network egress")
+        notes.append(
+            f"{len(defaulted)} task(s) leave the network to Harbor's default (public) and are served offline: "
+            "a test.sh or solution that downloads (curl, apt-get, pip, uv) fails; check them with --oracle, "
+            "or serve with --network egress"
+        )
     if rooted:
-        notes.append(f"{len(rooted)} task(s) run their agent as root ({', '.join(rooted[:3])}), which can replace the "
-                     "programs their tests run (python3, bash): their verdict does not hold against an agent that "
-                     "tries; run the agent as another user ([agent] user, or USER in the Dockerfile; docs/harbor.md)")
+        notes.append(
+            f"{len(rooted)} task(s) run their agent as root ({', '.join(rooted[:3])}), which can replace the "
+            "programs their tests run (python3, bash): their verdict does not hold against an agent that "
+            "tries; run the agent as another user ([agent] user, or USER in the Dockerfile; docs/harbor.md)"
+        )
     if shared:
-        notes.append(f"{len(shared)} task(s) run their tests as their agent's user ({', '.join(shared[:3])}): "
-                     "configuration the agent leaves that a program of the tests honours (a repository's .git/config "
-                     "naming a core.fsmonitor script, which git status runs) runs as the tests, which can write "
-                     "/logs/verifier/reward.json; run the tests as another user ([verifier] user; docs/harbor.md)")
+        notes.append(
+            f"{len(shared)} task(s) run their tests as their agent's user ({', '.join(shared[:3])}): "
+            "configuration the agent leaves that a program of the tests honours (a repository's .git/config "
+            "naming a core.fsmonitor script, which git status runs) runs as the tests, which can write "
+            "/logs/verifier/reward.json; run the tests as another user ([verifier] user; docs/harbor.md)"
+        )
     if unenforced:
-        notes.append(f"{len(unenforced)} task(s) set a healthcheck, which corral does not run "
-                     f"({', '.join(unenforced[:3])})")
+        notes.append(
+            f"{len(unenforced)} task(s) set a healthcheck, which corral does not run ({', '.join(unenforced[:3])})"
+        )
     return served, left_out, notes
 
 
@@ -194,15 +218,19 @@ def _not_served(task: HarborTask, manifest: HarborManifest, policy: str) -> str 
     if task.id in manifest.exclude:
         return "excluded by bundle.toml's exclude"
     if task.compose_file is not None:
-        return (f"it runs several containers ({task.compose_file.relative_to(task.folder)}), which corral does not "
-                "serve yet; give it one environment/Dockerfile, or exclude it")
+        return (
+            f"it runs several containers ({task.compose_file.relative_to(task.folder)}), which corral does not "
+            "serve yet; give it one environment/Dockerfile, or exclude it"
+        )
     unsupported = task.config.unsupported()
     if unsupported:
         return "; ".join(unsupported)
     asked = task.config.asks_for_network()
     if asked and policy == "none":
-        return (f"it asks for a network ({asked}), and tasks are served offline unless the operator allows it: "
-                "serve with --network egress (or network = \"egress\" in bundle.toml)")
+        return (
+            f"it asks for a network ({asked}), and tasks are served offline unless the operator allows it: "
+            'serve with --network egress (or network = "egress" in bundle.toml)'
+        )
     return None
 
 
@@ -210,31 +238,55 @@ def _spec(task: HarborTask, manifest: HarborManifest, policy: str) -> SandboxSpe
     environment = task.config.environment
     online = policy == "egress" and task.config.network_mode != NetworkMode.NO_NETWORK
     return SandboxSpec(
-        env_name=task.id, context_dir=task.environment_dir, command=KEEPER,
-        resources=Resources(cpus=min(environment.cpus or manifest.resources.cpus, float(os.cpu_count() or 1)),
-                            memory_mb=environment.memory_mb or manifest.resources.memory_mb,
-                            pids=manifest.resources.pids,
-                            disk_mb=environment.storage_mb or manifest.resources.disk_mb),
+        env_name=task.id,
+        context_dir=task.environment_dir,
+        command=KEEPER,
+        resources=Resources(
+            cpus=min(environment.cpus or manifest.resources.cpus, float(os.cpu_count() or 1)),
+            memory_mb=environment.memory_mb or manifest.resources.memory_mb,
+            pids=manifest.resources.pids,
+            disk_mb=environment.storage_mb or manifest.resources.disk_mb,
+        ),
         network="egress" if online else "none",
-        user=_user(task.config.agent.user), workdir=environment.workdir,
-        environment=tuple(sorted(environment.env.items())), writable_root=True,
+        user=_user(task.config.agent.user),
+        workdir=environment.workdir,
+        environment=tuple(sorted(environment.env.items())),
+        writable_root=True,
     )
 
 
 def _task(task: HarborTask, manifest: HarborManifest) -> Task:
-    return Task(id=task.id, env=task.id, prompt=task.instruction, system_prompt=manifest.system_prompt,
-                tools=list(manifest.tools) if manifest.tools else None, verifiers={SCORE: task.id},
-                time_budget_s=task.config.agent.timeout_sec, failure_score=manifest.failure_score)
+    return Task(
+        id=task.id,
+        env=task.id,
+        prompt=task.instruction,
+        system_prompt=manifest.system_prompt,
+        tools=list(manifest.tools) if manifest.tools else None,
+        verifiers={SCORE: task.id},
+        time_budget_s=task.config.agent.timeout_sec,
+        failure_score=manifest.failure_score,
+    )
 
 
 def _tests(task: HarborTask) -> RewardFileVerifier:
     verifier = task.config.verifier
-    return RewardFileVerifier(command=["/bin/sh", "-c", RUN_TESTS], files=[str(task.tests_dir)],
-                              timeout_s=verifier.timeout_sec, user=_user(verifier.user), environment=verifier.env)
+    return RewardFileVerifier(
+        command=["/bin/sh", "-c", RUN_TESTS],
+        files=[str(task.tests_dir)],
+        timeout_s=verifier.timeout_sec,
+        user=_user(verifier.user),
+        environment=verifier.env,
+    )
 
 
-def _splits(root: Path, manifest: HarborManifest, tasks: dict[str, Task], read: dict[str, HarborTask],
-            left_out: list[Problem], problems: list[Problem]) -> dict[str, list[Task]]:
+def _splits(
+    root: Path,
+    manifest: HarborManifest,
+    tasks: dict[str, Task],
+    read: dict[str, HarborTask],
+    left_out: list[Problem],
+    problems: list[Problem],
+) -> dict[str, list[Task]]:
     """`all`, `train` (the tasks in no other split, unless [splits] names it), then the splits of
     [splits] and of `split_by`, by name. A split may name a task left out: it is skipped."""
     where = f"{root.name}/bundle.toml"

@@ -94,7 +94,9 @@ async def play(served: ServedBundle, task_id: str, solution: Path | None) -> Ver
         await episode.close()
 
 
-async def _solve(episode: ServedEpisode, served: ServedBundle, task_id: str, solution: Path) -> str | CallToolObservation:
+async def _solve(
+    episode: ServedEpisode, served: ServedBundle, task_id: str, solution: Path
+) -> str | CallToolObservation:
     """Put solution/ at /solution (/tmp/solution for an agent that is not root) and run solve.sh
     with the agent's tools: solve.sh's output, or the observation that went wrong."""
     task = _part(served).tasks[task_id]
@@ -106,8 +108,9 @@ async def _solve(episode: ServedEpisode, served: ServedBundle, task_id: str, sol
             content = path.read_text()
         except UnicodeDecodeError:
             return f"solution/{path.relative_to(solution)} is not text, which write_file cannot put"
-        written = await episode.call_tool("write_file", {"path": f"{where}/{path.relative_to(solution).as_posix()}",
-                                                         "content": content})
+        written = await episode.call_tool(
+            "write_file", {"path": f"{where}/{path.relative_to(solution).as_posix()}", "content": content}
+        )
         if written.error is not None or written.done:
             return written if written.done else f"write_file failed: {written.answer}"
     config = task.config
@@ -121,7 +124,9 @@ async def _solve(episode: ServedEpisode, served: ServedBundle, task_id: str, sol
 def _part(served: ServedBundle) -> HarborPart:
     part = harbor_part(served.bundle)
     if part is None:
-        raise ConfigError("--oracle and --null play Harbor tasks (a folder of task.toml folders); this is a corral bundle")
+        raise ConfigError(
+            "--oracle and --null play Harbor tasks (a folder of task.toml folders); this is a corral bundle"
+        )
     return part
 
 
@@ -131,7 +136,9 @@ def _verdict(task_id: str, agent: str, observed: ResetObservation | CallToolObse
     if ok:
         return Verdict(task_id, agent, reward, True)
     if observed.status not in ("scored", None):
-        return Verdict(task_id, agent, reward, False, f"{solved}: {observed.reason}" if solved else str(observed.reason))
+        return Verdict(
+            task_id, agent, reward, False, f"{solved}: {observed.reason}" if solved else str(observed.reason)
+        )
     tests = "\n".join((observed.metadata.get("verifier_output") or {}).values())
     shown = tests[-OUTPUT_SHOWN:] or solved[-OUTPUT_SHOWN:]
     what = f"scored {reward} without the agent doing anything" if agent == "null" else f"scored {reward}"

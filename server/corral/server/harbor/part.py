@@ -43,16 +43,22 @@ class HarborPart:
 
     def summary(self, bundle: LoadedBundle, splits: str, tools: str) -> list[str]:
         """An env per task, so no list of envs (their names are the tasks'); then `describe`."""
-        return [f"{bundle.manifest.name}: {len(bundle.tasks)} Harbor tasks; splits {splits}; tools {tools}",
-                *self.describe()]
+        return [
+            f"{bundle.manifest.name}: {len(bundle.tasks)} Harbor tasks; splits {splits}; tools {tools}",
+            *self.describe(),
+        ]
 
     def describe(self) -> list[str]:
         """What `corral check` and `corral serve` say of the folder beside its summary line."""
-        lines = [f"network: {self.network}" + ("" if self.network == "egress" else
-                                                " (every task offline; --network egress gives tasks what they ask)")]
+        lines = [
+            f"network: {self.network}"
+            + ("" if self.network == "egress" else " (every task offline; --network egress gives tasks what they ask)")
+        ]
         if self.images.used:
-            mapped = ", ".join(f"{name} -> {self.images.mapped[name]} ({count} task(s))"
-                               for name, count in sorted(self.images.used.items()))
+            mapped = ", ".join(
+                f"{name} -> {self.images.mapped[name]} ({count} task(s))"
+                for name, count in sorted(self.images.used.items())
+            )
             lines.append(f"base images mapped: {mapped}")
         if self.left_out:
             lines.append(f"left out ({len(self.left_out)} task(s), not served):")

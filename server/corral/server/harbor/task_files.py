@@ -125,14 +125,21 @@ class TaskConfig(BaseModel):
         if environment.mcp_servers:
             found.append("it offers the agent MCP servers ([environment] mcp_servers); corral offers its own tools")
         if verifier.environment is not None or verifier.environment_mode == "separate" or verifier.collect:
-            found.append("its verifier has an environment of its own or collect hooks ([verifier]); corral runs "
-                         "test.sh in a copy of the agent's container")
-        for table, values in (("environment", environment.env), ("verifier", verifier.env),
-                              ("solution", self.solution.get("env") or {})):
+            found.append(
+                "its verifier has an environment of its own or collect hooks ([verifier]); corral runs "
+                "test.sh in a copy of the agent's container"
+            )
+        for table, values in (
+            ("environment", environment.env),
+            ("verifier", verifier.env),
+            ("solution", self.solution.get("env") or {}),
+        ):
             templated = sorted(key for key, value in values.items() if _HOST_VARIABLE.search(str(value)))
             if templated:
-                found.append(f"[{table}] env reads {', '.join(templated)} from the host's environment, which corral "
-                             "never passes into a sandbox")
+                found.append(
+                    f"[{table}] env reads {', '.join(templated)} from the host's environment, which corral "
+                    "never passes into a sandbox"
+                )
         return found
 
 
@@ -185,7 +192,9 @@ class HarborTask:
             return str(configured).split(":")[0]
         dockerfile = self.environment_dir / "Dockerfile"
         lines = dockerfile.read_text(errors="replace").splitlines() if dockerfile.is_file() else []
-        users = [line.split()[1] for line in lines if line.strip().upper().startswith("USER ") and len(line.split()) > 1]
+        users = [
+            line.split()[1] for line in lines if line.strip().upper().startswith("USER ") and len(line.split()) > 1
+        ]
         return users[-1].split(":")[0] if users else "root"
 
     @property

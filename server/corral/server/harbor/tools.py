@@ -92,8 +92,10 @@ class TerminalTools:
         finally:
             await process.close()
         if timed_out:
-            status = (f"[timed out after {timeout_s}s: the command and everything it started were stopped; run it in "
-                      f"smaller steps, in the background, or with a larger timeout_s (at most {MAX_TIMEOUT_S})]")
+            status = (
+                f"[timed out after {timeout_s}s: the command and everything it started were stopped; run it in "
+                f"smaller steps, in the background, or with a larger timeout_s (at most {MAX_TIMEOUT_S})]"
+            )
         elif output.exit_status is None:
             status = "[the command's shell ended without an exit status: the container may have stopped]"
         else:
@@ -107,14 +109,18 @@ class TerminalTools:
         Args:
             path: the file's path, absolute or relative to the task's working folder.
         """
-        code, data = await self._run(["/bin/sh", "-c", 'exec head -c "$1" -- "$2"', "sh",
-                                      str(READ_MAX_CHARS * 4 + 1), path], timeout_s=FILE_TIMEOUT_S)
+        code, data = await self._run(
+            ["/bin/sh", "-c", 'exec head -c "$1" -- "$2"', "sh", str(READ_MAX_CHARS * 4 + 1), path],
+            timeout_s=FILE_TIMEOUT_S,
+        )
         if code != 0:
             raise ToolFailed(f"could not read {path}: {data.decode(errors='replace').strip()}")
         text = data.decode(errors="replace")
         if len(text) > READ_MAX_CHARS or len(data) > READ_MAX_CHARS * 4:
-            return (text[:READ_MAX_CHARS] + f"\n[cut: the file is longer than {READ_MAX_CHARS:,} characters; read the "
-                    f"rest with bash, e.g. sed -n '400,500p' {path}]")
+            return (
+                text[:READ_MAX_CHARS] + f"\n[cut: the file is longer than {READ_MAX_CHARS:,} characters; read the "
+                f"rest with bash, e.g. sed -n '400,500p' {path}]"
+            )
         return text
 
     async def write_file(self, path: str, content: str) -> str:
@@ -135,8 +141,10 @@ class TerminalTools:
             old: the text to replace; it must occur exactly once in the file.
             new: the text to put in its place.
         """
-        code, data = await self._run(["/bin/sh", "-c", 'exec head -c "$1" -- "$2"', "sh",
-                                      str(REPLACE_MAX_BYTES + 1), path], timeout_s=FILE_TIMEOUT_S)
+        code, data = await self._run(
+            ["/bin/sh", "-c", 'exec head -c "$1" -- "$2"', "sh", str(REPLACE_MAX_BYTES + 1), path],
+            timeout_s=FILE_TIMEOUT_S,
+        )
         if code != 0:
             raise ToolFailed(f"could not read {path}: {data.decode(errors='replace').strip()}")
         if len(data) > REPLACE_MAX_BYTES:
@@ -153,12 +161,17 @@ class TerminalTools:
         return f"replaced 1 occurrence in {path}"
 
     async def _write(self, path: str, data: bytes) -> None:
-        code, said = await self._run(["/bin/sh", "-c", 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"', "sh", path],
-                                     stdin=data, timeout_s=FILE_TIMEOUT_S)
+        code, said = await self._run(
+            ["/bin/sh", "-c", 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"', "sh", path],
+            stdin=data,
+            timeout_s=FILE_TIMEOUT_S,
+        )
         if code != 0:
             raise ToolFailed(f"could not write {path}: {said.decode(errors='replace').strip()}")
 
-    async def _run(self, command: list[str], *, timeout_s: float, stdin: bytes | None = None) -> tuple[int | None, bytes]:
+    async def _run(
+        self, command: list[str], *, timeout_s: float, stdin: bytes | None = None
+    ) -> tuple[int | None, bytes]:
         """A short command's exit code and output (stdout and stderr together)."""
         process = await self.sandbox.exec(command, stdin=stdin is not None)
         output = bytearray()
@@ -171,7 +184,9 @@ class TerminalTools:
                     output += chunk
                 return await process.exit_code(), bytes(output)
         except TimeoutError:
-            raise ToolFailed(f"{command[0]} did not finish within {timeout_s:g}s (is the path a FIFO or a device?)") from None
+            raise ToolFailed(
+                f"{command[0]} did not finish within {timeout_s:g}s (is the path a FIFO or a device?)"
+            ) from None
         finally:
             await process.close()
 
@@ -221,8 +236,8 @@ class _MarkedOutput:
         self._pending += chunk
         while (found := self._marker.search(self._pending)) is not None:
             kind, number = bytes(found.group(1)), int(found.group(2))  # before the buffer changes under them
-            self._keep(bytes(self._pending[:found.start()]))
-            del self._pending[:found.end()]
+            self._keep(bytes(self._pending[: found.start()]))
+            del self._pending[: found.end()]
             if kind == b"pid":
                 self.pid = number
             else:
@@ -245,6 +260,8 @@ class _MarkedOutput:
         head, tail = self._head.decode(errors="replace"), self._tail.decode(errors="replace")
         cut = self._total - len(self._head) - len(self._tail)
         if cut > 0:
-            return (f"{head}\n[output cut: {cut:,} bytes of {self._total:,} left out; showing the first "
-                    f"{OUTPUT_HEAD_BYTES:,} and the last {OUTPUT_TAIL_BYTES:,}]\n{tail}")
+            return (
+                f"{head}\n[output cut: {cut:,} bytes of {self._total:,} left out; showing the first "
+                f"{OUTPUT_HEAD_BYTES:,} and the last {OUTPUT_TAIL_BYTES:,}]\n{tail}"
+            )
         return head + tail

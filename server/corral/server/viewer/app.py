@@ -1,6 +1,6 @@
 """The viewer's web app: routes only; the pages are built in `pages`, `transcripts` and `tokens`.
 
-    corral view records/ [--rollouts GPU_DIR] [--tokenizer MODEL_DIR] [--port 8765]
+corral view records/ [--rollouts GPU_DIR] [--tokenizer MODEL_DIR] [--port 8765]
 """
 
 from __future__ import annotations
@@ -33,12 +33,15 @@ def episode_filter(request: Request, run: str | None = None) -> EpisodeFilter:
         try:
             values[name] = _NUMBERS.get(name, str)(text)
         except ValueError:
-            raise HTTPException(400, f"the filter {name}={text!r} is not a number; give one, or leave it empty") from None
+            raise HTTPException(
+                400, f"the filter {name}={text!r} is not a number; give one, or leave it empty"
+            ) from None
     return EpisodeFilter(**values)  # type: ignore[arg-type]
 
 
-def create_viewer(records: Path, rollouts: Path | None = None, *, success: float = 1.0,
-                  tokenizer: str | None = None) -> FastAPI:
+def create_viewer(
+    records: Path, rollouts: Path | None = None, *, success: float = 1.0, tokenizer: str | None = None
+) -> FastAPI:
     """The viewer over a records folder (and the trainer's, when it recorded elsewhere); with a
     tokenizer (its folder or name), an episode's tokens show their text."""
     index = RunIndex(records, rollouts, success=success)
@@ -66,16 +69,27 @@ def create_viewer(records: Path, rollouts: Path | None = None, *, success: float
         return _found(episode_page(index, episode_id, text), f"no episode {episode_id} is recorded in {records}")
 
     @app.get("/runs/{run}/export.jsonl")
-    def export(run: str, request: Request, kind: Literal["sft", "prompts"] = "sft", min_pass: float = 0.0,
-               max_pass: float = 1.0, per_prompt: int = 1, target: int | None = None, seed: int = 0) -> Response:
+    def export(
+        run: str,
+        request: Request,
+        kind: Literal["sft", "prompts"] = "sft",
+        min_pass: float = 0.0,
+        max_pass: float = 1.0,
+        per_prompt: int = 1,
+        target: int | None = None,
+        seed: int = 0,
+    ) -> Response:
         """The page's filter as training data by difficulty (its step range is the window)."""
         where = episode_filter(request, run)
-        choice = Difficulty(min_pass, max_pass, where.min_step, where.max_step, per_prompt, target, seed=seed,
-                            success=success)
+        choice = Difficulty(
+            min_pass, max_pass, where.min_step, where.max_step, per_prompt, target, seed=seed, success=success
+        )
         rows = sft_rows(index, choice, [run], where)[0] if kind == "sft" else rl_prompts(index, choice, [run], where)
-        return Response("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows),
-                        media_type="application/jsonl",
-                        headers={"Content-Disposition": f'attachment; filename="{run}-{kind}.jsonl"'})
+        return Response(
+            "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows),
+            media_type="application/jsonl",
+            headers={"Content-Disposition": f'attachment; filename="{run}-{kind}.jsonl"'},
+        )
 
     @app.get("/api/count")
     def count(request: Request) -> dict[str, int]:

@@ -34,9 +34,11 @@ _POLL = """
 def page(title: str, body: str, *, live: EpisodeFilter | None = None) -> str:
     """A page; with `live`, it reloads itself when the number of episodes that filter matches changes."""
     poll = "" if live is None else _POLL % json.dumps(f"/api/count?{query(live)}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
-            f"<link rel='icon' href='data:,'><style>{_STYLE}</style></head><body><p><a href='/'>runs</a></p><h1>{escape(title)}</h1>{body}"
-            f"{poll}</body></html>")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
+        f"<link rel='icon' href='data:,'><style>{_STYLE}</style></head><body><p><a href='/'>runs</a></p><h1>{escape(title)}</h1>{body}"
+        f"{poll}</body></html>"
+    )
 
 
 def filter_form(where: EpisodeFilter, action: str) -> str:
@@ -49,8 +51,10 @@ def filter_form(where: EpisodeFilter, action: str) -> str:
         else:
             shown = "" if value is None else escape(str(value))
             fields.append(f"<label>{name} <input name='{name}' value='{shown}'></label>")
-    return (f"<form class='filters' method='get' action='{escape(action)}'>{' '.join(fields)} "
-            "<button type='submit'>filter</button></form>")
+    return (
+        f"<form class='filters' method='get' action='{escape(action)}'>{' '.join(fields)} "
+        "<button type='submit'>filter</button></form>"
+    )
 
 
 def query(where: EpisodeFilter, *, run: bool = True) -> str:

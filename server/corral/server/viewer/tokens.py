@@ -53,13 +53,17 @@ def load_tokenizer(name: str) -> TokenText:
     try:
         from transformers import AutoTokenizer
     except ImportError as error:
-        raise ConfigError(f"--tokenizer needs transformers, which is not installed here "
-                          f"(pip install transformers): {_one_line(error)}") from None
+        raise ConfigError(
+            f"--tokenizer needs transformers, which is not installed here "
+            f"(pip install transformers): {_one_line(error)}"
+        ) from None
     try:
         return TokenText(AutoTokenizer.from_pretrained(name))
     except (OSError, ValueError, TypeError) as error:
-        raise ConfigError(f"--tokenizer {name}: no tokenizer loads from it; give a tokenizer's folder "
-                          f"(one with tokenizer.json or tokenizer_config.json): {_one_line(error)}") from None
+        raise ConfigError(
+            f"--tokenizer {name}: no tokenizer loads from it; give a tokenizer's folder "
+            f"(one with tokenizer.json or tokenizer_config.json): {_one_line(error)}"
+        ) from None
 
 
 def _one_line(error: Exception) -> str:
@@ -74,15 +78,22 @@ def token_chips(rollout: RolloutRecord, text: TokenText | None) -> str:
     for i, label, sampled, logprob in zip(ids, _labels(ids, text), rollout.env_mask, rollout.logprobs, strict=False):
         title = f"id {i} · logprob {logprob:.3f}" if sampled else f"id {i} · env token"
         chips.append(_chip("sampled" if sampled else "env", title, label, text))
-    prompt = "".join(_chip("prompt", f"id {i} · prompt", label, text)
-                     for i, label in zip(rollout.prompt_ids, _labels(rollout.prompt_ids, text), strict=True))
-    hint = "" if text is not None else (
-        "<p id='token-hint'>Ids only: <code>corral view ... --tokenizer PATH</code> shows each token's text.</p>")
-    return (f"<h2>Tokens</h2><details id='prompt-tokens'><summary>{len(rollout.prompt_ids)} prompt ids</summary>"
-            f"<div>{prompt}</div></details><p><span id='sampled'>{rollout.sampled}</span> of "
-            f"{len(ids)} completion ids sampled by the model (blue; id and logprob on hover), the rest "
-            f"rendered from the env's answers (grey){'; truncated: ' + escape(rollout.truncated) if rollout.truncated else ''}"
-            f"</p>{hint}<div id='tokens'>{''.join(chips)}</div>")
+    prompt = "".join(
+        _chip("prompt", f"id {i} · prompt", label, text)
+        for i, label in zip(rollout.prompt_ids, _labels(rollout.prompt_ids, text), strict=True)
+    )
+    hint = (
+        ""
+        if text is not None
+        else ("<p id='token-hint'>Ids only: <code>corral view ... --tokenizer PATH</code> shows each token's text.</p>")
+    )
+    return (
+        f"<h2>Tokens</h2><details id='prompt-tokens'><summary>{len(rollout.prompt_ids)} prompt ids</summary>"
+        f"<div>{prompt}</div></details><p><span id='sampled'>{rollout.sampled}</span> of "
+        f"{len(ids)} completion ids sampled by the model (blue; id and logprob on hover), the rest "
+        f"rendered from the env's answers (grey){'; truncated: ' + escape(rollout.truncated) if rollout.truncated else ''}"
+        f"</p>{hint}<div id='tokens'>{''.join(chips)}</div>"
+    )
 
 
 def _labels(ids: Sequence[int], text: TokenText | None) -> list[str]:
