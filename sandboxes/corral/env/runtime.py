@@ -97,12 +97,16 @@ def _imports_out_of_the_agents_reach() -> None:
     """Drop from Python's path every folder the agent's user could put a module in (the
     working folder where it is a `writable` one, a PYTHONPATH entry there or in /tmp): a
     module the env or the standard library imports later would otherwise be the agent's code,
-    run as the env. The standard library's own folders are root's, so lazy imports stay safe."""
+    run as the env. The standard library's own folders are root's, so lazy imports stay safe.
+    Only a dropped folder other than the working one is said on stderr: the working folder is
+    dropped wherever the agent owns it, and its path (one per episode) would make every
+    episode's stderr, and so every ending's reason, differ."""
     for entry in [entry for entry in sys.path if agent.within_reach(entry)]:
-        print(
-            f"corral.env: {entry or os.getcwd()} is left off the import path: the agent's commands may write there",
-            file=sys.stderr,
-        )
+        if entry not in ("", os.getcwd()):
+            print(
+                f"corral.env: {entry} is left off the import path: the agent's commands may write there",
+                file=sys.stderr,
+            )
         sys.path.remove(entry)
         sys.path_importer_cache.pop(entry, None)
 
