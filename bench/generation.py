@@ -7,8 +7,8 @@ in-process batched HF generator, in one run, at 256 and at 1,024 max tokens.
 
 Both play `corral.training.evaluate` on the gridsim bundle served in this process (local
 sandbox), with the tiny model of the shape vLLM takes (`VLLM_SHAPE`) at temperature 1: vLLM as a
-server on loopback (`VLLMGenerator`, the flags of docs/rollouts.md), HF as `BatchedGenerator`
-(one padded `generate` for the episodes waiting, rows finished early kept padding until the
+server on loopback (`VLLMGenerator`; started as the vLLM tests start it, `tests/vllm/server.py`),
+HF as `BatchedGenerator` (one padded `generate` for the episodes waiting, rows finished early kept padding until the
 longest ends). The figure is sampled ids per second of the eval's wall time, env turns included:
 ids the model sampled (counted from the recorded rollouts) over the seconds the episodes took.
 """
@@ -28,7 +28,9 @@ from corral.client.record_store import EpisodeStore
 from corral.training.evaluation import evaluate
 from corral.training.tiny import VLLM_SHAPE, make_tiny_model
 
-from common import free_port, start_server
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' vLLM server, flags and all
+
+from tests.vllm.server import serving_vllm
 
 GRIDSIM = Path(__file__).resolve().parent.parent / "bundles" / "gridsim"
 
@@ -69,53 +71,31 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="bench-generation-"))
     model_dir = make_tiny_model(work / "tiny", max_positions=4096, **VLLM_SHAPE)  # a prompt + 1,024 ids
-    port, log = free_port(), work / "vllm.log"
-    os.environ.update(VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1")
-    server, url = start_server(
-        [
-            opts.vllm_python,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(model_dir),
-            "--served-model-name",
-            "tiny",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--dtype",
-            "float32",
-            "--max-model-len",
-            "4096",
-            "--logprobs-mode",
-            "processed_logprobs",
-            "--no-enable-chunked-prefill",
-        ],
-        port,
-        "vLLM",
-        log=log,
-    )
+    log = work / "vllm.log"
+    try:
+        with serving_vllm(opts.vllm_python, model_dir, log) as url:
+            compare(url, model_dir, opts, work)
+    except Exception:
+        print(f"vLLM's log ends:\n{log.read_text(errors='replace')[-3000:]}", file=sys.stderr)
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def compare(url: str, model_dir: Path, opts: argparse.Namespace, work: Path) -> None:
+    """Print sampled ids/s of vLLM at `url` and of the HF batched generator, at each max tokens."""
     print(
         f"gridsim eval: {opts.limit} tasks x {opts.k} samples, {opts.concurrency} at once, temperature 1, "
         f"on {os.cpu_count()} CPUs"
     )
     print(f"{'max tokens':>10}  {'engine':<12}  {'seconds':>8}  {'sampled ids':>11}  {'ids/s':>8}")
-    try:
-        for max_tokens in opts.max_tokens:
-            rates = {}
-            for engine, model in (("vLLM (CPU)", url), ("HF batched", str(model_dir))):
-                seconds, ids = run(model, model_dir, max_tokens, opts, work)
-                rates[engine] = ids / seconds
-                print(f"{max_tokens:>10}  {engine:<12}  {seconds:>8.1f}  {ids:>11}  {ids / seconds:>8.1f}", flush=True)
-            print(f"{'':>10}  vLLM / HF: {rates['vLLM (CPU)'] / rates['HF batched']:.1f}x")
-    except Exception:
-        print(f"vLLM's log ends:\n{log.read_text(errors='replace')[-3000:]}", file=sys.stderr)
-        raise
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-        shutil.rmtree(work, ignore_errors=True)
+    for max_tokens in opts.max_tokens:
+        rates = {}
+        for engine, model in (("vLLM (CPU)", url), ("HF batched", str(model_dir))):
+            seconds, ids = run(model, model_dir, max_tokens, opts, work)
+            rates[engine] = ids / seconds
+            print(f"{max_tokens:>10}  {engine:<12}  {seconds:>8.1f}  {ids:>11}  {ids / seconds:>8.1f}", flush=True)
+        print(f"{'':>10}  vLLM / HF: {rates['vLLM (CPU)'] / rates['HF batched']:.1f}x")
 
 
 if __name__ == "__main__":

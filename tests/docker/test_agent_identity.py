@@ -10,23 +10,9 @@ import json
 import pytest
 
 from corral.client import Bundle
+from tests.env_attacks import ATTACKS_ON_THE_ENV
 
 pytestmark = pytest.mark.docker
-
-KEPT = "/tmp/kept-by-the-env"  # the probe env's own file (tests/fixtures/dockerbox/envs/probe)
-PTRACE_ATTACH = "import ctypes, sys; sys.exit(ctypes.CDLL(None).ptrace(16, 1, 0, 0))"  # PTRACE_ATTACH: 0 when it took
-ATTACKS_ON_THE_ENV = {
-    "an interrupt": "kill -INT 1",
-    "a stop": "kill -STOP 1",
-    "its environment": "cat /proc/1/environ",
-    "its descriptors": "ls /proc/1/fd",
-    "its memory": "python3 -c \"open('/proc/1/mem', 'rb')\"",
-    "a trace": f"python3 -c '{PTRACE_ATTACH}'",
-    "its file": f"echo forged > {KEPT}",
-    "its file, replaced": f"rm -f {KEPT}",
-    "its user, taken back": "python3 -c 'import os; os.setresuid(1000, 1000, 1000)'",
-    "root's group": "python3 -c 'import os; os.setresgid(0, 0, 0)'",
-}
 
 
 def test_the_agent_s_commands_run_as_a_user_of_their_own_with_no_capability(dockerbox_server):

@@ -18,24 +18,14 @@ from corral.client import Bundle
 from corral.sandboxes.local_procs import UID_BASE, UID_COUNT
 from tests.attacks import FIX, TASK, bash, play
 from tests.conftest import BUNDLES, serving, skip_or_fail_under_ci
+from tests.env_attacks import ATTACKS_ON_THE_ENV as ENV_ATTACKS
+from tests.env_attacks import ENV_UID
 from tests.episode_processes import bash as episode_bash
 from tests.wire import called, opened, ws
 
 DOCKERBOX = Path(__file__).resolve().parents[1] / "fixtures" / "dockerbox"
-KEPT = "/tmp/kept-by-the-env"  # the probe env's own file (tests/fixtures/dockerbox/envs/probe)
-ENV_UID = "$(awk '/^Uid:/ {print $2}' /proc/1/status)"  # the env is its namespace's first process
-PTRACE_ATTACH = "import ctypes, sys; sys.exit(ctypes.CDLL(None).ptrace(16, 1, 0, 0))"  # PTRACE_ATTACH: 0 when it took
 ATTACKS_ON_THE_ENV = {
-    "an interrupt": "kill -INT 1",
-    "a stop": "kill -STOP 1",
-    "its environment": "cat /proc/1/environ",
-    "its descriptors": "ls /proc/1/fd",
-    "its memory": "python3 -c \"open('/proc/1/mem', 'rb')\"",
-    "a trace": f"python3 -c '{PTRACE_ATTACH}'",
-    "its file": f"echo forged > {KEPT}",
-    "its file, replaced": f"rm -f {KEPT}",
-    "its user, taken back": f'u={ENV_UID}; python3 -c "import os; os.setresuid($u, $u, $u)"',
-    "root's group": "python3 -c 'import os; os.setresgid(0, 0, 0)'",
+    **ENV_ATTACKS,
     "its program": 'echo "raise SystemExit" > "${PYTHONPATH%%:*}/env.py"',  # the env's folder, first on its path
 }
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")

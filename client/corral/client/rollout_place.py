@@ -32,9 +32,10 @@ _loop: Any = None
 def next_place() -> TrainingContext:
     """The place of the reset being made now: call once per reset, from the reset."""
     global _resets, _group_version
-    loop, size = rollout_loop(), group_size()
-    if loop is None or size is None:
+    loop = rollout_loop()
+    if loop is None:
         return TrainingContext()
+    size = _generations(loop)
     with _lock:
         number, _resets = _resets, _resets + 1
         if number % size == 0:
@@ -46,7 +47,11 @@ def next_place() -> TrainingContext:
 def group_size() -> int | None:
     """How many rollouts TRL samples per prompt, under its loop."""
     loop = rollout_loop()
-    return None if loop is None else max(int(loop.num_generations), 1)
+    return None if loop is None else _generations(loop)
+
+
+def _generations(loop: Any) -> int:
+    return max(int(loop.num_generations), 1)
 
 
 def rewards_are_environments() -> bool:

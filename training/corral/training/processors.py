@@ -17,7 +17,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from transformers import PreTrainedTokenizerBase
 from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
@@ -91,18 +91,21 @@ class ChatTemplateProcessor(ABC):
     Args:
         tokenizer: The model's tokenizer.
         chat_template: The template to render with; the tokenizer's own if None.
-        end_of_turn: The text that ends an assistant turn in this template (its stop token).
         template_kwargs: Extra variables of the template, e.g. `{"enable_thinking": False}`.
         stop_token_ids: Other ids that end the model's turn too: the model's EOS ids (a trainer's
             `eos_token_ids`), on which vLLM stops whatever it is asked. A turn that ends on one
             is read without it, as one ending on the template's own end of turn.
+
+    A family's subclass names `end_of_turn`, the text that ends an assistant turn in its template
+    (its stop token), and implements `read`.
     """
+
+    end_of_turn: ClassVar[str]
 
     def __init__(
         self,
         tokenizer: PreTrainedTokenizerBase,
         *,
-        end_of_turn: str,
         chat_template: str | None = None,
         template_kwargs: dict[str, Any] | None = None,
         stop_token_ids: Sequence[int] = (),
@@ -110,11 +113,10 @@ class ChatTemplateProcessor(ABC):
         self.tokenizer = tokenizer
         self.chat_template = chat_template
         self.template_kwargs = dict(template_kwargs or {})
-        self.end_of_turn = end_of_turn
-        stop = tokenizer.convert_tokens_to_ids(end_of_turn)
+        stop = tokenizer.convert_tokens_to_ids(self.end_of_turn)
         if not isinstance(stop, int) or stop == tokenizer.unk_token_id:
             raise ConfigError(
-                f"the tokenizer has no token {end_of_turn!r}, which ends an assistant turn in this template"
+                f"the tokenizer has no token {self.end_of_turn!r}, which ends an assistant turn in this template"
             )
         self.stop_token_ids = list(dict.fromkeys([stop, *stop_token_ids]))  # the template's own first
 
@@ -201,21 +203,7 @@ class HermesProcessor(ChatTemplateProcessor):
         template_kwargs: Template variables, e.g. `{"enable_thinking": False}`.
     """
 
-    def __init__(
-        self,
-        tokenizer: PreTrainedTokenizerBase,
-        *,
-        chat_template: str | None = None,
-        template_kwargs: dict[str, Any] | None = None,
-        stop_token_ids: Sequence[int] = (),
-    ):
-        super().__init__(
-            tokenizer,
-            end_of_turn="<|im_end|>",
-            chat_template=chat_template,
-            template_kwargs=template_kwargs,
-            stop_token_ids=stop_token_ids,
-        )
+    end_of_turn = "<|im_end|>"
 
     @classmethod
     def for_trainer(
@@ -240,21 +228,7 @@ class Llama3JsonProcessor(ChatTemplateProcessor):
     """Llama 3.1 / 3.2 JSON tool calls: the whole reply is `{"name": ..., "parameters": {...}}`
     (optionally after `<|python_tag|>`); one call per turn, results in the `ipython` role."""
 
-    def __init__(
-        self,
-        tokenizer: PreTrainedTokenizerBase,
-        *,
-        chat_template: str | None = None,
-        template_kwargs: dict[str, Any] | None = None,
-        stop_token_ids: Sequence[int] = (),
-    ):
-        super().__init__(
-            tokenizer,
-            end_of_turn="<|eot_id|>",
-            chat_template=chat_template,
-            template_kwargs=template_kwargs,
-            stop_token_ids=stop_token_ids,
-        )
+    end_of_turn = "<|eot_id|>"
 
     def read(self, text: str) -> Turn:
         body = text.strip().removeprefix("<|python_tag|>").strip()
