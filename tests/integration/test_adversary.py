@@ -16,6 +16,11 @@ the episode scored at the failure score (never null, never above it).
   namespace's first process, so STOP and KILL from inside do nothing, and INT ends it.
 - The protocol's pipes opened under /proc, through the env or a process holding its stdio:
   none can be (test_local_protocol_forgery forges a report through them where one could).
+- A link whose name is not UTF-8, leading into /proc: the verifier is stopped and its output
+  names the link, decoded as the file system gives it (a lone surrogate for each odd byte),
+  which no frame could carry: the end_turn reply failed, and the trainer got an error, not the
+  0. Every observation is now written with U+FFFD in place of a lone surrogate
+  (ObservationReply.json_of). Fixed.
 """
 
 from __future__ import annotations
@@ -236,3 +241,10 @@ def test_no_process_in_the_episode_lets_the_agent_open_the_protocol_s_stream(she
     ended = play(shellfix, [bash(PROTOCOL_OPENER, "opened []\n[exit status 0]")])
 
     assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
+
+
+def test_a_verifier_output_naming_a_file_that_is_not_utf8_still_brings_the_0(shellfix):
+    ended = play(shellfix, [bash("ln -s /proc/self/fd/0 $'\\x80\\xff' && echo made", "made\n[exit status 0]")])
+
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
+    assert "\ufffd\ufffd -> /proc/self/fd/0" in ended.metadata["verifier_output"]["tests"]
