@@ -118,6 +118,16 @@ ODD_FILES = {
     "a hard link to a file of the repository": "ln batching.py linked.py",
     "a symlink loop": "ln -s loop loop && ln -s a b && ln -s b a",
     "20,000 empty files": "mkdir many && cd many && seq 20000 | xargs touch",
+    # Held in the fifth pass, as the ones below:
+    "xattrs and setuid bits": "python3 -c \"import os; os.setxattr('batching.py', 'user.x', b'1')\" && chmod ug+s batching.py",
+    "startup files in HOME": (
+        "d=$HOME/.local/lib/python3.11/site-packages && mkdir -p $d && echo 'import posix; posix._exit(0)' > $d/x.pth"
+        " && printf '[core]\\n\\tfsmonitor = true\\n' > $HOME/.gitconfig && echo machine x > $HOME/.netrc"
+    ),
+    "a chain of 20,000 links": (
+        "mkdir L && cd L && python3 -c \"import os\nfor i in range(20000): os.symlink(f'l{i + 1}', f'l{i}')\""
+    ),
+    "a hard link to a system file": "ln /etc/passwd pw || true",
 }
 
 
