@@ -19,6 +19,8 @@ plants: each must end the episode scored at the failure score (never null, never
 - The protocol's stream (the channel's socket, or the attach stream's pipes) opened under
   /proc through the env: none can be.
 - Empty files past what a scratch tmpfs holds (its size counts no inodes): refused.
+- An agent that is root leaving its verdict where the tests run: reward files written ahead,
+  /tests made with a passing test, startup files in root's HOME (fifth pass: held).
 - 20 MB written on docker's init's stdout in a Harbor task's container: the engine keeps no
   log of it on this machine's disk. (A Harbor task's container has no env process: its
   tools run through the engine's exec, its stdio carries only the warm pool's pings.)
@@ -120,6 +122,31 @@ ROOT_LINKS = {  # an agent that is root may make the folders the verifier mounts
         "rm -rf /logs && mkdir -p /app/l && ln -s /app/l /logs && ln -s /app/l/verifier/reward.txt /app/totals.json"
     ),
 }
+
+
+# Held in the fifth pass: each folder is mounted fresh (nocopy) over what the agent left there.
+ROOT_PLANTS = {
+    "reward files written ahead": (
+        "mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && echo '{\"reward\": 1}' > /logs/verifier/reward.json"
+    ),
+    "the tests' folder made with a passing test": (
+        "mkdir -p /tests && printf 'def test_ok():\\n    pass\\n' > /tests/test_totals.py && chmod -R 555 /tests"
+    ),
+    "startup files in root's HOME": (
+        "d=/root/.local/lib/python3.11/site-packages && mkdir -p $d && echo 'import posix; posix._exit(0)' > $d/x.pth"
+        " && printf '[pytest]\\naddopts = --co\\n' > /root/pytest.ini"
+    ),
+}
+
+
+@pytest.mark.parametrize("plant", ROOT_PLANTS)
+def test_a_root_agent_s_verdict_left_where_the_tests_run_scores_0(harbor, plant):  # noqa: F811
+    with ws(harbor) as socket:
+        opened(socket, task_id="csv-stats")
+        assert called(socket, "bash", command=ROOT_PLANTS[plant]).result.endswith("[exit status 0]")
+        ended = called(socket, "end_turn", response="done")
+
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.metadata
 
 
 @pytest.mark.parametrize("link", ROOT_LINKS)

@@ -150,6 +150,12 @@ ON_THE_VERDICT = {
     # Past PATH_MAX: the copy fails (the agent's doing) at once; it took 100 s of tar's CPU, past
     # end_turn's 60 s reply deadline here, while tar matched its exclusions at every depth.
     "folders nested 300 deep": "python3 -c \"import os\nfor _ in range(300): os.mkdir('n' * 40); os.chdir('n' * 40)\"",
+    # Held in the fifth pass: the tests' HOME is a fresh tmpfs, and an import of a fifo fails.
+    "startup files in HOME": (
+        "d=$HOME/.local/lib/python3.11/site-packages && mkdir -p $d && echo 'import posix; posix._exit(0)' > $d/x.pth"
+        " && printf '[core]\\n\\tfsmonitor = true\\n' > $HOME/.gitconfig"
+    ),
+    "a fifo in place of the module": "rm batching.py && mkfifo batching.py",
 }
 ODDITIES = {
     "a Unix socket": "python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('sock')\"",

@@ -16,6 +16,11 @@ the episode scored at the failure score (never null, never above it).
   namespace's first process, so STOP and KILL from inside do nothing, and INT ends it.
 - The protocol's pipes opened under /proc, through the env or a process holding its stdio:
   none can be (test_local_protocol_forgery forges a report through them where one could).
+- A link whose name is not UTF-8, leading into /proc: the verifier is stopped and its output
+  names the link, decoded as the file system gives it (a lone surrogate for each odd byte),
+  which no frame could carry: the end_turn reply failed, and the trainer got an error, not the
+  0. Every observation is now written with U+FFFD in place of a lone surrogate
+  (ObservationReply.json_of). Fixed.
 """
 
 from __future__ import annotations
@@ -113,6 +118,16 @@ ODD_FILES = {
     "a hard link to a file of the repository": "ln batching.py linked.py",
     "a symlink loop": "ln -s loop loop && ln -s a b && ln -s b a",
     "20,000 empty files": "mkdir many && cd many && seq 20000 | xargs touch",
+    # Held in the fifth pass, as the ones below:
+    "xattrs and setuid bits": "python3 -c \"import os; os.setxattr('batching.py', 'user.x', b'1')\" && chmod ug+s batching.py",
+    "startup files in HOME": (
+        "d=$HOME/.local/lib/python3.11/site-packages && mkdir -p $d && echo 'import posix; posix._exit(0)' > $d/x.pth"
+        " && printf '[core]\\n\\tfsmonitor = true\\n' > $HOME/.gitconfig && echo machine x > $HOME/.netrc"
+    ),
+    "a chain of 20,000 links": (
+        "mkdir L && cd L && python3 -c \"import os\nfor i in range(20000): os.symlink(f'l{i + 1}', f'l{i}')\""
+    ),
+    "a hard link to a system file": "ln /etc/passwd pw || true",
 }
 
 
@@ -236,3 +251,10 @@ def test_no_process_in_the_episode_lets_the_agent_open_the_protocol_s_stream(she
     ended = play(shellfix, [bash(PROTOCOL_OPENER, "opened []\n[exit status 0]")])
 
     assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
+
+
+def test_a_verifier_output_naming_a_file_that_is_not_utf8_still_brings_the_0(shellfix):
+    ended = play(shellfix, [bash("ln -s /proc/self/fd/0 $'\\x80\\xff' && echo made", "made\n[exit status 0]")])
+
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
+    assert "\ufffd\ufffd -> /proc/self/fd/0" in ended.metadata["verifier_output"]["tests"]

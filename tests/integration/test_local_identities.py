@@ -4,6 +4,11 @@ the env's uid, a uid of the agent's own for what the env runs and writes on its 
 commands can neither signal, trace nor open the env, nor write or replace the env's files,
 nor take the env's uid back; the verifier runs as no uid any of them ran as, yet reads every
 file the agent made; and nothing of any of them outlives its episode (docs/sandboxes.md).
+
+Each uid holds at most the env's `pids` processes (RLIMIT_NPROC), as a container's pids limit
+bounds docker's: an agent's fork bomb, in its turn or in its code the tests import, took this
+machine's pid space (400 processes where shellfix allows 128), and with it the next process of
+every other episode and of the server.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import pytest
 
 from corral.client import Bundle
 from corral.sandboxes.local_procs import UID_BASE, UID_COUNT
-from tests.attacks import FIX, TASK, bash, play
+from tests.attacks import BUG, FIX, TASK, bash, play, write
 from tests.conftest import BUNDLES, serving, skip_or_fail_under_ci
 from tests.env_attacks import ATTACKS_ON_THE_ENV as ENV_ATTACKS
 from tests.env_attacks import ENV_UID
@@ -131,3 +136,32 @@ def test_the_env_reaps_the_orphans_the_agent_s_commands_leave(probe):
         zombies = environment.shell(command="sleep 2; grep -l '^State:.Z' /proc/[0-9]*/status | wc -l")
 
     assert zombies == "0\n[exit status 0]"
+
+
+# Forks up to 400 children that sleep, and says how many it could start.
+FORKS = (
+    "import os, sys, time\nforked = 0\nfor _ in range(400):\n    try:\n        pid = os.fork()\n"
+    "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(20)\n        os._exit(0)\n"
+    "    forked += 1\nprint('forked', forked, file=sys.stderr)\n"
+)
+PIDS = 128  # shellfix's [resources] pids
+
+
+def test_the_agent_s_commands_start_no_more_processes_than_the_env_s_pids_limit(shellfix):
+    with ws(shellfix) as agent:
+        opened(agent, task_id=TASK)
+        called(agent, "write_file", path="forks.py", content=FORKS)
+        said = called(agent, "bash", command="python3 forks.py 2>&1").result
+        ended = called(agent, "end_turn", response="done")
+
+    forked = int(said.split("forked ", 1)[1].split()[0])
+    assert forked < PIDS, said
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.reason
+
+
+def test_the_agent_s_code_run_by_the_tests_starts_no_more_processes_than_that_either(shellfix):
+    ended = play(shellfix, [write("batching.py", FORKS + BUG)])
+    output = ended.metadata["verifier_output"]["tests"]
+
+    assert int(output.split("forked ", 1)[1].split()[0]) < PIDS, output
+    assert (ended.status, ended.reward) == ("scored", 0.0), output

@@ -28,10 +28,11 @@ from pydantic import (
     field_validator,
     model_serializer,
 )
-from pydantic_core import to_json
+from pydantic_core import PydanticSerializationError, to_json
 
 from corral.protocol.catalog import ToolSpec
 from corral.protocol.outcomes import EpisodeStatus
+from corral.protocol.surrogates import replace_lone_surrogates
 
 EPISODE_ENDED = "The episode has ended."
 DEFAULT_TOOL_TIMEOUT_S = 60.0
@@ -274,12 +275,24 @@ class ObservationReply(_Strict):
     @staticmethod
     def json_of(observation: Observation) -> str:
         """`of(observation).model_dump_json()`, the same text, in one pass of pydantic's
-        serialiser rather than a dump, a validation and a dump again: every step's reply."""
-        fields = observation.model_dump_json(exclude=_ENVELOPE)
-        reward = "null" if observation.reward is None else _json(float(observation.reward))
-        metadata = f',"metadata":{_json(observation.metadata)}' if observation.metadata else ""
-        done = "true" if observation.done else "false"
-        return f'{{"type":"observation","data":{{"observation":{fields},"reward":{reward},"done":{done}{metadata}}}}}'
+        serialiser rather than a dump, a validation and a dump again: every step's reply.
+
+        A lone surrogate in any of its texts (a file name that is not UTF-8, decoded with
+        surrogateescape into a verifier's output or a reason) is written as U+FFFD: UTF-8
+        cannot carry it, and the reply would fail, the episode's score unsent."""
+        try:
+            return _observation_json(observation)
+        except (PydanticSerializationError, UnicodeEncodeError):
+            readable = replace_lone_surrogates(observation.model_dump())
+            return _observation_json(type(observation).model_validate(readable))
+
+
+def _observation_json(observation: Observation) -> str:
+    fields = observation.model_dump_json(exclude=_ENVELOPE)
+    reward = "null" if observation.reward is None else _json(float(observation.reward))
+    metadata = f',"metadata":{_json(observation.metadata)}' if observation.metadata else ""
+    done = "true" if observation.done else "false"
+    return f'{{"type":"observation","data":{{"observation":{fields},"reward":{reward},"done":{done}{metadata}}}}}'
 
 
 class StateReply(_Strict):

@@ -75,15 +75,23 @@ class Quotas:
         return False
 
 
-def file_size_limit(size_mb: int) -> list[str]:
-    """A command prefix under which no file written (by the command or anything it starts)
-    may pass `size_mb` MB: RLIMIT_FSIZE, through util-linux's `prlimit`, as any user may set
-    it. It bounds the env's stderr, which lives on this machine's disk whoever runs the
-    server (a tool's error, which quotes the agent's arguments, added a megabyte a call);
-    a write past it fails (EFBIG: Python ignores SIGXFSZ) or kills the writer. No prefix
-    where prlimit is missing."""
+def process_limits(*, file_mb: int | None = None, processes: int | None = None) -> list[str]:
+    """A command prefix that bounds it and everything it starts, through util-linux's
+    `prlimit` (no prefix where it is missing, or nothing to bound):
+
+    - `file_mb`: no file written may pass that size (RLIMIT_FSIZE, as any user may set it).
+      It bounds the env's stderr, which lives on this machine's disk whoever runs the server
+      (a tool's error, which quotes the agent's arguments, added a megabyte a call); a write
+      past it fails (EFBIG: Python ignores SIGXFSZ) or kills the writer.
+    - `processes`: its real uid may hold no more processes (RLIMIT_NPROC, counted per uid by
+      the kernel, root exempt): for a uid of the episode's own, the pids limit docker puts on
+      a container. Without it an agent's fork bomb, or its code run by the tests, took this
+      machine's pid space, and with it every other episode's next process."""
     prlimit = shutil.which("prlimit", path=SETPRIV_PATH)
-    return [prlimit, f"--fsize={size_mb << 20}", "--"] if prlimit else []
+    bounds = ([] if file_mb is None else [f"--fsize={file_mb << 20}"]) + (
+        [] if processes is None else [f"--nproc={processes}"]
+    )
+    return [prlimit, *bounds, "--"] if prlimit and bounds else []
 
 
 def unbind(folder: Path) -> None:

@@ -31,7 +31,7 @@ from corral.sandboxes.local_procs import (
     kill_uid,
     minimal_environment,
 )
-from corral.sandboxes.local_quota import Quotas, file_size_limit, unbind_all_under
+from corral.sandboxes.local_quota import Quotas, process_limits, unbind_all_under
 from corral.sandboxes.local_verify import verify_on_a_copy
 from corral.sandboxes.trees import remove_tree
 
@@ -115,7 +115,7 @@ class LocalSandbox(Sandbox):
                 stderr=self._stderr,
                 limit=LINE_LIMIT,
                 as_pid_1=True,
-                limits=file_size_limit(self.share_mb),
+                file_mb=self.share_mb,
             )
         except OSError as error:
             as_whom = (
@@ -140,15 +140,18 @@ class LocalSandbox(Sandbox):
         read_only: Sequence[Path] = (),
         writable: Sequence[Path] = (),
         as_pid_1: bool = False,
-        limits: Sequence[str] = (),
+        file_mb: int | None = None,
         capabilities: Sequence[str] | None = None,
         **popen,
     ) -> Contained:
         """`command` as `uid` (one of the episode's `users`; None: the server's user): where bwrap
         runs, in namespaces of its own that see the system, `read_only` and `writable` alone
         (local_namespace; `as_pid_1`: as their first process; `capabilities`: as root holding
-        only those); else in a process group of its own. `limits` prefixes it
-        (file_size_limit); `popen` goes to create_subprocess_exec. OSError when it cannot start."""
+        only those); else in a process group of its own. Its files may not pass `file_mb`, and
+        where the episode's uids are its own, each holds at most the env's `pids` processes
+        (process_limits). `popen` goes to create_subprocess_exec. OSError when it cannot start."""
+        processes = self.spec.resources.pids if self.users is not None else None
+        limits = process_limits(file_mb=file_mb, processes=processes)
         bubblewrap = self.host.bubblewrap
         if bubblewrap is not None:
             return await Contained.start(
