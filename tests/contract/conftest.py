@@ -30,7 +30,8 @@ ALL = [
     "modal",
     pytest.param("kubernetes-fake", marks=pytest.mark.fast),
 ]
-RUNS_COMMANDS = ["local", "docker", "modal"]  # the fake runs no commands in its sandboxes
+# fake_modal runs no commands in its sandboxes; fake_kubernetes runs them in the pod's namespaces
+RUNS_COMMANDS = ["local", "docker", "modal", pytest.param("kubernetes-fake", marks=pytest.mark.fast)]
 ISOLATED = ["docker", "modal"]  # providers that enforce [resources]
 FAKE_CREDENTIALS = {"token_id": "ak-fake", "token_secret": "as-fake"}
 _not_run: list[str] = []

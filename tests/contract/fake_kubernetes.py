@@ -8,11 +8,14 @@ Unschedulable for a pod larger than the node), coordination.k8s.io Leases (creat
 replace with resourceVersion checks, merge patch, delete), networking.k8s.io NetworkPolicies
 (create, get, list by label selector, delete: stored, not enforced), and a pod's attach stream over a
 WebSocket in the `v4.channel.k8s.io` subprotocol (byte 0 of each binary message: 0 stdin,
-1 stdout, 2 stderr, 3 the status JSON at the end).
+1 stdout, 2 stderr, 3 the status JSON at the end), and an exec in it over the same subprotocol,
+whose status carries the command's exit code as the kubelet's does.
 
-Each pod's container is a real local process: the image names a local folder (`images`),
-which is its working folder, and the container's `args` (its `command`, if any, before them)
-run there with the pod's variables. Validation follows the API server's where the provider
+Each pod's container is a real local process in namespaces of its own (fake_kubernetes_node,
+which says what it does not emulate): the image names a local folder (`images`), which is its
+working folder, and the container's `args` (its `command`, if any, before them) run there with
+the pod's variables, as its `runAsUser`, on a read-only root with a folder of its own for each
+emptyDir. Validation follows the API server's where the provider
 could get it wrong: names and label values, a bearer token, and 404/409 as Status objects.
 Routes it does not know answer 404 and are recorded in `unknown`: a test fails on them.
 """
@@ -25,6 +28,7 @@ import datetime
 import json
 import os
 import signal
+import tempfile
 import threading
 import uuid
 from pathlib import Path
@@ -32,7 +36,8 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.contract.fake_kubernetes_attach import attach
+from tests.contract.fake_kubernetes_attach import attach, exec_in
+from tests.contract.fake_kubernetes_node import remove_volumes, start_container
 from tests.contract.fake_kubernetes_objects import (
     Pod,
     has_labels,
@@ -60,6 +65,7 @@ class FakeCluster:
         self.policies: dict[tuple[str, str], dict[str, Any]] = {}
         self.unknown: list[str] = []
         self.created = 0  # pods created, ever
+        self.volumes = Path(tempfile.mkdtemp(prefix="fake-kubernetes-"))  # each pod's emptyDirs, in a folder of its own
         self._version = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -92,12 +98,14 @@ class FakeCluster:
         self.call(self._shutdown())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        remove_volumes(self.volumes)
 
     async def _serve(self) -> str:
         app = web.Application(middlewares=[self._auth], client_max_size=64 * 2**20)
         app.router.add_route("*", PODS, self._pods)
         app.router.add_route("*", PODS + "/{name}", self._pod)
         app.router.add_get(PODS + "/{name}/attach", self._attach)
+        app.router.add_get(PODS + "/{name}/exec", self._exec)
         app.router.add_route("*", LEASES, self._lease_collection)
         app.router.add_route("*", LEASES + "/{name}", self._lease)
         app.router.add_route("*", POLICIES, self._policy_collection)
@@ -222,17 +230,8 @@ class FakeCluster:
                 },
             )
             return
-        variables = {"PATH": os.environ["PATH"], **{v["name"]: v["value"] for v in container.get("env", [])}}
-        pod.process = await asyncio.create_subprocess_exec(
-            *container.get("command", []),
-            *container.get("args", []),
-            cwd=folder,
-            env=variables,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-        )
+        await start_container(pod, folder, self._pod_volumes(pod))
+        assert pod.process is not None
         if pod.deleted:  # deleted while its container started
             os.killpg(pod.process.pid, signal.SIGKILL)
         pod.set_state("Running", {"running": {"startedAt": timestamp()}})
@@ -259,6 +258,10 @@ class FakeCluster:
             await asyncio.gather(pod.process.stdout.read(), pod.process.stderr.read())  # type: ignore[union-attr]
         if pod.runner is not None:
             await pod.runner
+        remove_volumes(self._pod_volumes(pod))
+
+    def _pod_volumes(self, pod: Pod) -> Path:
+        return self.volumes / pod.body["metadata"]["namespace"] / pod.body["metadata"]["name"]
 
     async def _attach(self, request: web.Request) -> web.StreamResponse:
         key = (request.match_info["namespace"], request.match_info["name"])
@@ -266,6 +269,13 @@ class FakeCluster:
         if pod is None:
             return status_reply(404, "NotFound", f'pods "{key[1]}" not found')
         return await attach(pod, request)
+
+    async def _exec(self, request: web.Request) -> web.StreamResponse:
+        key = (request.match_info["namespace"], request.match_info["name"])
+        pod = self.pods.get(key)
+        if pod is None:
+            return status_reply(404, "NotFound", f'pods "{key[1]}" not found')
+        return await exec_in(pod, request)
 
     # -- leases -----------------------------------------------------------------------------
     async def _lease_collection(self, request: web.Request) -> web.Response:

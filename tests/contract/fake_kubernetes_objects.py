@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -41,6 +41,8 @@ class Pod:
     attached: bool = False
     runner: asyncio.Task | None = None
     deleted: bool = False
+    pid: int | None = None  # the container's PID 1, as the host sees it (fake_kubernetes_node)
+    variables: dict[str, str] = field(default_factory=dict)  # its environment, an exec's too
 
     @property
     def container(self) -> dict[str, Any]:

@@ -73,9 +73,6 @@ def test_what_this_slice_does_not_run_is_refused_naming_the_way_out(cluster):
         try:
             with pytest.raises(SandboxError, match="does not run yet; serve it with --sandbox docker"):
                 await provider.prepare(whole)
-            sandbox = await provider.start(SPEC)
-            with pytest.raises(SandboxError, match="command verifiers do not run on --sandbox kubernetes"):
-                await sandbox.verify({}, lambda folder: ["true"], timeout_s=5)
         finally:
             await provider.aclose()
 

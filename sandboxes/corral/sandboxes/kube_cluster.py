@@ -115,7 +115,7 @@ def failure(error: ApiException, doing: str) -> SandboxError:
     """An API error as a SandboxError that says what was being done and, for the usual causes, the fix."""
     fix = {
         401: "; the kubeconfig's credentials were refused: renew them",
-        403: "; the kubeconfig's user may not do this: grant it create/get/list/delete on pods and pods/attach, "
+        403: "; the kubeconfig's user may not do this: grant it create/get/list/delete on pods, pods/attach and pods/exec, "
         "and on leases (coordination.k8s.io) and networkpolicies (networking.k8s.io), in the namespace "
         "(CORRAL_K8S_NAMESPACE)",
     }.get(error.status, "")

@@ -4,16 +4,18 @@ The manifest gives the pod the docker provider's hardening where Kubernetes can 
 non-root user, a read-only root, no privilege escalation, every capability dropped, the
 runtime's default seccomp profile, the env's `[resources]` as limits (and as requests, so the
 pod is never squeezed below them), no service-account token, no restarts, a lifetime, and
-size-limited memory-backed emptyDirs for /tmp and the env's writable folders. Not expressed
-here: a pids limit (a kubelet setting, `podPidsLimit`) and `network = "none"` (a
-NetworkPolicy: kube_network).
+size-limited memory-backed emptyDirs for /tmp and the env's writable folders. A pod a command
+verifier runs in (kube_exec) is the same pod with an idle command in place of the env's, no
+stdin, and one more memory-backed emptyDir where the verifier's files go. Not expressed here:
+a pids limit (a kubelet setting, `podPidsLimit`) and `network = "none"` (a NetworkPolicy:
+kube_network).
 """
 
 from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from corral.errors import SandboxError
@@ -75,23 +77,36 @@ def refuse_unsupported(spec: SandboxSpec) -> None:
 
 
 def pod_manifest(
-    spec: SandboxSpec, image: str, *, name: str, labels: Mapping[str, str], runtime_class: str | None = None
+    spec: SandboxSpec,
+    image: str,
+    *,
+    name: str,
+    labels: Mapping[str, str],
+    runtime_class: str | None = None,
+    idle: Sequence[str] | None = None,
+    files_dir: str | None = None,
 ) -> dict[str, Any]:
-    """The pod that runs `spec`'s env from `image`, marked with `labels`: see the module docstring."""
+    """The pod that runs `spec`'s env from `image`, marked with `labels`: see the module docstring.
+    With `idle`, a verifier's pod: it runs `idle` instead, with an emptyDir at `files_dir`."""
     refuse_unsupported(spec)
     cpu, memory = f"{round(spec.resources.cpus * 1000)}m", f"{spec.resources.memory_mb}Mi"
     writable = (SCRATCH, *spec.writable)
-    volumes = [
+    volumes: list[dict[str, Any]] = [
         {"name": f"writable-{i}", "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.scratch_mb}Mi"}}
         for i in range(len(writable))
     ]
+    mounts = [{"name": f"writable-{i}", "mountPath": path} for i, path in enumerate(writable)]
+    if files_dir is not None:  # written by corral, not the agent; in memory, so within the pod's memory limit
+        volumes.append({"name": "verifier", "emptyDir": {"medium": "Memory"}})
+        mounts.append({"name": "verifier", "mountPath": files_dir})
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
-        # `args`, as docker's `command`: the image's ENTRYPOINT, if any, still runs it.
-        "args": list(bootstrapped(spec.command) or spec.command),
-        "stdin": True,
-        "stdinOnce": True,  # the env reads end-of-file when the server's attach stream ends
+        # The env's `args`, as docker's `command`: the image's ENTRYPOINT, if any, still runs it;
+        # an idle `command` replaces the ENTRYPOINT, as docker_verify's does.
+        **({"command": list(idle)} if idle is not None else {"args": list(bootstrapped(spec.command) or spec.command)}),
+        "stdin": idle is None,
+        "stdinOnce": idle is None,  # the env reads end-of-file when the server's attach stream ends
         "tty": False,
         "imagePullPolicy": "IfNotPresent",  # a content tag never changes what it names
         "env": [{"name": key, "value": value} for key, value in {**ENVIRONMENT, **dict(spec.environment)}.items()],
@@ -106,7 +121,7 @@ def pod_manifest(
             "capabilities": {"drop": ["ALL"]},
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "volumeMounts": [{"name": f"writable-{i}", "mountPath": path} for i, path in enumerate(writable)],
+        "volumeMounts": mounts,
     }
     if spec.workdir is not None:
         container["workingDir"] = spec.workdir

@@ -14,8 +14,9 @@
   episode. A starting server takes its instance's Lease (a live server of the same name
   refuses the second) and deletes every pod and NetworkPolicy labelled with its instance:
   what a killed server left.
-- Not in this slice: command verifiers and images run whole (Harbor tasks): each is refused
-  with what to do instead.
+- Command verifiers run in a fresh pod of the env's image and hardening, with what the agent
+  left copied in over the API server's exec stream (exec_verify, kube_exec).
+- Not in this slice: images run whole (Harbor tasks), refused with what to do instead.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from corral.sandboxes.base import (
 )
 from corral.sandboxes.env_digest import image_tag
 from corral.sandboxes.kube_cluster import Cluster, InstanceLease, Settings, failure
+from corral.sandboxes.kube_exec import KubeExecs
 from corral.sandboxes.kube_network import (
     NETWORK_LABEL,
     create_policy,
@@ -132,14 +134,13 @@ class KubernetesProvider(SandboxProvider):
             await self.prepare(spec)
         if spec.network == "none":
             await self._no_network_policy()
+        marks = {**self.labels, "corral.env": spec.env_name, NETWORK_LABEL: spec.network, **labels}
+        image = self._images[spec]
         manifest = pod_manifest(
-            spec,
-            self._images[spec],
-            name=pod_name(spec.env_name),
-            labels={**self.labels, "corral.env": spec.env_name, NETWORK_LABEL: spec.network, **labels},
-            runtime_class=self.cluster.settings.runtime_class,
+            spec, image, name=pod_name(spec.env_name), labels=marks, runtime_class=self.cluster.settings.runtime_class
         )
-        sandbox = await KubeSandbox.create(self.cluster, spec, manifest, on_close=self._closed)
+        execs = KubeExecs(self.cluster, spec, image, marks, isolate=self._no_network_policy)
+        sandbox = await KubeSandbox.create(self.cluster, spec, manifest, execs, on_close=self._closed)
         self._live.add(sandbox)
         return sandbox
 

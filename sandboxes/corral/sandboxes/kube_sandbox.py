@@ -6,7 +6,8 @@ the server attaches over the API server's WebSocket (`v4.channel.k8s.io`: each m
 first byte names its channel, 0 stdin, 1 stdout, 2 stderr, 3 the stream's status), hands the
 env corral's SDK over stdin (bootstrap), and speaks the protocol over the same stream. Nothing
 reaches the pod over its IP. Closing deletes the pod; a pod that does not start is deleted
-before the error that says why.
+before the error that says why. Command verifiers run in a fresh pod of the same image, through
+the API server's exec stream (exec_verify, kube_exec).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from kubernetes_asyncio.client.rest import ApiException
 from corral.errors import SandboxError
 from corral.sandboxes.base import CommandResult, Sandbox, SandboxSpec
 from corral.sandboxes.bootstrap import bootstrapped, sdk_payload
+from corral.sandboxes.exec_verify import Execs, verify_in_fresh_sandbox
 from corral.sandboxes.kube_cluster import Cluster, failure
 from corral.sandboxes.kube_pods import CONTAINER, why_not_started
 from corral.sandboxes.stream_buffers import OutputBuffers
@@ -37,15 +39,22 @@ STDIN, STDOUT, STDERR, STATUS = 0, 1, 2, 3
 
 class KubeSandbox(Sandbox):
     """A running pod whose env talks over `ws`; `on_close` is told when it closes (the
-    provider counts live sandboxes and deletes the pod)."""
+    provider counts live sandboxes and deletes the pod); `execs` runs its verifiers."""
 
     def __init__(
-        self, name: str, spec: SandboxSpec, ws: aiohttp.ClientWebSocketResponse, on_close: Callable[[KubeSandbox], None]
+        self,
+        name: str,
+        spec: SandboxSpec,
+        ws: aiohttp.ClientWebSocketResponse,
+        execs: Execs[str],
+        on_close: Callable[[KubeSandbox], None],
     ):
         self.name = name
         self.spec = spec
         self._ws = ws
+        self._execs = execs
         self._on_close = on_close
+        self._agent_stopped = False
         self._output = OutputBuffers()
         self._writing = asyncio.Lock()  # one line's chunks never interleave with another's
         self.ended = self._output.ended  # the attach stream ended: the env exited (or the pod went)
@@ -54,18 +63,17 @@ class KubeSandbox(Sandbox):
 
     @classmethod
     async def create(
-        cls, cluster: Cluster, spec: SandboxSpec, manifest: dict[str, Any], on_close: Callable[[KubeSandbox], None]
+        cls,
+        cluster: Cluster,
+        spec: SandboxSpec,
+        manifest: dict[str, Any],
+        execs: Execs[str],
+        on_close: Callable[[KubeSandbox], None],
     ) -> KubeSandbox:
         """Create the pod, wait until it runs, attach, hand its env the SDK. Raises SandboxError
         saying why a pod did not start, having deleted it."""
-        name, namespace = manifest["metadata"]["name"], cluster.settings.namespace
-        core = await cluster.core()
+        name, namespace = await create_pod(cluster, spec, manifest), cluster.settings.namespace
         try:
-            await core.create_namespaced_pod(namespace, cast(Any, manifest))  # the client sends a dict as it is
-        except ApiException as error:
-            raise failure(error, f"creating the pod of env {spec.env_name}") from None
-        try:
-            await _until_running(cluster, name, spec)
             streams = await cluster.streams()
             connecting = await streams.connect_get_namespaced_pod_attach(
                 name,
@@ -86,7 +94,7 @@ class KubeSandbox(Sandbox):
             if isinstance(error, aiohttp.ClientError):
                 raise SandboxError(f"attaching to the pod {name} of env {spec.env_name} failed: {error}") from None
             raise
-        started = cls(name, spec, ws, on_close)
+        started = cls(name, spec, ws, execs, on_close)
         if bootstrapped(spec.command):
             try:
                 await started.write(sdk_payload())
@@ -132,9 +140,18 @@ class KubeSandbox(Sandbox):
         timeout_s: float,
         max_output_chars: int = 20_000,
     ) -> CommandResult:
-        raise SandboxError(
-            f"env {self.spec.env_name}: command verifiers do not run on --sandbox kubernetes yet; "
-            "serve a bundle with command verifiers with --sandbox docker"
+        """In a fresh pod of the same image, once the agent's processes are gone: see exec_verify."""
+        first = not self._agent_stopped
+        self._agent_stopped = True
+        return await verify_in_fresh_sandbox(
+            self._execs,
+            self.name,
+            self.spec,
+            files,
+            command,
+            timeout_s=timeout_s,
+            keep=max_output_chars,
+            stop_agent=first,
         )
 
     async def close(self) -> None:
@@ -164,6 +181,22 @@ class KubeSandbox(Sandbox):
             self._output.note(f"reading the pod's attach stream failed: {error}")
         finally:
             self._output.end()
+
+
+async def create_pod(cluster: Cluster, spec: SandboxSpec, manifest: dict[str, Any]) -> str:
+    """Create the pod of `manifest` and wait until it runs: its name. SandboxError saying why
+    it did not start, once it has been deleted (also when the wait is cancelled)."""
+    name, core = manifest["metadata"]["name"], await cluster.core()
+    try:
+        await core.create_namespaced_pod(cluster.settings.namespace, cast(Any, manifest))  # the client sends a dict
+    except ApiException as error:
+        raise failure(error, f"creating the pod of env {spec.env_name}") from None
+    try:
+        await _until_running(cluster, name, spec)
+    except BaseException:
+        await delete_pod(cluster, name)
+        raise
+    return name
 
 
 async def _until_running(cluster: Cluster, name: str, spec: SandboxSpec) -> None:

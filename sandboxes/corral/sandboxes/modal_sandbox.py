@@ -4,7 +4,7 @@ The sandbox runs the env's command (corral's runtime gets the SDK over stdin fir
 docker container: modal_provider builds the image from the env folder alone). Modal carries
 stdout and stderr as text; they are read by two tasks of this object into a bounded line
 buffer and a bounded tail, so the protocol reads lines exactly as it does from a local pipe.
-Command verifiers run in a fresh sandbox of the same image (modal_verify).
+Command verifiers run in a fresh sandbox of the same image (exec_verify, modal_verify).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import modal
 from corral.errors import SandboxError
 from corral.sandboxes.base import CommandResult, Sandbox, SandboxSpec
 from corral.sandboxes.bootstrap import bootstrapped, sdk_payload
-from corral.sandboxes.modal_verify import verify_in_fresh_sandbox
+from corral.sandboxes.exec_verify import verify_in_fresh_sandbox
+from corral.sandboxes.modal_verify import ModalExecs
 from corral.sandboxes.stream_buffers import OutputBuffers
 
 log = logging.getLogger("corral.sandboxes.modal")
@@ -124,13 +125,13 @@ class ModalSandbox(Sandbox):
         timeout_s: float,
         max_output_chars: int = 20_000,
     ) -> CommandResult:
-        """In a fresh sandbox of the same image, once the agent's processes are gone: see modal_verify."""
+        """In a fresh sandbox of the same image, once the agent's processes are gone: see exec_verify."""
         first = not self._agent_stopped
         self._agent_stopped = True
         return await verify_in_fresh_sandbox(
+            ModalExecs(self.sandbox, self.options),
             self.sandbox,
             self.spec,
-            self.options,
             files,
             command,
             timeout_s=timeout_s,
