@@ -19,6 +19,10 @@ Shell = Callable[[list[str]], Awaitable[tuple[bytes, str]]]
 """Runs `/bin/sh -c ARGUMENTS...` in the verifier's sandbox: its stdout, and its stderr's tail."""
 
 BATCH_BYTES = 64 * 1024  # paths per query, in bytes of arguments: far below ARG_MAX
+# Paths one check may lstat, each once: far past any real task's links, and a bound on the
+# agent's chains of links, each a `readlink` run in the sandbox (20,000 links in one chain
+# took docker 129 s before each path was asked once). Past it, the verifier does not run.
+MOST_PATHS = 50_000
 # For each path: N (not a link, or missing, or out of reach) or L<length>:<its target's bytes>.
 # `echo .` keeps trailing newlines of a target, which command substitution would strip.
 TARGET = 't=$(readlink "$p"; echo .); t=${t%?.}; printf "L%s:%s" "${#t}" "$t"'
@@ -54,7 +58,7 @@ async def judge_links(shell: Shell, links: dict[bytes, bytes], roots: list[bytes
     if not links:
         return []
     walks = {path: resolution(posixpath.dirname(path), target, roots) for path, target in links.items()}
-    found = await _run_walks(shell, walks)
+    found = await _run_walks(shell, walks, known=dict(links))
     return [
         f"{path.decode(errors='replace')} -> {links[path].decode(errors='replace')}: {why}"
         for path, why in found.items()
@@ -62,26 +66,38 @@ async def judge_links(shell: Shell, links: dict[bytes, bytes], roots: list[bytes
     ]
 
 
-async def _run_walks(shell: Shell, walks: dict[bytes, Walk]) -> dict[bytes, bytes | str]:
-    """Step every walk together, one query per round, until each has ended: what each returned."""
+async def _run_walks(
+    shell: Shell, walks: dict[bytes, Walk], known: dict[bytes, bytes | None] | None = None
+) -> dict[bytes, bytes | str]:
+    """Step every walk together until each has ended: what each returned. Each path is asked
+    of the sandbox once (`known`: the answers already had, a link's target or None), so links
+    that lead through each other cost a query per path, not per step of every walk."""
+    known = {} if known is None else known
     ended: dict[bytes, bytes | str] = {}
-    asked: dict[bytes, bytes] = {}
+    waiting: dict[bytes, bytes] = {}  # a walk's name -> the path it waits to have lstat'ed
+    asked = 0
     for name, walk in walks.items():
-        _step(name, walk, None, asked, ended, first=True)
-    while asked:
-        names = list(asked)
-        answers = await lstat(shell, [asked[name] for name in names])
-        asked = {}
-        for name, answer in zip(names, answers, strict=True):
-            _step(name, walks[name], answer, asked, ended, first=False)
+        _step(name, walk, None, waiting, ended, first=True)
+    while waiting:
+        unknown = list(dict.fromkeys(path for path in waiting.values() if path not in known))
+        asked += len(unknown)
+        if asked > MOST_PATHS:
+            raise ValueError(
+                f"the links the agent left take more than {MOST_PATHS:,} paths to resolve; "
+                "the verifier does not run on what cannot be checked"
+            )
+        known.update(zip(unknown, await lstat(shell, unknown), strict=True))
+        current, waiting = waiting, {}
+        for name, path in current.items():
+            _step(name, walks[name], known[path], waiting, ended, first=False)
     return ended
 
 
 def _step(
-    name: bytes, walk: Walk, answer: bytes | None, asked: dict[bytes, bytes], ended: dict, *, first: bool
+    name: bytes, walk: Walk, answer: bytes | None, waiting: dict[bytes, bytes], ended: dict, *, first: bool
 ) -> None:
     try:
-        asked[name] = next(walk) if first else walk.send(answer)
+        waiting[name] = next(walk) if first else walk.send(answer)
     except StopIteration as done:
         ended[name] = done.value
 
