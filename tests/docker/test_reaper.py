@@ -15,6 +15,7 @@ import pytest
 
 from corral.client import Bundle
 from corral.sandboxes.docker_engine import Engine, remove_container
+from corral.sandboxes.docker_keeper import start_keeper
 from corral.sandboxes.docker_lease import Lease
 from tests.docker.conftest import DOCKERBOX, containers, free_port, instance_of, poll, reset, ws
 from tests.servers import corral_serve, kill, stop, wait_until_serving
@@ -145,3 +146,23 @@ def test_a_lease_whose_first_start_the_engine_fails_is_taken_on_a_new_container(
     held = asyncio.run(take_and_release())
     assert starts["failed"] == 1 and [c["State"] for c in held] == ["running"]
     poll(lambda: not lease_of(docker_engine, engine.instance), timeout_s=30, what="the lease going")
+
+
+def test_a_keeper_s_volumes_carry_its_instance_and_go_with_the_reaping(docker_engine):
+    # A Harbor task's tests get tmpfs volumes held by a keeper container (docker_keeper); a
+    # killed server leaves both, and a server of its instance starting reaps them.
+    engine = Engine(instance=f"keeper-{uuid.uuid4().hex[:8]}", client=docker_engine)
+    config = {"image": "debian:bookworm-slim", "host_config": {}, "labels": engine.labels}
+    made: list[str] = []
+    keeper = asyncio.run(
+        start_keeper(
+            engine, config, f"corral-{engine.instance}", {"/files": 16}, by_root_only=True, lifetime_s=120, made=made
+        )
+    )
+    mine = {"label": [f"corral.instance={engine.instance}"]}
+    assert [v["Name"] for v in docker_engine.api.volumes(filters=mine)["Volumes"]] == [keeper.volumes["/files"]]
+
+    assert engine.reap({"corral.instance": engine.instance}) == 1
+
+    assert containers(docker_engine, corral_instance=engine.instance) == []
+    assert docker_engine.api.volumes(filters=mine)["Volumes"] in (None, [])

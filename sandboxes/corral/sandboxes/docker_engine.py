@@ -110,7 +110,9 @@ class Engine:
         await asyncio.gather(*(asyncio.wrap_future(removal) for removal in removals), return_exceptions=True)
 
     def reap(self, labels: Mapping[str, str]) -> int:
-        """Force-remove every container carrying all of `labels` (blocking); how many went."""
+        """Force-remove every container carrying all of `labels`, then every volume (a Harbor
+        task's keeper's, docker_keeper) no container uses any more (blocking); how many
+        containers went."""
         filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
         found = self.api.containers(all=True, filters=filters)
         with ThreadPoolExecutor(REAP_THREADS, thread_name_prefix="corral-reap") as threads:
@@ -119,6 +121,11 @@ class Engine:
             raise SandboxError(f"could not remove {len(failures)} container(s): {failures[0]}")
         if found:
             log.info("removed %d container(s) labelled %s", len(found), dict(labels))
+        for volume in self.api.volumes(filters=filters).get("Volumes") or []:
+            try:
+                self.api.remove_volume(volume["Name"])
+            except docker.errors.APIError as error:  # in use by a container that is going: its removal takes it
+                log.info("left volume %s: %s", volume["Name"], error.explanation or error)
         return len(found)
 
     def _try_remove(self, container: dict) -> str | None:

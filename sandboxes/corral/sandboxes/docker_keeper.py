@@ -68,8 +68,9 @@ async def start_keeper(
     others writable by root only where `by_root_only`, else by all), for at most `lifetime_s`;
     its id goes into `made` at once, so that it is removed whatever happens next."""
     folders = list(sizes)
+    labels = {**{k: v for k, v in config["labels"].items() if k != "corral.pool"}, "corral.purpose": "verify"}
     mounts = [
-        _tmpfs_volume(folder, mb, mode="0755" if index == 0 or by_root_only else "0777")
+        _tmpfs_volume(folder, mb, mode="0755" if index == 0 or by_root_only else "0777", labels=labels)
         for index, (folder, mb) in enumerate(sizes.items())
     ]
     host_config = {
@@ -88,7 +89,7 @@ async def start_keeper(
         "environment": {},
         "working_dir": "/",
         "name": f"{name}-keeper",
-        "labels": {**{k: v for k, v in config["labels"].items() if k != "corral.pool"}, "corral.purpose": "verify"},
+        "labels": labels,
         "host_config": host_config,
         "detach": True,
         "use_config_proxy": False,
@@ -106,10 +107,12 @@ async def start_keeper(
     return Keeper(made[0], {folder: volumes[folder] for folder in folders})
 
 
-def _tmpfs_volume(folder: str, size_mb: int, *, mode: str) -> docker.types.Mount:
+def _tmpfs_volume(folder: str, size_mb: int, *, mode: str, labels: Mapping[str, str]) -> docker.types.Mount:
+    """A volume labelled as the keeper is (its instance and run): one a killed server left is
+    removed when a server of its instance starts (Engine.reap)."""
     options = f"nosuid,nodev,size={size_mb}m,nr_inodes={size_mb * INODES_PER_MB},mode={mode}"
     driver = docker.types.DriverConfig("local", {"type": "tmpfs", "device": "tmpfs", "o": options})
-    return docker.types.Mount(folder, None, type="volume", no_copy=True, driver_config=driver)
+    return docker.types.Mount(folder, None, type="volume", no_copy=True, driver_config=driver, labels=dict(labels))
 
 
 def remove_keeper(engine: Engine, keeper: str) -> None:
