@@ -10,7 +10,7 @@ import json
 import pytest
 
 from corral.client import Bundle
-from tests.env_attacks import ATTACKS_ON_THE_ENV
+from tests.env_attacks import ATTACKS_ON_THE_ENV, config_planted_in_the_env_s_home
 
 pytestmark = pytest.mark.docker
 
@@ -30,6 +30,16 @@ def test_the_agent_s_commands_run_as_a_user_of_their_own_with_no_capability(dock
         "[exit status 0]",
     ]
     assert env_uid == 1000
+
+
+def test_the_env_s_home_is_its_own_and_the_agent_keeps_one_it_can_write(dockerbox_server):
+    with Bundle(dockerbox_server.url, split="probe") as env:
+        environment = env.factory()
+        environment.reset(**env.dataset[0])
+        home, statuses = config_planted_in_the_env_s_home(environment)
+
+    assert home.startswith("/tmp/corral-env-home-"), home
+    assert statuses[0] != "0" and statuses[1] == "0", statuses
 
 
 @pytest.mark.parametrize("attack", ATTACKS_ON_THE_ENV)

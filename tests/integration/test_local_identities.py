@@ -24,7 +24,7 @@ from corral.sandboxes.local_procs import UID_BASE, UID_COUNT
 from tests.attacks import BUG, FIX, TASK, bash, play, write
 from tests.conftest import BUNDLES, serving, skip_or_fail_under_ci
 from tests.env_attacks import ATTACKS_ON_THE_ENV as ENV_ATTACKS
-from tests.env_attacks import ENV_UID
+from tests.env_attacks import ENV_UID, config_planted_in_the_env_s_home
 from tests.episode_processes import bash as episode_bash
 from tests.wire import called, opened, ws
 
@@ -69,6 +69,16 @@ def test_the_agent_s_commands_run_as_a_uid_of_their_own_with_no_capability(probe
     assert agent_uid != env_uid and groups == agent_uid, seen  # no group of the env's either
     assert all(UID_BASE <= int(uid) < UID_BASE + UID_COUNT for uid in (agent_uid, env_uid))  # no account's
     assert capabilities == [f"Cap{kind}:\t0000000000000000" for kind in ("Inh", "Prm", "Eff", "Amb")]
+
+
+def test_the_env_s_home_is_its_own_and_the_agent_keeps_one_it_can_write(probe):
+    with Bundle(probe.url, split="probe") as env:
+        environment = env.factory()
+        environment.reset(**env.dataset[0])
+        home, statuses = config_planted_in_the_env_s_home(environment)
+
+    assert home.startswith("/tmp/corral-env-home-"), home
+    assert statuses[0] != "0" and statuses[1] == "0", statuses
 
 
 @pytest.mark.parametrize("attack", ATTACKS_ON_THE_ENV)

@@ -21,6 +21,11 @@ effective (without the third, a shell tool could not stop a timed-out command of
 made by `popen` switches to the agent's user before it executes its program, and an execve as
 a user other than root keeps no capability: the agent's processes have none. `files` switches
 the calling thread's filesystem uid and gid (Linux keeps them per thread) for the block.
+
+The env gets a HOME of its own (0700, in the sandbox's /tmp): the one the sandbox gives is
+the agent's to write (/tmp, or the working folder), and a program the env ran as itself
+(git, pip, an interpreter) would read the agent's config from it (a git `core.fsmonitor` is a
+command). The agent's processes keep the sandbox's HOME.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import ctypes
 import os
 import stat
 import subprocess
+import tempfile
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -46,6 +52,7 @@ _PR_SET_KEEPCAPS = 8
 _SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 
 _agent: tuple[int, int] | None = None  # (uid, gid) once take_identity has found one
+_agent_home = ""  # the HOME the sandbox gave, the agent's; the env has its own
 _started: weakref.WeakSet[subprocess.Popen] = weakref.WeakSet()  # by popen, for the orphan reaper to leave alone
 # Held from fork to record, and by the reaper: a child that exits at once is not taken for an orphan.
 starting = threading.Lock()
@@ -58,7 +65,7 @@ class IdentityError(Exception):
 def take_identity() -> None:
     """Become the env's user, keeping the right to start the agent's processes as the agent's
     and to stop them, when the sandbox names both users (see the module docstring); otherwise do nothing."""
-    global _agent
+    global _agent, _agent_home
     env_user, agent_user = os.environ.pop(ENV_USER_VARIABLE, ""), os.environ.pop(AGENT_USER_VARIABLE, "")
     if not (env_user and agent_user):
         return
@@ -73,6 +80,8 @@ def take_identity() -> None:
     os.setresuid(uid, uid, uid)
     _set_capabilities(libc, (1 << _CAP_SETUID) | (1 << _CAP_SETGID) | (1 << _CAP_KILL))
     _checked(libc.prctl(_PR_SET_KEEPCAPS, 0, 0, 0, 0), "reset keep-capabilities")
+    _agent_home = os.environ.get("HOME", "/tmp")
+    os.environ["HOME"] = tempfile.mkdtemp(prefix="corral-env-home-")  # a new name, made by the env alone
     _agent = agent
 
 
@@ -84,9 +93,12 @@ def identity() -> tuple[int, int] | None:
 def popen(args: Sequence[str] | str, **options: Any) -> subprocess.Popen:
     """`subprocess.Popen(args, **options)`, run as the agent's user with no capability and no
     supplementary group where it has one (`user`, `group` and `extra_groups` are this
-    function's to set)."""
+    function's to set), with the agent's HOME where its variables would give it the env's."""
     if _agent is not None:
         options.update(user=_agent[0], group=_agent[1], extra_groups=[])
+        variables = dict(os.environ if options.get("env") is None else options["env"])
+        if variables.get("HOME") == os.environ.get("HOME"):
+            options["env"] = {**variables, "HOME": _agent_home}
     with starting:
         process = subprocess.Popen(args, **options)
         _started.add(process)
