@@ -34,8 +34,8 @@ from corral.protocol.frames import (
 from corral.protocol.outcomes import Cause, EpisodeStatus
 from corral.protocol.records import EpisodeRecord, RecordedCall
 from corral.protocol.rewards import pick_reward
+from corral.server.alarms import CallDeadline
 from corral.server.bundle_format import Task
-from corral.server.call_deadline import CallDeadline
 from corral.server.canary import judge
 from corral.server.endings import ENDINGS
 from corral.server.env_answers import field_of, refused, tool_answer
