@@ -1,8 +1,8 @@
 """`WS /ws`: one session per socket (its own, or one created over HTTP and named by
 `?session_id=`), frames handled one at a time.
 
-A client that disconnects mid-call has its episode torn down at once rather than when the call
-ends, so the socket must be read during a call. One task per socket, made once, plays the
+A client that disconnects mid-call has its episode torn down then (within `WATCH_AFTER_S`)
+rather than when the call ends, so the socket must be read during a call. One task per socket, made once, plays the
 frames: it reads the next frame itself between calls, and a call still running after
 `WATCH_AFTER_S` gets a watcher task that reads for it, ending the call if the client leaves
 and keeping the frames sent meanwhile for after it. (A reader task handing every frame to the
