@@ -11,9 +11,10 @@ import pytest
 
 from corral.client import Bundle, CapacityError
 from corral.errors import ToolsetMismatch
+from corral.protocol.frames import CallToolObservation
 from tests.conftest import FIXTURES, env_processes, wait_for_no_env_processes
 from tests.proxies import loopback_proxy
-from tests.wire import call, called, error_of, opened, send, ws
+from tests.wire import call, called, error_of, observed, opened, receive, send, ws
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
 TOYBOX = FIXTURES / "toybox"
@@ -117,6 +118,20 @@ def test_a_client_that_drops_its_socket_mid_episode_has_its_env_torn_down(toybox
     assert len(env_processes()) == 1
     socket.close()
     assert wait_for_no_env_processes(timeout_s=5) == []
+
+
+def test_frames_sent_during_a_long_call_are_each_answered_after_it_in_order(toybox_server):
+    socket = ws(toybox_server)
+    opened(socket, split="toy", index=0)
+    socket.send(call("wait", seconds=0.5).model_dump_json())  # long enough to have the socket read for it
+    words = ["one", "two", "three"]
+    for word in words:
+        socket.send(call("say", text=word).model_dump_json())
+    replies = [observed(receive(socket, timeout_s=10), CallToolObservation) for _ in range(4)]
+    assert [reply.result for reply in replies] == ["done waiting", *(f'{{"heard":"{word}"}}' for word in words)]
+    socket.send(call("say", text="four").model_dump_json())  # read by the player itself again
+    assert observed(receive(socket, timeout_s=10), CallToolObservation).result == '{"heard":"four"}'
+    socket.close()
 
 
 def test_a_split_with_several_toolsets_gives_a_dict_factory_whose_rows_route(toybox_server):

@@ -175,6 +175,63 @@ def test_the_servers_one_pass_observation_frame_is_the_models_own_text(observati
     assert ObservationReply.json_of(observation) == ObservationReply.of(observation).model_dump_json()
 
 
+PLAIN = CallToolObservation(tool_name="say", result="plain", reward=0.0)
+
+
+@pytest.mark.parametrize(
+    "observation",
+    [
+        PLAIN,
+        # Text JSON escapes, or does not: quotes, controls, U+2028, non-ASCII, an emoji, a marker's NUL.
+        PLAIN.model_copy(update={"tool_name": 'say "it"', "result": 'a"b\\c\n\t\x00\x1f\x7f\u2028\u00e9\U0001f600'}),
+        PLAIN.model_copy(update={"result": ""}),
+        PLAIN.model_copy(update={"result": "x" * 100_000}),
+        # Close to a plain answer, but not one: each must be dumped by the model, field by field.
+        PLAIN.model_copy(update={"reward": -0.0}),
+        PLAIN.model_copy(update={"reward": 0}),
+        PLAIN.model_copy(update={"reward": None}),
+        PLAIN.model_copy(update={"metadata": {"a": 1}}),
+        PLAIN.model_copy(update={"turn": 2}),
+        PLAIN.model_copy(update={"prompt": "next"}),
+        PLAIN.model_copy(update={"done": True}),
+        PLAIN.model_copy(update={"result": 7}),
+        PLAIN.model_copy(update={"status": "scored"}),
+        PLAIN.model_copy(update={"scores": {}}),
+        PLAIN.model_copy(update={"reason": ""}),
+        PLAIN.model_copy(update={"error": ToolError(error_type="timeout", message="late")}),
+    ],
+    ids=[
+        "plain",
+        "escapes",
+        "empty",
+        "long",
+        "negative_zero",
+        "int_reward",
+        "no_reward",
+        "metadata",
+        "turn",
+        "prompt",
+        "done",
+        "int_result",
+        "status",
+        "scores",
+        "reason",
+        "error",
+    ],
+)
+def test_a_tools_plain_answer_frame_is_the_models_own_text(observation):
+    assert ObservationReply.json_of(observation) == ObservationReply.of(observation).model_dump_json()
+
+
+@pytest.mark.parametrize("done", [False, True])  # a tool's plain answer (spliced), and an ending
+def test_a_text_that_utf8_cannot_carry_is_sent_with_a_replacement_character(done):
+    # A file name that is not UTF-8, decoded with surrogateescape, in a tool's answer or a verifier's output.
+    observation = CallToolObservation(tool_name="bash", result="ls: caf\udce9", reward=0.0, done=done)
+    readable = CallToolObservation(tool_name="bash", result="ls: caf\ufffd", reward=0.0, done=done)
+
+    assert ObservationReply.json_of(observation) == ObservationReply.of(readable).model_dump_json()
+
+
 def test_openenv_parses_corral_observations_with_its_own_models():
     listed = ObservationData.of(ListToolsObservation(tools=[TOOL], reward=0.0))
     assert oe_mcp.ListToolsObservation.model_validate({**listed.observation, "reward": 0.0}).tools[0].name == "submit"

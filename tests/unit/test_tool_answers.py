@@ -49,3 +49,14 @@ def test_a_malformed_result_is_read_as_far_as_it_makes_sense_and_never_raises():
     assert tool_answer("t", {"content": [7, {"type": "text", "text": "kept"}]}, 100).result == "kept"
     failed = tool_answer("t", {"content": [{"type": "text", "text": "no"}], "isError": True, "_meta": 3}, 100)
     assert (failed.error.error_type, failed.error.message) == ("execution_error", "no")
+
+
+def test_a_single_text_answer_is_read_as_any_other():
+    """Most answers are one text part, read at once: as the general reading reads them."""
+    said = {"content": [{"type": "text", "text": "hi"}], "isError": False}
+    assert (tool_answer("t", said, 100).result, tool_answer("t", said, 100).error) == ("hi", None)
+    assert tool_answer("t", said, 1).result == cut("hi", 1)  # still cut to the limit
+    failed = tool_answer("t", {**said, "isError": True}, 100)
+    assert (failed.result, failed.error.error_type, failed.error.message) == (None, "execution_error", "hi")
+    assert tool_answer("t", {"content": [{"type": "text", "text": ""}], "structuredContent": [1]}, 100).result == "[1]"
+    assert tool_answer("t", {"content": [{"type": "image", "text": "hi"}]}, 100).result == ""

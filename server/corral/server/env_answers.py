@@ -37,6 +37,8 @@ def tool_answer(name: str, result: Any, max_chars: int) -> CallToolObservation:
     """An MCP tools/call result as the client's observation: its text (or, with none, its
     structured content as JSON); a failure says which kind, as corral's runtime names it. The
     result is read as the env wrote it: parts of it that are malformed count as absent."""
+    if (text := _one_text(result)) is not None and len(text) <= max_chars:  # most answers: read at once
+        return CallToolObservation(tool_name=name, result=text, reward=STEP_REWARD)
     parts = field_of(result, "content", list) or []
     text = "".join(
         part["text"] for part in parts if field_of(part, "type", str) == "text" and field_of(part, "text", str)
@@ -48,6 +50,18 @@ def tool_answer(name: str, result: Any, max_chars: int) -> CallToolObservation:
         kind = field_of(field_of(result, "_meta", dict), jsonrpc.ERROR_TYPE_META, str)
         return refused(name, kind if kind in ERROR_TYPES else "execution_error", text)
     return CallToolObservation(tool_name=name, result=text, reward=STEP_REWARD)
+
+
+def _one_text(result: Any) -> str | None:
+    """The text of a result that is one text part and no error (as a tool's `str` answers), read
+    as `tool_answer` reads any result; None for any other result."""
+    if type(result) is not dict or result.get("isError"):
+        return None
+    content = result.get("content")
+    if type(content) is not list or len(content) != 1 or type(part := content[0]) is not dict:
+        return None
+    text = part.get("text")
+    return text if part.get("type") == "text" and type(text) is str and text else None
 
 
 def cut(text: str, max_chars: int) -> str:

@@ -34,6 +34,7 @@ from corral.protocol.frames import (
 from corral.protocol.outcomes import Cause, EpisodeStatus
 from corral.protocol.records import EpisodeRecord, RecordedCall
 from corral.protocol.rewards import pick_reward
+from corral.server.alarms import CallDeadline
 from corral.server.bundle_format import Task
 from corral.server.canary import judge
 from corral.server.endings import ENDINGS
@@ -44,6 +45,8 @@ from corral.server.metrics import Timed
 from corral.server.scoring import Unscorable, score_what_was_left
 
 log = logging.getLogger("corral.server")
+# A call until its record is made: tool, arguments, observation, turn, seconds from the reset, seconds.
+AnsweredCall = tuple[str, dict[str, Any], CallToolObservation, int, float, float]
 
 
 class ServedEpisode:
@@ -79,13 +82,14 @@ class ServedEpisode:
         self.tools = runtime.offered_tools(task)
         self._tool_names = frozenset(tool.name for tool in self.tools)
         self.tool_calls = 0
-        self.calls: list[RecordedCall] = []  # every call, answered: the episode's record keeps them
+        self.calls: list[AnsweredCall] = []  # every call, answered: as models once it ends (one a call costs)
         self.seconds = dict.fromkeys(("start", "reset", "tools", "verify"), 0.0)  # by phase, for the log line
         self._began = time.monotonic()
         self._started_at = time.time()
         self._published = False  # the ended episode was counted, logged and recorded
         self._acting_since: float | None = None  # the agent's clock (task.time_budget_s) runs from the reset
         self._env: EnvConnection | None = None
+        self._deadline = CallDeadline()  # the tool calls' (one timer for them all)
 
     @property
     def done(self) -> bool:
@@ -158,11 +162,7 @@ class ServedEpisode:
             log.warning("episode %s: %s failed in corral", self.episode_id, name, exc_info=True)
             reason = f"corral could not handle what the env answered to {name}: {type(error).__name__}: {error}"
             observed = await self._end_early(CallToolObservation(tool_name=name), reason, cause="unreadable")
-        self.calls.append(
-            RecordedCall.of(
-                name, arguments, observed, turn=turn, started_s=began - self._began, seconds=time.monotonic() - began
-            )
-        )
+        self.calls.append((name, arguments, observed, turn, began - self._began, time.monotonic() - began))
         self._publish()
         return observed
 
@@ -190,7 +190,7 @@ class ServedEpisode:
         self.tool_calls += 1
         deadline = min(self.limits.tool_timeout_s, self._time_left())
         try:
-            async with asyncio.timeout(deadline):
+            async with self._deadline.within(deadline):
                 with Timed(self.seconds, "tools", self.runtime.metrics.tool_call):
                     result = await self._env.call_tool(name, arguments)
         except TimeoutError:
@@ -294,6 +294,7 @@ class ServedEpisode:
         stopped answering, a container slow to remove) or fails (on files the agent left) must
         not hold or break the episode's end, whose outcome is already decided; it is given up
         and logged."""
+        self._deadline.cancel()
         if self._env is not None:
             env, self._env = self._env, None
             try:
@@ -382,7 +383,10 @@ class ServedEpisode:
                 prompt=self.task.prompt,
                 tools=self.tools,
                 turns=self.turn,
-                calls=list(self.calls),
+                calls=[
+                    RecordedCall.of(name, arguments, observed, turn=turn, started_s=started_s, seconds=seconds)
+                    for name, arguments, observed, turn, started_s, seconds in self.calls
+                ],
                 tool_calls=self.tool_calls,
                 status=self.status or "unscored",
                 cause=self.cause,

@@ -1,12 +1,14 @@
 """`WS /ws`: one session per socket (its own, or one created over HTTP and named by
 `?session_id=`), frames handled one at a time.
 
-The socket is read while a frame is being handled, so a client that disconnects mid-call
-has its episode torn down at once rather than when the call ends. Two tasks per socket, made
-once: a reader that queues frames, and a player that handles them and answers. The request's
-own task (under every middleware's frame) only waits for either to end, so a frame costs no
-task of its own and wakes no deep coroutine stack (a task and a wait per frame, and two wakes
-of that stack, were about a tenth of a tool call's CPU in the server).
+A client that disconnects mid-call has its episode torn down then (within `WATCH_AFTER_S`)
+rather than when the call ends, so the socket must be read during a call. One task per socket, made once, plays the
+frames: it reads the next frame itself between calls, and a call still running after
+`WATCH_AFTER_S` gets a watcher task that reads for it, ending the call if the client leaves
+and keeping the frames sent meanwhile for after it. (A reader task handing every frame to the
+player was about a tenth of a tool call's CPU in the server; most calls end before a watcher
+is needed.) The request's own task (under every middleware's frame) only waits for the player,
+so a frame wakes no deep coroutine stack.
 """
 
 from __future__ import annotations
@@ -14,15 +16,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 
 from fastapi import WebSocket, WebSocketDisconnect
 
 from corral.protocol.frames import ErrorCode, ErrorReply
+from corral.server.alarms import Alarm
 from corral.server.frames import handle_frame
 from corral.server.sessions import CapacityReached, FrameError, ServedSession, SessionRegistry
 
 log = logging.getLogger("corral.server")
-INBOX_FRAMES = 4  # frames read ahead of the one being handled
+INBOX_FRAMES = 4  # frames a watcher reads ahead of the one being handled
+WATCH_AFTER_S = 0.05  # a call still running this long has the socket read for it (the client may leave)
 
 
 async def serve_socket(websocket: WebSocket, registry: SessionRegistry) -> None:
@@ -61,17 +66,10 @@ def _refusal(refused: CapacityReached | FrameError) -> ErrorReply:
 
 
 async def _play(websocket: WebSocket, session: ServedSession, registry: SessionRegistry) -> None:
-    # Bounded: a client that floods frames during a call waits (its socket is not read) instead
-    # of filling the server's memory. A close queued behind a full inbox is seen once a frame is handled.
-    inbox: asyncio.Queue[str] = asyncio.Queue(maxsize=INBOX_FRAMES)
-    reader = asyncio.create_task(_read(websocket, inbox))
-    player = asyncio.create_task(_answer(websocket, session, registry, inbox))
+    player = asyncio.create_task(_answer(websocket, session, registry))
     try:
-        # The reader ends when the client leaves: the player then stops, mid-call or not (its
-        # episode is torn down by the caller), and frames still queued go unanswered.
-        await asyncio.wait({reader, player}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({player})  # the client left, or asked to close, or the server stops
     finally:
-        reader.cancel()  # not awaited: nothing waits on it, and the episode's end is not delayed
         if not player.done():
             player.cancel()
             await asyncio.gather(player, return_exceptions=True)
@@ -80,24 +78,79 @@ async def _play(websocket: WebSocket, session: ServedSession, registry: SessionR
         raise failed
 
 
-async def _answer(
-    websocket: WebSocket, session: ServedSession, registry: SessionRegistry, inbox: asyncio.Queue[str]
-) -> None:
-    """Handle the queued frames one at a time and send each its reply, until a close frame."""
-    while (reply := await handle_frame(session, registry, await inbox.get())) is not None:
-        await websocket.send_text(reply if isinstance(reply, str) else reply.model_dump_json())
-
-
-async def _read(websocket: WebSocket, inbox: asyncio.Queue[str]) -> None:
-    """Queue the client's frames until the socket ends."""
+async def _answer(websocket: WebSocket, session: ServedSession, registry: SessionRegistry) -> None:
+    """Handle the client's frames one at a time and send each its reply, until a close frame
+    or the client leaves (then the watcher cancels this task, mid-call or not)."""
+    frames = _Frames(websocket)
     try:
-        while True:
-            message = await websocket.receive()
-            if message["type"] == "websocket.disconnect":
+        while (text := await frames.next()) is not None:
+            frames.watch()
+            try:
+                reply = await handle_frame(session, registry, text)
+            finally:
+                frames.unwatch()
+            if reply is None:
                 return
-            text = message.get("text")
-            if text is None:
-                text = (message.get("bytes") or b"").decode("utf-8", errors="replace")
-            await inbox.put(text)
+            await websocket.send_text(reply if isinstance(reply, str) else reply.model_dump_json())
+    finally:
+        frames.close()
+
+
+class _Frames:
+    """A socket's frames for its player: read by the player itself between calls, and during a
+    call that takes a while by a watcher that keeps them (None once the client has left)."""
+
+    def __init__(self, websocket: WebSocket):
+        self._websocket = websocket
+        self._player = asyncio.current_task()
+        self._kept: deque[str | None] = deque()  # read by the watcher, not handled yet
+        self._watcher: asyncio.Task | None = None
+        self._alarm = Alarm(self._start_watching)
+
+    async def next(self) -> str | None:
+        """The next frame's text; None when the client has left."""
+        return self._kept.popleft() if self._kept else await _read(self._websocket)
+
+    def watch(self) -> None:
+        """A call begins: watch the socket if it is still running after WATCH_AFTER_S."""
+        self._alarm.arm(WATCH_AFTER_S)
+
+    def unwatch(self) -> None:
+        """The call has ended: its watcher (if it had one) stops; what it read is kept."""
+        self._alarm.disarm()
+        if self._watcher is not None:
+            self._watcher.cancel()  # it is reading: a frame it has not taken stays in uvicorn's queue
+            self._watcher = None
+
+    def close(self) -> None:
+        self.unwatch()
+        self._alarm.cancel()
+
+    def _start_watching(self) -> None:
+        self._watcher = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        # Bounded: a client that floods frames during a call waits (its socket is not read)
+        # instead of filling the server's memory; its leaving is then seen once the call ends.
+        while len(self._kept) < INBOX_FRAMES:
+            text = await _read(self._websocket)
+            self._kept.append(text)
+            if text is None:  # the client left: the call ends now, and its episode with the session
+                assert self._player is not None
+                self._player.cancel()
+                return
+
+
+async def _read(websocket: WebSocket) -> str | None:
+    """The client's next frame's text; None when the socket has ended."""
+    try:
+        message = await websocket.receive()
     except Exception as error:  # noqa: BLE001 - a broken socket ends the session like a disconnect
         log.info("session socket closed: %s", error)
+        return None
+    if message["type"] == "websocket.disconnect":
+        return None
+    text = message.get("text")
+    if text is None:
+        text = (message.get("bytes") or b"").decode("utf-8", errors="replace")
+    return text
