@@ -20,7 +20,7 @@ the episode scored at the failure score (never null, never above it).
   names the link, decoded as the file system gives it (a lone surrogate for each odd byte),
   which no frame could carry: the end_turn reply failed, and the trainer got an error, not the
   0. Every observation is now written with U+FFFD in place of a lone surrogate
-  (ObservationReply.json_of). Fixed.
+  (reply_text.observation_reply_text). Fixed.
 """
 
 from __future__ import annotations

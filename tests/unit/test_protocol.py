@@ -36,6 +36,7 @@ from corral.protocol.frames import (
     ToolError,
     schemas,
 )
+from corral.protocol.reply_text import observation_reply_text
 
 TOOL = ToolSpec(
     name="submit", description="Submit.", input_schema={"type": "object", "properties": {"x": {"type": "integer"}}}
@@ -172,7 +173,7 @@ def test_an_observation_travels_as_openenv_serialises_it_and_parses_back(observa
     ids=["call_tool", "structured", "scored", "unvalidated", "unscored", "reset", "list_tools"],
 )
 def test_the_servers_one_pass_observation_frame_is_the_models_own_text(observation):
-    assert ObservationReply.json_of(observation) == ObservationReply.of(observation).model_dump_json()
+    assert observation_reply_text(observation) == ObservationReply.of(observation).model_dump_json()
 
 
 PLAIN = CallToolObservation(tool_name="say", result="plain", reward=0.0)
@@ -220,7 +221,7 @@ PLAIN = CallToolObservation(tool_name="say", result="plain", reward=0.0)
     ],
 )
 def test_a_tools_plain_answer_frame_is_the_models_own_text(observation):
-    assert ObservationReply.json_of(observation) == ObservationReply.of(observation).model_dump_json()
+    assert observation_reply_text(observation) == ObservationReply.of(observation).model_dump_json()
 
 
 @pytest.mark.parametrize("done", [False, True])  # a tool's plain answer (spliced), and an ending
@@ -229,7 +230,7 @@ def test_a_text_that_utf8_cannot_carry_is_sent_with_a_replacement_character(done
     observation = CallToolObservation(tool_name="bash", result="ls: caf\udce9", reward=0.0, done=done)
     readable = CallToolObservation(tool_name="bash", result="ls: caf\ufffd", reward=0.0, done=done)
 
-    assert ObservationReply.json_of(observation) == ObservationReply.of(readable).model_dump_json()
+    assert observation_reply_text(observation) == ObservationReply.of(readable).model_dump_json()
 
 
 def test_openenv_parses_corral_observations_with_its_own_models():

@@ -18,12 +18,12 @@ from corral.protocol.frames import (
     ErrorReply,
     McpReply,
     McpRequest,
-    ObservationReply,
     ResetRequest,
     StateReply,
     StateRequest,
     StepRequest,
 )
+from corral.protocol.reply_text import observation_reply_text
 from corral.protocol.surrogates import has_lone_surrogate_escape
 from corral.server.mcp import answer_mcp
 from corral.server.sessions import FrameError, ServedSession, SessionRegistry
@@ -67,9 +67,9 @@ async def handle_frame(session: ServedSession, registry: SessionRegistry, text: 
         if isinstance(frame, CloseRequest):
             return None
         if isinstance(frame, ResetRequest):
-            return ObservationReply.json_of(await session.reset(frame.data))
+            return observation_reply_text(await session.reset(frame.data))
         if isinstance(frame, StepRequest):
-            return ObservationReply.json_of(await session.step(frame.data))
+            return observation_reply_text(await session.step(frame.data))
         if isinstance(frame, McpRequest):
             return McpReply(data=await answer_mcp(frame.data, registry, session=session))
         assert isinstance(frame, StateRequest)
