@@ -280,9 +280,12 @@ def test_no_process_of_the_host_outlives_it(ending: str):
 def test_a_host_restarted_with_fewer_workers_reaps_what_its_dropped_workers_left():
     instance = f"dropped-{os.getpid()}"
     with two_workers("--instance", instance) as (url, server), Bundle(url, split="toy") as env:
-        environments = [env.factory() for _ in range(4)]
-        for environment in environments:  # one at a time: each connection goes to the next worker
-            environment.reset(**env.dataset[0])
+        environments = []
+        # The kernel hands each connection to whichever worker accepts first: one at a time, until
+        # both hold episodes (a worker that never accepted one in 16 would be a fault).
+        while len(environments) < 16 and not all(worker["sessions"] for worker in health(url)["workers"]):
+            environments.append(env.factory())
+            environments[-1].reset(**env.dataset[0])
         workers = health(url)["workers"]
         assert all(worker["sessions"] for worker in workers), workers
         for worker in workers:  # the whole host dies at once, as in a power cut: no worker tears down
