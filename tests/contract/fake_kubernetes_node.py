@@ -11,7 +11,7 @@ namespaces (`nsenter`) as its `runAsUser`, in its working folder, with its varia
 Not emulated: the image's own filesystem (a pod sees the host's, its "image" a local folder
 that is its working folder), an emptyDir's `sizeLimit` and medium, resource limits, and a
 mount path inside a host folder (a mount hides the host's top-level folder it is in, and
-/tmp); bwrap's mapping makes the pod's user the caller (root in CI) on the host's files.
+/tmp, but for the image's folder and this Python's, bound again); bwrap's mapping makes the pod's user the caller (root in CI) on the host's files.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from tests.contract.fake_kubernetes_objects import Pod
@@ -33,7 +34,7 @@ def _identity(pod: Pod) -> tuple[str, str]:
     return str(uid), str(security.get("runAsGroup", uid))
 
 
-def _sandbox(pod: Pod, volumes: Path, info_fd: int) -> list[str]:
+def _sandbox(pod: Pod, image: Path, volumes: Path, info_fd: int) -> list[str]:
     """The bwrap command line that runs `pod`'s container (see the module docstring)."""
     container = pod.container
     uid, gid = _identity(pod)
@@ -53,6 +54,10 @@ def _sandbox(pod: Pod, volumes: Path, info_fd: int) -> list[str]:
         folder = volumes / mounts[path]
         folder.mkdir(parents=True, exist_ok=True)
         argv += ["--bind", str(folder), path]
+    # The image and this Python, where a hidden folder holds them (a checkout or venv under /tmp).
+    for needed in dict.fromkeys(map(str, (image, sys.prefix, sys.base_prefix))):
+        if needed.strip("/").split("/")[0] in hidden:
+            argv += ["--ro-bind", needed, needed]
     if container.get("securityContext", {}).get("readOnlyRootFilesystem"):
         argv += ["--remount-ro", "/"]
     return argv
@@ -66,7 +71,7 @@ async def start_container(pod: Pod, image: Path, volumes: Path) -> None:
     readable, writable = os.pipe()
     try:
         pod.process = await asyncio.create_subprocess_exec(
-            *_sandbox(pod, volumes, writable),
+            *_sandbox(pod, image, volumes, writable),
             "--chdir",
             str(image),
             "--",
