@@ -36,7 +36,7 @@ log = logging.getLogger("corral.sandboxes")
 
 @dataclass(frozen=True)
 class Resources:
-    """Limits a provider enforces where it can (the local provider cannot)."""
+    """Limits a provider enforces where it can (local: `pids` as root, `memory_mb` per process)."""
 
     cpus: float = 1.0
     memory_mb: int = 512

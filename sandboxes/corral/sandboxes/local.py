@@ -6,7 +6,9 @@ starts see no network (loopback included: not corral's own API), their own proce
 a fresh root with the system read-only, private /tmp, /var/tmp and /dev/shm, the env's folder
 and corral's SDK read-only and its work folder writable; nothing else of this machine's files
 (not the bundle's tests, not other episodes); and every process goes with the namespace when
-the episode ends. Not isolated even then: the kernel, CPU and memory (no limits), and what
+the episode ends, and a seccomp filter refuses the kernel calls docker's profile refuses
+(local_seccomp). Not isolated even then: the kernel, CPU (no limit), memory summed over the
+episode's processes (each process maps at most the env's `memory_mb`: local_quota), and what
 the system's folders and /etc show its user. Where bubblewrap cannot run, an env shares this
 machine's network and every file its user may read, so an env whose tools give the agent a
 shell (`SandboxSpec.agent_shell`) is refused unless the operator opts out

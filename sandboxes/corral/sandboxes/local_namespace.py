@@ -11,8 +11,9 @@ What a process started here sees (`Bubblewrap.command`):
   only the folders it is given: read-only ones (the env's folder, corral's SDK, a verifier's
   files) and writable ones (its work folder), each at its own path. Nothing else of this
   machine's files: not the bundle, not another episode's folder, not the server's home;
-- no privileges (`--new-session`, no capabilities, `no_new_privs`); `--die-with-parent`: it
-  dies with the server. Run by any user, bwrap maps that user alone into a user namespace of
+- no privileges (`--new-session`, no capabilities, `no_new_privs`) and a seccomp filter that
+  refuses what docker's default profile refuses (local_seccomp: keyrings, new namespaces,
+  mounts, bpf, userfaultfd...); `--die-with-parent`: it dies with the server. Run by any user, bwrap maps that user alone into a user namespace of
   its own, which may make no other (`--disable-userns`). Run by root for an env whose agent
   gets a uid of its own (`capabilities`), bwrap makes no user namespace: the env starts as
   root holding only the capabilities it names, and takes on its users itself
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.sandboxes.local_procs import as_uid, kill_group
+from corral.sandboxes.local_seccomp import program_fd
 
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
@@ -67,13 +69,15 @@ class Bubblewrap:
         tmp_mb: int = 64,
         network: bool = False,
         info_fd: int | None = None,
+        seccomp_fd: int | None = None,
         as_pid_1: bool = False,
         capabilities: Sequence[str] | None = None,
     ) -> list[str]:
         """`command` run in fresh namespaces (the module docstring), in `cwd`, seeing the system
         and `read_only` read-only, `writable` writable, and nothing else; `network` shares this
         machine's network (an env that asks for egress); `as_pid_1`: `command` is the
-        namespace's first process (no init); bwrap writes that first process's pid to `info_fd`.
+        namespace's first process (no init); bwrap writes that first process's pid to `info_fd`
+        and installs the seccomp program it reads from `seccomp_fd` (local_seccomp).
         `capabilities` (bwrap run by root): no user namespace, `command` starts as root with
         only these (such as CAP_SETUID) in all its sets; None: a user namespace, none."""
         argv = [self.path, "--die-with-parent", "--new-session"]
@@ -94,6 +98,8 @@ class Bubblewrap:
             argv.append("--as-pid-1")
         if info_fd is not None:
             argv += ["--info-fd", str(info_fd)]
+        if seccomp_fd is not None:
+            argv += ["--seccomp", str(seccomp_fd)]
         for folder in SYSTEM_FOLDERS:
             if os.path.islink(folder):  # merged /usr: /bin -> usr/bin
                 argv += ["--symlink", os.readlink(folder), folder]
@@ -156,10 +162,16 @@ def find_bubblewrap(uid: int | None) -> Bubblewrap | str:
 def refusal(bubblewrap: Bubblewrap, uid: int | None, capabilities: Sequence[str] | None = None) -> str:
     """Why `bubblewrap` cannot run a command as `uid` (with `capabilities`: as root holding
     those, Bubblewrap.command), "" when it can: a root in a container without CAP_SYS_ADMIN
-    may make namespaces only within a user namespace of its own, for one."""
+    may make namespaces only within a user namespace of its own, for one; under the episodes'
+    seccomp filter, which a kernel without seccomp refuses."""
+    try:
+        seccomp = program_fd()
+    except ValueError as error:  # an architecture the filter has no numbers for
+        return str(error)
     try:
         ran = subprocess.run(
-            as_uid(uid, bubblewrap.command(["true"], cwd=Path("/"), capabilities=capabilities)),
+            as_uid(uid, bubblewrap.command(["true"], cwd=Path("/"), seccomp_fd=seccomp, capabilities=capabilities)),
+            pass_fds=(seccomp,),
             capture_output=True,
             text=True,
             timeout=PROBE_TIMEOUT_S,
@@ -169,6 +181,8 @@ def refusal(bubblewrap: Bubblewrap, uid: int | None, capabilities: Sequence[str]
         )
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"it could not run: {error}"
+    finally:
+        os.close(seccomp)
     if ran.returncode != 0:
         return (ran.stderr.strip().splitlines() or [f"exit status {ran.returncode}"])[-1]
     return ""
@@ -206,6 +220,7 @@ class Contained:
         if not bubblewrap.finds(command[0], popen["env"].get("PATH", ""), read_only):
             raise FileNotFoundError(errno.ENOENT, "No such file or directory in the sandbox's view", command[0])
         read, write = os.pipe()
+        seccomp = program_fd()
         try:
             argv = bubblewrap.command(
                 command,
@@ -215,11 +230,12 @@ class Contained:
                 tmp_mb=tmp_mb,
                 network=network,
                 info_fd=write,
+                seccomp_fd=seccomp,
                 as_pid_1=as_pid_1,
                 capabilities=capabilities,
             )
             process = await asyncio.create_subprocess_exec(
-                *limits, *as_uid(uid, argv), pass_fds=(write,), cwd="/", start_new_session=True, **popen
+                *limits, *as_uid(uid, argv), pass_fds=(write, seccomp), cwd="/", start_new_session=True, **popen
             )
             os.close(write)
             write = -1
@@ -230,6 +246,7 @@ class Contained:
                 raise
         finally:
             os.close(read)
+            os.close(seccomp)
             if write >= 0:
                 os.close(write)
         try:  # nothing written: bwrap failed before its namespaces existed, and says why on stderr

@@ -7,7 +7,8 @@ process group (`setsid`) or was reparented to init; one that cleared its own env
 (`env -i`) escapes that search.
 
 A server running as root does better: each episode's env runs as a uid of its own, taken
-from a machine-wide range by locking a file per uid (so two servers never share one), and
+from a machine-wide range by locking a file per uid in one root-owned folder of the host,
+/run/corral/uids (so two servers never share one, whatever their TMPDIRs), and
 `kill -9 -1` run as that uid ends every process it has, whatever its environment says. Where
 the episode's env is corral's runtime in bubblewrap's namespaces, it takes three (`Users`): the
 env's, the agent's and the verifier's, as the docker sandbox's three users (docker_users),
@@ -25,7 +26,6 @@ import pwd
 import shutil
 import signal
 import stat
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +36,9 @@ from corral.sandboxes.runtime_dirs import private_folder
 MARKER = "CORRAL_SANDBOX"
 KILL_ROUNDS = 5  # a process may fork while the last round went by: look again, a few times
 UID_BASE, UID_COUNT = 1_000_000, 65_536  # the range local envs run as when the server is root
-UIDS_DIR = Path(tempfile.gettempdir()) / "corral-local-uids"
+# One place per host, whatever a server's TMPDIR: two servers locking apart would hand out the
+# same uid, and the first take of a uid kills every process of it, the other server's too.
+UIDS_DIR = Path("/run/corral/uids")
 SETPRIV_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
 
 
@@ -183,7 +185,8 @@ class UidPool:
             os.close(fd)  # closing the file drops its lock
 
     def _lock_one(self) -> int:
-        private_folder(UIDS_DIR, 0o700, fix="set TMPDIR to a folder of root's alone")
+        for folder in (UIDS_DIR.parent, UIDS_DIR):
+            private_folder(folder, 0o700, fix="serve with --sandbox docker")
         # The lowest free one: a few lock files cover a server's life, whatever its episode count.
         for uid in range(UID_BASE, UID_BASE + UID_COUNT):
             if uid in self._held or _is_a_user(uid):

@@ -75,7 +75,9 @@ class Quotas:
         return False
 
 
-def process_limits(*, file_mb: int | None = None, processes: int | None = None) -> list[str]:
+def process_limits(
+    *, file_mb: int | None = None, processes: int | None = None, memory_mb: int | None = None
+) -> list[str]:
     """A command prefix that bounds it and everything it starts, through util-linux's
     `prlimit` (no prefix where it is missing, or nothing to bound):
 
@@ -86,11 +88,20 @@ def process_limits(*, file_mb: int | None = None, processes: int | None = None) 
     - `processes`: its real uid may hold no more processes (RLIMIT_NPROC, counted per uid by
       the kernel, root exempt): for a uid of the episode's own, the pids limit docker puts on
       a container. Without it an agent's fork bomb, or its code run by the tests, took this
-      machine's pid space, and with it every other episode's next process."""
+      machine's pid space, and with it every other episode's next process.
+    - `memory_mb`: no process may map more (RLIMIT_AS, as any user may set it): the env's
+      `[resources] memory_mb`, which docker gives a container. An allocation past it fails
+      (MemoryError, malloc's NULL) in the process that asked, never in the server or another
+      episode: code the tests import that allocates past it fails the tests (scores 0), as a
+      container's OOM kill does. It bounds each process, not their sum, which is at most
+      `processes` times it (a cgroup would bound the sum; this host's cgroups are not the
+      server's to divide)."""
     prlimit = shutil.which("prlimit", path=SETPRIV_PATH)
-    bounds = ([] if file_mb is None else [f"--fsize={file_mb << 20}"]) + (
-        [] if processes is None else [f"--nproc={processes}"]
-    )
+    bounds = [
+        *([] if file_mb is None else [f"--fsize={file_mb << 20}"]),
+        *([] if processes is None else [f"--nproc={processes}"]),
+        *([] if memory_mb is None else [f"--as={memory_mb << 20}"]),
+    ]
     return [prlimit, *bounds, "--"] if prlimit and bounds else []
 
 

@@ -149,9 +149,10 @@ class LocalSandbox(Sandbox):
         (local_namespace; `as_pid_1`: as their first process; `capabilities`: as root holding
         only those); else in a process group of its own. Its files may not pass `file_mb`, and
         where the episode's uids are its own, each holds at most the env's `pids` processes
-        (process_limits). `popen` goes to create_subprocess_exec. OSError when it cannot start."""
+        (process_limits); each maps at most the env's `memory_mb`. `popen` goes to
+        create_subprocess_exec. OSError when it cannot start."""
         processes = self.spec.resources.pids if self.users is not None else None
-        limits = process_limits(file_mb=file_mb, processes=processes)
+        limits = process_limits(file_mb=file_mb, processes=processes, memory_mb=self.spec.resources.memory_mb)
         bubblewrap = self.host.bubblewrap
         if bubblewrap is not None:
             return await Contained.start(

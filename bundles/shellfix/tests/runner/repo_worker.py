@@ -16,7 +16,8 @@ code, which may end it, lie, or hang, and run_tests.py is built for all three.
 
 Before it imports anything of the repository's, it gives up reading the runner's folder, the
 hidden tests included, with Linux's Landlock (allowed to any process, no privileges needed):
-code that read the tests could answer each call with the value the test expects.
+code that read the tests could answer each call with the value the test expects. Where
+Landlock is refused, it exits before importing anything, and the tests fail.
 """
 
 import ctypes
@@ -31,6 +32,7 @@ import wire  # from this folder, before the repository is on the path
 
 del sys.path[0]
 MAX_MESSAGE_CHARS = 2000
+REFUSED_EXIT = 3  # the tests cannot be hidden: nothing of the repository's is imported
 OPS = {"len": len, "bool": bool, "list": list, "getitem": lambda obj, key: obj[key],
        "contains": lambda obj, item: item in obj}
 
@@ -159,7 +161,14 @@ def main():
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # the repository's prints: to stderr, never into the answers
     if not (sys.platform.startswith("linux") and hide(Path(__file__).resolve().parent)):
-        print("[run_tests] this kernel offers no Landlock: the repository's code could read the tests", file=sys.stderr)
+        # Fail closed: code that could read the tests could answer each call from them.
+        print(
+            "[run_tests] Landlock is refused here (the kernel lacks it, or a seccomp profile refuses its calls), "
+            "so the repository's code could read the tests: none of it runs, and the tests fail. Run the "
+            "verifier on Linux 5.13 or later with Landlock enabled and allowed by the sandbox's seccomp profile",
+            file=sys.stderr,
+        )
+        sys.exit(REFUSED_EXIT)
     sys.path.append(os.getcwd())
     objects = Objects()
     while line := requests.readline(wire.MAX_LINE + 1):
