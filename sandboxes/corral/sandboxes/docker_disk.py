@@ -9,7 +9,7 @@ as a commit writes it out) and for the paths it changed, each counted at PATH_BY
 past the spec's `disk_mb` it kills the container and says why in its stderr tail. The agent's
 episode then ends as any container killed for a limit does (its own doing: the task's failure
 score). A watch can let an agent write up to what the disk takes between two asks past the
-limit; the verifier measures once more after its pause (`written_past`), before any commit.
+limit; the verifier measures once more after its pause, before any commit (docker_snapshot).
 
 Each ask makes the engine walk the layer, which an agent can make long (a million small
 files): the next ask waits POLL_S, or SPACING times what the last one took, whichever is
@@ -34,32 +34,26 @@ PATH_BYTES = 4096  # what a changed path costs at least: a block of the engine's
 LIMITS = "storage_mb in a Harbor task's task.toml; [resources] disk_mb in bundle.toml"
 
 
-async def written(engine: Engine, container_id: str) -> tuple[int, int] | None:
-    """What the container's writable layer holds: (bytes, counting each changed path at
-    PATH_BYTES at least; the number of changed paths), or None once the container is gone."""
+async def written(engine: Engine, container_id: str) -> tuple[int, list[dict]] | None:
+    """What the container's writable layer holds: its bytes (`SizeRw`) and the paths it
+    changed (the engine's diff), or None once the container is gone."""
     listed = await engine.call(engine.api.containers, all=True, size=True, filters={"id": container_id})
     if not listed:
         return None
-    changed = len(await engine.call(engine.api.diff, container_id) or [])
-    return (listed[0].get("SizeRw") or 0) + PATH_BYTES * changed, changed
+    return listed[0].get("SizeRw") or 0, await engine.call(engine.api.diff, container_id) or []
 
 
-def past_limit(size: int, changed: int, limit_mb: int) -> str | None:
-    """Why `size` bytes over `changed` paths is past `limit_mb`, or None when it is not."""
-    if size >> 20 <= limit_mb:
+def past_limit(size_rw: int, changed: int, limit_mb: int) -> str | None:
+    """Why a layer of `size_rw` bytes over `changed` paths is past `limit_mb`, each path counted
+    at PATH_BYTES at least, or None when it is not."""
+    size_mb = (size_rw + PATH_BYTES * changed) >> 20
+    if size_mb <= limit_mb:
         return None
     return (
-        f"{size >> 20} MB written to the container's filesystem ({changed} paths changed, each counted at "
+        f"{size_mb} MB written to the container's filesystem ({changed} paths changed, each counted at "
         f"{PATH_BYTES // 1024} KB at least, a sparse file at its length), more than its limit of "
         f"{limit_mb} MB ({LIMITS})"
     )
-
-
-async def written_past(engine: Engine, container_id: str, limit_mb: int) -> str | None:
-    """Why the (paused) container's layer is past `limit_mb`, or None: measured once, before a
-    commit would write it all out to this machine's disk."""
-    measured = await written(engine, container_id)
-    return None if measured is None else past_limit(*measured, limit_mb)
 
 
 async def watch_disk(engine: Engine, container_id: str, limit_mb: int, say: Callable[[str], None]) -> None:
@@ -77,7 +71,7 @@ async def watch_disk(engine: Engine, container_id: str, limit_mb: int, say: Call
             wait = max(POLL_S, SPACING * (time.monotonic() - began))
         if measured is None:
             return
-        if (why := past_limit(*measured, limit_mb)) is not None:
+        if (why := past_limit(measured[0], len(measured[1]), limit_mb)) is not None:
             say(f"the container was stopped for {why}")
             with contextlib.suppress(docker.errors.APIError):
                 await engine.call(engine.api.kill, container_id)
