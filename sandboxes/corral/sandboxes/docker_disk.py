@@ -12,9 +12,10 @@ score). A watch can let an agent write up to what the disk takes between two ask
 limit; the verifier measures once more after its pause, before any commit (docker_snapshot).
 
 Each ask makes the engine walk the layer, which an agent can make long (a million small
-files): the next ask waits POLL_S, or SPACING times what the last one took, whichever is
-longer, so the watch holds the engine at most 1 / (SPACING + 1) of the time. The paths it
-counts are bounded by the limit itself: past `disk_mb` / PATH_BYTES of them, the container goes.
+files: 200,000 empty ones took 0.6 s for the size and 2.3 s for the diff here): the next ask
+waits POLL_S, or SPACING times what the last one took, whichever is longer, so the watch holds
+the engine at most 1 / (SPACING + 1) of the time. The paths it counts are bounded by the
+limit itself: past `disk_mb` / PATH_BYTES of them, the container goes.
 """
 
 from __future__ import annotations
