@@ -1,7 +1,8 @@
 """A small bundle for the tests of how episodes end: an env whose tools and hooks misbehave on
 request (hang, die, fill its folder, leave processes behind, raise) and a verifier that can hang
 or raise. The agent asks for a misbehaviour through `say`; a task asks for it through its args,
-so that it happens in an untouched episode of that task too (the platform's own fault)."""
+so that it happens in an untouched episode of that task too (the platform's own fault). The
+"rounds" task's env opens a new turn at every turn's end, until its 100-turn budget."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class Probe(Env):
             raise RuntimeError("the reset broke on purpose")
         self.word = ""
         self.report_breaks = task.get("report") == "raise"
+        self.rounds = task.get("rounds", False)
 
     @tool
     def say(self, word: str) -> str:
@@ -90,9 +92,10 @@ class Probe(Env):
             os.kill(os.getpid(), signal.SIGKILL)
         os._exit(3)
 
-    def end_turn(self, response: str) -> None:
+    def end_turn(self, response: str) -> str | None:
         if self.word == "stall":
             time.sleep(60)
+        return "Another round: say apple." if self.rounds else None
 
     def report(self) -> dict:
         if self.word == "unreportable" or self.report_breaks:
@@ -123,6 +126,8 @@ def write_probe_bundle(root: Path) -> Path:
         {"id": "broken-judge", "args": {"judge": "raise"}, "prompt": "Say apple."},
         {"id": "hung-judge", "args": {"judge": "hang"}, "prompt": "Say apple."},
         {"id": "broken-report", "args": {"report": "raise"}, "prompt": "Say apple."},
+        # A game of 100 rounds that never ends by itself: the turn budget ends it.
+        {"id": "rounds", "args": {"rounds": True}, "prompt": "Say apple.", "max_turns": 100, "failure_score": -1},
     ]
     files = {
         "bundle.toml": 'name = "probe"\n[defaults]\nenv = "probe"\nverifiers = { judge = "judge" }\n',

@@ -96,7 +96,11 @@ class Bundle:
         self._http = self._clients[0]
         metadata = self._get("/metadata")
         self.name: str = metadata["name"]
-        self.limits = Limits(tool_timeout_s=metadata["tool_timeout_s"], reset_timeout_s=metadata["reset_timeout_s"])
+        self.limits = Limits(
+            tool_timeout_s=metadata["tool_timeout_s"],
+            reset_timeout_s=metadata["reset_timeout_s"],
+            max_turns=metadata.get("max_turns"),  # None from a server older than it
+        )
         if len(self._clients) > 1:
             self.limits = self._check_hosts_agree()
         self.splits: dict[str, int] = {
@@ -284,6 +288,7 @@ class Bundle:
         return Limits(
             tool_timeout_s=max(m["tool_timeout_s"] for m in limits),
             reset_timeout_s=max(m["reset_timeout_s"] for m in limits),
+            max_turns=max((m["max_turns"] for m in limits if m.get("max_turns")), default=None),
         )
 
     def _get(self, path: str) -> Any:

@@ -150,14 +150,21 @@ class Episode(Displayed):
 
     def finish(self) -> None:
         """End every turn the agent left open with an empty reply, so the server scores what
-        the agent did."""
-        for _ in range(MAX_CLOSING_TURNS):
+        the agent did: it does by the last turn of the budget it named at the reset
+        (`limits.max_turns`). Past that (or MAX_CLOSING_TURNS, from a server that names none)
+        the episode ends at the task's failure score, as an ending the agent caused: its turns
+        were the agent's to use, and a null reward would drop them from training."""
+        closing = self.limits.max_turns or MAX_CLOSING_TURNS
+        for _ in range(closing):
             if not self.open:
                 return
             self.end_turn("")
+        if not self.open:
+            return
         self.open = False
-        self.status, self.reward = "unscored", None
-        self.reason = f"the episode did not end after {MAX_CLOSING_TURNS} empty turns"
+        failure = self.opened.failure_score if self.opened is not None else None
+        self.status, self.reward = "failed", 0.0 if failure is None else failure
+        self.reason = f"the episode did not end after {closing} empty turns, the server's turn budget"
 
     def _doc(self) -> Doc:
         return episode_doc(self)

@@ -59,10 +59,14 @@ class _Strict(BaseModel):
 
 
 class Limits(_Strict):
-    """The deadlines an episode plays under: the operator's, or lower ones its client asked for."""
+    """The deadlines and turns an episode plays under: the operator's, or lower ones its client
+    asked for. `max_turns`: in a reset's answer, this episode's (at its last turn's end the
+    server scores what the agent left); in /metadata, the most any of the server's tasks plays;
+    None from a server older than it."""
 
     tool_timeout_s: float
     reset_timeout_s: float
+    max_turns: int | None = Field(default=None, ge=1)
 
 
 # Client -> server -----------------------------------------------------------------------------
@@ -88,6 +92,7 @@ class ResetData(BaseModel):
     episode_id: str | None = Field(default=None, min_length=1, max_length=255)
     tool_timeout_s: float | None = Field(default=None, gt=0)
     reset_timeout_s: float | None = Field(default=None, gt=0)
+    max_turns: int | None = Field(default=None, ge=1)
 
     _check_finite = field_validator("tool_timeout_s", "reset_timeout_s")(_finite)
 
@@ -183,6 +188,7 @@ class ResetObservation(Observation, _Ending):
     turn: int = 1
     offered_tools: list[ToolSpec] = Field(default_factory=list)
     limits: Limits | None = None
+    failure_score: float | None = None  # what an ending the agent causes scores: the task's
 
 
 class ListToolsObservation(Observation):

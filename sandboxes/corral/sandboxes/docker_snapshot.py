@@ -7,8 +7,11 @@ A Harbor task's agent may write anywhere in its container, so a copy of a few fo
 
 1. The agent's container is paused, and stays paused until it is removed: every process the
    agent started stops where it is, and none of them ever runs again.
-2. The container is committed: an image of the task's image and everything the agent changed
-   (labelled `corral.purpose=verify`, removed afterwards).
+2. Its writable layer is measured once, paused (docker_disk.written: a sparse file counts
+   at its length, as a commit writes it out); past the task's disk bound the agent's doing
+   fails the tests and nothing is committed. Else the container is committed: an image of the
+   task's image and everything the agent changed (labelled `corral.purpose=verify`, removed
+   afterwards).
 3. A fresh container of that image is created, hardened as the agent's was, its first process
    docker's own init (from the engine, not the image) and the command that init's only child:
    when the command ends, everything else in the container ends with it.
@@ -60,7 +63,7 @@ import docker.types
 from corral.errors import SandboxError
 from corral.sandboxes.archives import tar_of
 from corral.sandboxes.base import CommandResult, SandboxSpec
-from corral.sandboxes.docker_disk import watch_disk
+from corral.sandboxes.docker_disk import past_limit, watch_disk, written
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_fresh import VERIFIER_HOME, fresh_config, runs_as_root
 from corral.sandboxes.docker_keeper import remove_keeper, sizes_mb, start_keeper
@@ -117,9 +120,16 @@ async def verify_snapshot(
         async with asyncio.timeout(SETUP_TIMEOUT_S):
             if (gone := await _pause(engine, source)) is not None:
                 return CommandResult(exit_code=1, output=gone)
+            # What the agent made, by the engine's word, measured before the commit, which would
+            # write all of it out: a sparse file of terabytes too.
+            size_rw, changed = await written(engine, source) or (0, [])
+            limit_mb = spec.resources.disk_mb
+            if limit_mb is not None and (over := past_limit(size_rw, len(changed), limit_mb)) is not None:
+                return CommandResult(
+                    exit_code=1, output=f"[corral] the tests did not run, nothing was committed: {over}"
+                )
             commit_started = True
-            # What the agent made, by the engine's word, read while the commit is under way.
-            _, changed = await asyncio.gather(engine.call(commit), engine.call(engine.api.diff, source))
+            await engine.call(commit)
             user = config["user"] if user is None else user
             as_root = await runs_as_root(engine, snapshot, user)
             keeper = await start_keeper(

@@ -122,6 +122,7 @@ class ServedEpisode:
             turn=self.turn,
             offered_tools=self.tools,
             limits=self.limits,
+            failure_score=self.task.failure_score,
         )
         metrics = self.runtime.metrics
         if not self.untouched:
@@ -217,7 +218,7 @@ class ServedEpisode:
             async with asyncio.timeout(min(self.limits.reset_timeout_s, self._time_left())):
                 reply = await self._env.hook("corral/end_turn", {"response": response})
                 next_prompt = field_of(reply, "prompt", str)
-                if next_prompt is not None and self.turn < self.task.max_turns:
+                if next_prompt is not None and self.turn < min(self.task.max_turns, self.limits.max_turns or math.inf):
                     self.turn += 1
                     return CallToolObservation(
                         tool_name=END_TURN, result=next_prompt, prompt=next_prompt, turn=self.turn, reward=STEP_REWARD
@@ -336,12 +337,8 @@ class ServedEpisode:
         )
         ending, by_agent, reason = await judge(ENDINGS[cause], reason, self.runtime, canary)
         reward = self.task.failure_score if by_agent else None
-        self.status, self.scores, self.reward, self.reason = (
-            ("failed" if by_agent else "unscored"),
-            scores or {},
-            reward,
-            reason,
-        )
+        self.status, self.reward, self.reason = ("failed" if by_agent else "unscored"), reward, reason
+        self.scores = scores or {}
         self._ended(ending.cause)
         update: dict[str, Any] = {
             "done": True,

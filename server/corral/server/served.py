@@ -122,6 +122,7 @@ class ServedBundle:
             limits=Limits(  # the operator's flag, else the bundle's [serve], else corral's default
                 tool_timeout_s=options.tool_timeout_s or serve.tool_timeout_s or DEFAULT_TOOL_TIMEOUT_S,
                 reset_timeout_s=options.reset_timeout_s or serve.reset_timeout_s or DEFAULT_RESET_TIMEOUT_S,
+                max_turns=max((task.max_turns for task in bundle.tasks.values()), default=1),
             ),
             options=options,
             recorder=_recorder(bundle, options),
@@ -168,16 +169,18 @@ class ServedBundle:
             )
         return task
 
-    def limits_for(self, data: ResetData) -> tuple[Limits, list[str]]:
-        """The limits an episode plays under: the operator's, lowered where its client asked
-        (never raised); and a note for each request that was capped."""
+    def limits_for(self, data: ResetData, task: Task) -> tuple[Limits, list[str]]:
+        """The limits an episode of `task` plays under: the operator's deadlines and the task's
+        turns, lowered where its client asked (never raised); and a note for each request that
+        was capped."""
         asked = {"tool_timeout_s": data.tool_timeout_s, "reset_timeout_s": data.reset_timeout_s}
-        limits, notes = self.limits.model_dump(), []
-        for key, value in asked.items():
+        limits, notes = {**self.limits.model_dump(), "max_turns": task.max_turns}, []
+        for key, value in [*asked.items(), ("max_turns", data.max_turns)]:
             if value is None:
                 continue
             if value > limits[key]:
-                notes.append(f"{key}={value:g} asked; the server's limit of {limits[key]:g}s applies")
+                unit = "s" if key.endswith("_s") else " turns"
+                notes.append(f"{key}={value:g} asked; the server's limit of {limits[key]:g}{unit} applies")
             limits[key] = min(value, limits[key])
         return Limits(**limits), notes
 

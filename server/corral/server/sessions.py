@@ -68,7 +68,7 @@ class ServedSession:
             task = self.served.find_task(data)
         except LookupError as error:
             raise FrameError(ErrorCode.VALIDATION_ERROR, str(error)) from None
-        limits, notes = self.served.limits_for(data)
+        limits, notes = self.served.limits_for(data, task)
         self.episode = ServedEpisode(
             self.served,
             task,
