@@ -1,0 +1,230 @@
+"""The capture proxy: the one way a harness episode's model calls reach the engine.
+
+An agent in the sandbox talks to an OpenAI-compatible `POST /v1/chat/completions` here, with
+its episode's secret key as its API key (another episode's key, or none: 401). Each call is
+pinned to the training policy's sampling, capped in length, sent to the episode's upstream
+without streaming, and kept with the engine's own token ids and logprobs
+(`corral.protocol.traces`); the agent gets the answer as JSON or, if it asked, as SSE. Past
+the episode's step limit the proxy answers by itself with a stop message, counted, never
+recorded. An engine that returns no ids lowers the capture's level (`text`: an eval episode),
+with a warning in the log and the reason in the capture, never silently.
+
+    proxy = CaptureProxy()
+    episode = proxy.open_episode(HttpUpstream("http://gpu-box:8000", model="Qwen/Qwen3-0.6B"),
+                                 temperature=1.0, max_calls=30)
+    # the agent: OPENAI_BASE_URL=<proxy>/v1 OPENAI_API_KEY=episode.key
+    capture = proxy.close_episode(episode.key)   # a HarnessCapture
+
+The upstream is an interface (`Upstream.complete`): direct over HTTP here; the relay over the
+episode's WebSocket slots in beside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from corral.protocol.trace_capture import HarnessCapture
+from corral.protocol.traces import training_sampling, weakest
+from corral.server import harness_sse
+from corral.server.harness_request import (
+    RequestRefused,
+    agent_reply,
+    budget_reply,
+    captured_call,
+    upstream_body,
+)
+
+log = logging.getLogger("corral.server")
+MAX_TOKENS = 8192  # a call's output cap where the episode sets none
+KEEPALIVE_S = 10.0  # a streaming agent waiting longer gets SSE comments, so its reader does not time out
+
+
+class Upstream(Protocol):
+    """Where an episode's calls are answered: `(status, reply)` for a non-streaming request body."""
+
+    model: str | None
+
+    async def complete(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]: ...
+
+
+@dataclass
+class HttpUpstream:
+    """An engine the server reaches itself (`llm_url`), vLLM's OpenAI server or one like it."""
+
+    url: str
+    model: str | None = None
+    api_key: str | None = None
+    timeout_s: float = 600.0
+    _client: httpx.AsyncClient | None = field(default=None, repr=False)
+
+    async def complete(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if self._client is None:
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            self._client = httpx.AsyncClient(timeout=self.timeout_s, headers=headers, trust_env=False)
+        try:
+            answer = await self._client.post(self.url.rstrip("/") + "/v1/chat/completions", json=body)
+        except httpx.HTTPError as error:
+            return 502, _error(f"the engine at {self.url} did not answer: {error!r}", "upstream_unreachable")
+        try:
+            return answer.status_code, answer.json()
+        except ValueError:
+            return 502, _error(f"the engine at {self.url} answered {answer.status_code} without JSON", "upstream_bad")
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+
+@dataclass
+class EpisodeCapture:
+    """One episode's side of the proxy: its key, limits, upstream and what was captured."""
+
+    key: str
+    upstream: Upstream
+    sampling: dict[str, Any]
+    max_calls: int  # model calls the engine answers; 0 = no limit
+    max_tokens: int
+    capture: HarnessCapture = field(default_factory=HarnessCapture)
+    started: int = 0  # calls sent upstream and not failed: what the step limit counts
+
+    def note_level(self, call_level: str, problems: list[str]) -> None:
+        level = weakest(self.capture.level, call_level)  # type: ignore[arg-type]
+        new = [problem for problem in problems if problem not in self.capture.problems]
+        if new:
+            log.warning(
+                "harness capture: episode %s… is at level %r, not trainable token-exact: %s",
+                self.key[:6],
+                level,
+                "; ".join(new),
+            )
+            self.capture.problems += new
+        self.capture.level = level
+
+
+class CaptureProxy:
+    """The episodes whose agents may call the engine now, by key."""
+
+    def __init__(self) -> None:
+        self._episodes: dict[str, EpisodeCapture] = {}
+
+    def open_episode(
+        self, upstream: Upstream, *, temperature: float, max_calls: int = 0, max_tokens: int = MAX_TOKENS
+    ) -> EpisodeCapture:
+        episode = EpisodeCapture(
+            key=secrets.token_urlsafe(24),
+            upstream=upstream,
+            sampling=training_sampling(temperature),
+            max_calls=max_calls,
+            max_tokens=max_tokens,
+        )
+        self._episodes[episode.key] = episode
+        return episode
+
+    def close_episode(self, key: str) -> HarnessCapture:
+        """The episode's capture; its key opens nothing from now on."""
+        return self._episodes.pop(key).capture
+
+    def episode_for(self, request: Request) -> EpisodeCapture | None:
+        authorization = request.headers.get("authorization", "")
+        key = authorization[7:] if authorization[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+        return self._episodes.get(key) if key else None
+
+    async def chat(self, request: Request) -> Response:
+        episode = self.episode_for(request)
+        if episode is None:
+            return JSONResponse(_error("unknown API key: a harness agent calls with its episode's key", "401"), 401)
+        try:
+            body = await request.json()
+        except ValueError:
+            return JSONResponse(_error("the request body is not JSON", "invalid_request"), 400)
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return JSONResponse(_error("a chat completion needs a JSON object with `messages`", "invalid_request"), 400)
+        streaming = bool(body.get("stream"))
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if 0 < episode.max_calls <= episode.started:
+            episode.capture.budget_stops += 1
+            stop = budget_reply(body.get("model") or "", secrets.token_hex(6))
+            return _sse(harness_sse.chunks(stop, include_usage=include_usage)) if streaming else JSONResponse(stop)
+        try:
+            sent = upstream_body(body, sampling=episode.sampling, max_tokens=episode.max_tokens, model=None)
+        except RequestRefused as refusal:
+            return JSONResponse(_error(str(refusal), "invalid_request"), 400)
+        if episode.upstream.model:
+            sent["model"] = episode.upstream.model
+        episode.started += 1  # counted before the engine answers: parallel calls cannot overrun the limit
+        forwarded = self._forward(episode, body, sent, _int(request.headers.get("x-stainless-retry-count")))
+        if not streaming:
+            status, reply = await forwarded
+            return JSONResponse(reply, status)
+        # A streaming agent gets a real status when the engine answers in time (so its SDK
+        # retries a 500), and SSE comments while it waits longer.
+        answered = asyncio.ensure_future(forwarded)
+        await asyncio.wait({answered}, timeout=KEEPALIVE_S)
+        if not answered.done():
+            return _sse(_stream(answered, include_usage))
+        status, reply = answered.result()
+        return (
+            _sse(harness_sse.chunks(reply, include_usage=include_usage))
+            if status == 200
+            else JSONResponse(reply, status)
+        )
+
+    async def _forward(
+        self, episode: EpisodeCapture, body: dict[str, Any], sent: dict[str, Any], retry_count: int
+    ) -> tuple[int, dict[str, Any]]:
+        try:
+            status, reply = await episode.upstream.complete(sent)
+        except BaseException:
+            episode.started -= 1
+            raise
+        if status != 200 or not isinstance(reply, dict) or not reply.get("choices"):
+            episode.started -= 1  # nothing sampled: the agent's retry is the same step
+            return (status if status != 200 else 502), reply if isinstance(reply, dict) else _error(str(reply), "bad")
+        call = captured_call(f"c{len(episode.capture.calls)}", body, sent, reply, retry_count)
+        episode.capture.calls.append(call)
+        episode.note_level(call.level, call.problems)
+        return 200, agent_reply(reply, wants_logprobs=bool(body.get("logprobs")))
+
+
+def _sse(events: Iterator[bytes] | AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(events, media_type="text/event-stream")
+
+
+async def _stream(answered: asyncio.Future[tuple[int, dict[str, Any]]], include_usage: bool) -> AsyncIterator[bytes]:
+    """Keepalive comments until the engine answers, then its answer as events."""
+    while not answered.done():
+        await asyncio.wait({answered}, timeout=KEEPALIVE_S)
+        if not answered.done():
+            yield harness_sse.KEEPALIVE
+    status, reply = answered.result()
+    events = (
+        harness_sse.chunks(reply, include_usage=include_usage)
+        if status == 200
+        else harness_sse.error_event(status, reply)
+    )
+    for chunk in events:
+        yield chunk
+
+
+def _int(value: str | None) -> int:
+    return int(value) if value and value.isdigit() else 0
+
+
+def _error(message: str, code: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "corral_capture", "code": code}}
+
+
+def create_capture_app(proxy: CaptureProxy) -> FastAPI:
+    """The proxy's one route: the chat completions an agent calls."""
+    app = FastAPI()
+    app.add_api_route("/v1/chat/completions", proxy.chat, methods=["POST"])
+    return app

@@ -1,0 +1,207 @@
+"""The token-prefix graph of a harness episode's calls, on the shapes agents make: a chain, a
+compaction, a retry, a sub-agent, two parallel calls, a title side call. In every case each
+training path's sampled ids are what the engine sampled, byte for byte."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import zlib
+from typing import Any
+
+import pytest
+
+from corral.errors import CaptureNotTrainable
+from corral.protocol.trace_capture import HarnessCapture, training_trace
+from corral.protocol.traces import CapturedCall
+from tests.harness_engine import Sampled, StandInEngine
+
+SYSTEM = {"role": "system", "content": "you fix shell scripts"}
+TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+
+
+class Episode:
+    """Calls sampled by the stand-in engine and captured as the proxy keeps them."""
+
+    def __init__(self, engine: StandInEngine | None = None) -> None:
+        self.engine = engine or StandInEngine()
+        self.calls: list[CapturedCall] = []
+
+    def call(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = TOOLS) -> dict[str, Any]:
+        body: dict[str, Any] = {"messages": messages, "return_token_ids": True, "logprobs": True}
+        if tools:
+            body["tools"] = tools
+        status, reply = self.engine.answer(body)
+        assert status == 200
+        choice = reply["choices"][0]
+        self.calls.append(
+            CapturedCall(
+                node_id=f"c{len(self.calls)}",
+                request={"messages": messages, **({"tools": tools} if tools else {})},
+                sampling={"temperature": 1.0},
+                requested_sampling={},
+                level="tokens",
+                prompt_token_ids=reply["prompt_token_ids"],
+                completion_token_ids=choice["token_ids"],
+                per_token_logps=[entry["logprob"] for entry in choice["logprobs"]["content"]],
+                message=choice["message"],
+                finish_reason=choice["finish_reason"],
+            )
+        )
+        return choice["message"]
+
+    def capture(self) -> HarnessCapture:
+        return HarnessCapture(calls=self.calls)
+
+
+def tool_result(message: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    call = message["tool_calls"][index]
+    return {"role": "tool", "tool_call_id": call["id"], "content": f"ran {json.loads(call['function']['arguments'])}"}
+
+
+def chain(episode: Episode, messages: list[dict[str, Any]], turns: int) -> list[dict[str, Any]]:
+    """`turns` calls, each continuing the last with its tool's result; the history after them."""
+    for _ in range(turns):
+        reply = episode.call(messages)
+        messages = [*messages, reply, tool_result(reply)]
+    return messages
+
+
+def assert_paths_are_what_was_sampled(capture: HarnessCapture, sampled: list[Sampled]) -> None:
+    """Each path's mask-1 ids are its calls' sampled ids, and its whole row the last call's
+    prompt and completion, byte for byte, with the engine's logprobs under the sampled ids."""
+    graph = capture.graph()
+    by_node = {call.node_id: sample for call, sample in zip(capture.calls, sampled, strict=True)}
+    for path in graph.paths:
+        ids, mask, logps = graph.sequence(path)
+        leaf = by_node[path[-1]]
+        assert ids == leaf.prompt_token_ids + leaf.completion_token_ids
+        assert [token for token, bit in zip(ids, mask, strict=True) if bit] == list(
+            itertools.chain.from_iterable(by_node[node].completion_token_ids for node in path)
+        )
+        assert [value for value, bit in zip(logps, mask, strict=True) if bit] == list(
+            itertools.chain.from_iterable(by_node[node].logprobs for node in path)
+        )
+
+
+def counts(capture: HarnessCapture) -> dict[str, int]:
+    summary = capture.summary()
+    return {"roots": summary.roots, "paths": summary.paths, "retries": summary.retries, "side": summary.side_calls}
+
+
+def test_a_plain_chain_is_one_root_and_one_path():
+    episode = Episode()
+    chain(episode, [SYSTEM, {"role": "user", "content": "fix run.sh"}], turns=3)
+    capture = episode.capture()
+    assert counts(capture) == {"roots": 1, "paths": 1, "retries": 0, "side": 0}
+    assert capture.graph().paths == [["c0", "c1", "c2"]]
+    assert [capture.graph().parents[node] for node in ("c0", "c1", "c2")] == [None, "c0", "c1"]
+    assert_paths_are_what_was_sampled(capture, episode.engine.sampled)
+
+
+def test_a_compacted_history_starts_a_new_root():
+    episode = Episode()
+    chain(episode, [SYSTEM, {"role": "user", "content": "fix run.sh"}], turns=2)
+    compacted = [SYSTEM, {"role": "user", "content": "so far: ran two commands; fix run.sh"}]
+    chain(episode, compacted, turns=2)
+    capture = episode.capture()
+    assert counts(capture) == {"roots": 2, "paths": 2, "retries": 0, "side": 0}
+    assert capture.graph().paths == [["c0", "c1"], ["c2", "c3"]]
+    assert_paths_are_what_was_sampled(capture, episode.engine.sampled)
+
+
+def test_a_retried_call_is_a_sibling_left_out_of_the_paths():
+    answers = itertools.count()
+
+    def reply(body: dict[str, Any]) -> dict[str, Any]:  # a new answer on every call, as sampling gives
+        return {"role": "assistant", "content": None, "tool_calls": [_bash(f"attempt {next(answers)}")]}
+
+    episode = Episode(StandInEngine(reply=reply))
+    messages = chain(episode, [SYSTEM, {"role": "user", "content": "fix run.sh"}], turns=1)
+    episode.call(messages)  # the agent gave up on this answer (its read timed out) and asked again
+    second = episode.call(messages)
+    chain(episode, [*messages, second, tool_result(second)], turns=1)
+    capture = episode.capture()
+    graph = capture.graph()
+    assert graph.retries == ["c1"]
+    assert graph.parents["c1"] == graph.parents["c2"] == "c0"
+    assert graph.paths == [["c0", "c2", "c3"]]
+    assert counts(capture) == {"roots": 1, "paths": 1, "retries": 1, "side": 0}
+    assert_paths_are_what_was_sampled(capture, episode.engine.sampled)
+
+
+def test_a_retry_nothing_continued_keeps_the_last_attempt():
+    episode = Episode()
+    messages = [SYSTEM, {"role": "user", "content": "fix run.sh"}]
+    episode.call(messages)
+    episode.call(messages)
+    assert episode.capture().graph().retries == ["c0"]
+    assert episode.capture().graph().paths == [["c1"]]
+
+
+def test_a_sub_agent_is_a_root_of_its_own():
+    episode = Episode()
+    main = chain(episode, [SYSTEM, {"role": "user", "content": "fix run.sh"}], turns=1)
+    chain(episode, [{"role": "system", "content": "you search files"}, {"role": "user", "content": "find run.sh"}], 2)
+    chain(episode, main, turns=1)
+    capture = episode.capture()
+    assert counts(capture) == {"roots": 2, "paths": 2, "retries": 0, "side": 0}
+    assert capture.graph().paths == [["c0", "c3"], ["c1", "c2"]]
+    assert_paths_are_what_was_sampled(capture, episode.engine.sampled)
+
+
+def test_two_parallel_calls_from_one_history_are_two_paths_sharing_their_start():
+    def reply(body: dict[str, Any]) -> dict[str, Any]:
+        calls = [_bash("ls"), _bash("cat run.sh")] if len(body["messages"]) == 2 else [_bash("true")]
+        return {"role": "assistant", "content": None, "tool_calls": calls}
+
+    episode = Episode(StandInEngine(reply=reply))
+    first = episode.call([SYSTEM, {"role": "user", "content": "fix run.sh"}])
+    history = [SYSTEM, {"role": "user", "content": "fix run.sh"}, first]
+    episode.call([*history, tool_result(first, 0)])  # each tool's branch continues on its own
+    episode.call([*history, tool_result(first, 1)])
+    capture = episode.capture()
+    graph = capture.graph()
+    assert graph.paths == [["c0", "c1"], ["c0", "c2"]]
+    assert [call.node_id for call in graph.training_order()] == ["c0", "c1", "c2"]
+    assert counts(capture) == {"roots": 1, "paths": 2, "retries": 0, "side": 0}
+    assert_paths_are_what_was_sampled(capture, episode.engine.sampled)
+
+
+def test_a_title_side_call_is_counted_and_not_trained():
+    episode = Episode()
+    messages = chain(episode, [SYSTEM, {"role": "user", "content": "fix run.sh"}], turns=1)
+    episode.call([{"role": "user", "content": "a title for: fix run.sh"}], tools=None)
+    chain(episode, messages, turns=1)
+    capture = episode.capture()
+    assert capture.graph().side_calls == ["c1"]
+    assert counts(capture) == {"roots": 1, "paths": 1, "retries": 0, "side": 1}
+    assert [turn["node_id"] for turn in training_trace(capture)["turns"]] == ["c0", "c2"]
+    assert_paths_are_what_was_sampled(capture, episode.engine.sampled)
+
+
+def test_the_training_trace_masks_sampled_ids_only_and_names_each_call_once():
+    episode = Episode()
+    chain(episode, [SYSTEM, {"role": "user", "content": "fix run.sh"}], turns=2)
+    trace = training_trace(episode.capture())
+    assert trace["schema_version"] == 1
+    for turn, sample in zip(trace["turns"], episode.engine.sampled, strict=True):
+        assert turn["prompt_token_ids"] == sample.prompt_token_ids
+        assert turn["completion_token_ids"] == sample.completion_token_ids
+        assert turn["per_token_logps"] == sample.logprobs
+        assert turn["loss_mask"] == [0] * len(sample.prompt_token_ids) + [1] * len(sample.completion_token_ids)
+    assert trace["turns"][1]["metadata"]["parent"] == "c0"
+
+
+def test_a_capture_without_ids_has_no_training_trace():
+    with pytest.raises(CaptureNotTrainable, match="level 'text'"):
+        training_trace(HarnessCapture(level="text", problems=["the engine returned no prompt_token_ids"]))
+
+
+def _bash(command: str) -> dict[str, Any]:
+    arguments = json.dumps({"command": command})
+    return {
+        "id": f"call_{zlib.crc32(command.encode())}",
+        "type": "function",
+        "function": {"name": "bash", "arguments": arguments},
+    }
