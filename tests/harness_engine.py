@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import socket
 import threading
@@ -25,6 +26,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+
+from corral.protocol.trace_capture import HarnessCapture
 
 ROLES = {"system": 1, "user": 2, "assistant": 3, "tool": 4}
 END, TOOLS, CALL = 5, 6, 7
@@ -81,6 +84,7 @@ class StandInEngine:
 
     reply: Callable[[dict[str, Any]], dict[str, Any]] = default_reply
     return_ids: bool = True  # False: an engine that returns no ids (an old vLLM, a hosted API)
+    return_logprobs: bool = True  # False: one that returns no logprobs either
     fail_next: int = 0  # answer this many calls with a 500 first
     sampled: list[Sampled] = field(default_factory=list)
     bodies: list[dict[str, Any]] = field(default_factory=list)
@@ -102,7 +106,7 @@ class StandInEngine:
         self.sampled.append(Sampled(prompt, completion, logps, body))
         as_ids = body.get("return_tokens_as_token_ids", False)
         choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish, "stop_reason": None}
-        if body.get("logprobs"):
+        if body.get("logprobs") and self.return_logprobs:
             choice["logprobs"] = {
                 "content": [
                     {
@@ -162,3 +166,20 @@ def serving(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def assert_paths_are_what_was_sampled(capture: HarnessCapture, sampled: list[Sampled]) -> None:
+    """Each path's mask-1 ids are its calls' sampled ids, and its whole row the last call's
+    prompt and completion, byte for byte, with the engine's logprobs under the sampled ids."""
+    graph = capture.graph()
+    by_node = {call.node_id: sample for call, sample in zip(capture.calls, sampled, strict=True)}
+    for path in graph.paths:
+        ids, mask, logps = graph.sequence(path)
+        leaf = by_node[path[-1]]
+        assert ids == leaf.prompt_token_ids + leaf.completion_token_ids
+        assert [token for token, bit in zip(ids, mask, strict=True) if bit] == list(
+            itertools.chain.from_iterable(by_node[node].completion_token_ids for node in path)
+        )
+        assert [value for value, bit in zip(logps, mask, strict=True) if bit] == list(
+            itertools.chain.from_iterable(by_node[node].logprobs for node in path)
+        )

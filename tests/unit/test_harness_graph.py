@@ -14,7 +14,7 @@ import pytest
 from corral.errors import CaptureNotTrainable
 from corral.protocol.trace_capture import HarnessCapture, training_trace
 from corral.protocol.traces import CapturedCall
-from tests.harness_engine import Sampled, StandInEngine
+from tests.harness_engine import StandInEngine, assert_paths_are_what_was_sampled
 
 SYSTEM = {"role": "system", "content": "you fix shell scripts"}
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
@@ -65,23 +65,6 @@ def chain(episode: Episode, messages: list[dict[str, Any]], turns: int) -> list[
         reply = episode.call(messages)
         messages = [*messages, reply, tool_result(reply)]
     return messages
-
-
-def assert_paths_are_what_was_sampled(capture: HarnessCapture, sampled: list[Sampled]) -> None:
-    """Each path's mask-1 ids are its calls' sampled ids, and its whole row the last call's
-    prompt and completion, byte for byte, with the engine's logprobs under the sampled ids."""
-    graph = capture.graph()
-    by_node = {call.node_id: sample for call, sample in zip(capture.calls, sampled, strict=True)}
-    for path in graph.paths:
-        ids, mask, logps = graph.sequence(path)
-        leaf = by_node[path[-1]]
-        assert ids == leaf.prompt_token_ids + leaf.completion_token_ids
-        assert [token for token, bit in zip(ids, mask, strict=True) if bit] == list(
-            itertools.chain.from_iterable(by_node[node].completion_token_ids for node in path)
-        )
-        assert [value for value, bit in zip(logps, mask, strict=True) if bit] == list(
-            itertools.chain.from_iterable(by_node[node].logprobs for node in path)
-        )
 
 
 def counts(capture: HarnessCapture) -> dict[str, int]:
