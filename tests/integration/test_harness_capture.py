@@ -32,7 +32,9 @@ class Proxy:
 
     def open(self, max_calls: int = STEP_LIMIT, max_tokens: int = 4096) -> EpisodeCapture:
         upstream = HttpUpstream(self.engine_url, model=MODEL)
-        return self.proxy.open_episode(upstream, temperature=0.7, max_calls=max_calls, max_tokens=max_tokens)
+        return self.proxy.open_episode(
+            upstream, episode_id="episode-1", temperature=0.7, max_calls=max_calls, max_tokens=max_tokens
+        )
 
     def agent(self, key: str) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=2)
@@ -170,7 +172,7 @@ def test_an_engine_without_ids_lowers_the_capture_loudly(
     capture: HarnessCapture = proxy.proxy.close_episode(episode.key)
     assert capture.level == level
     assert any("prompt_token_ids" in problem for problem in capture.problems)
-    assert f"level {level!r}" in caplog.text and "prompt_token_ids" in caplog.text
+    assert f"episode episode-1 is at level {level!r}" in caplog.text and "prompt_token_ids" in caplog.text
     with pytest.raises(CaptureNotTrainable):
         training_trace(capture)
 

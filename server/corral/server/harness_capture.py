@@ -11,7 +11,7 @@ with a warning in the log and the reason in the capture, never silently.
 
     proxy = CaptureProxy()
     episode = proxy.open_episode(HttpUpstream("http://gpu-box:8000", model="Qwen/Qwen3-0.6B"),
-                                 temperature=1.0, max_calls=30)
+                                 episode_id=episode_id, temperature=1.0, max_calls=30)
     # the agent: OPENAI_BASE_URL=<proxy>/v1 OPENAI_API_KEY=episode.key
     capture = proxy.close_episode(episode.key)   # a HarnessCapture
 
@@ -22,6 +22,7 @@ episode's WebSocket slots in beside it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator, Iterator
@@ -33,7 +34,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from corral.protocol.trace_capture import HarnessCapture
-from corral.protocol.traces import training_sampling, weakest
+from corral.protocol.traces import CaptureLevel, training_sampling, weakest
 from corral.server import harness_sse
 from corral.server.harness_request import (
     RequestRefused,
@@ -49,29 +50,28 @@ KEEPALIVE_S = 10.0  # a streaming agent waiting longer gets SSE comments, so its
 
 
 class Upstream(Protocol):
-    """Where an episode's calls are answered: `(status, reply)` for a non-streaming request body."""
+    """Where an episode's calls are answered: `(status, reply)` for a non-streaming request body
+    (`http` is the proxy's pooled client, for an upstream it reaches over HTTP)."""
 
     model: str | None
 
-    async def complete(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]: ...
+    async def complete(self, body: dict[str, Any], http: httpx.AsyncClient) -> tuple[int, dict[str, Any]]: ...
 
 
-@dataclass
+@dataclass(frozen=True)
 class HttpUpstream:
     """An engine the server reaches itself (`llm_url`), vLLM's OpenAI server or one like it."""
 
     url: str
-    model: str | None = None
+    model: str | None = None  # the served model's name, sent whatever name the agent uses
     api_key: str | None = None
     timeout_s: float = 600.0
-    _client: httpx.AsyncClient | None = field(default=None, repr=False)
 
-    async def complete(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        if self._client is None:
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            self._client = httpx.AsyncClient(timeout=self.timeout_s, headers=headers, trust_env=False)
+    async def complete(self, body: dict[str, Any], http: httpx.AsyncClient) -> tuple[int, dict[str, Any]]:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        url = self.url.rstrip("/") + "/v1/chat/completions"
         try:
-            answer = await self._client.post(self.url.rstrip("/") + "/v1/chat/completions", json=body)
+            answer = await http.post(url, json=body, headers=headers, timeout=self.timeout_s)
         except httpx.HTTPError as error:
             return 502, _error(f"the engine at {self.url} did not answer: {error!r}", "upstream_unreachable")
         try:
@@ -79,15 +79,12 @@ class HttpUpstream:
         except ValueError:
             return 502, _error(f"the engine at {self.url} answered {answer.status_code} without JSON", "upstream_bad")
 
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-
 
 @dataclass
 class EpisodeCapture:
     """One episode's side of the proxy: its key, limits, upstream and what was captured."""
 
+    episode_id: str  # for the log: the key is a secret
     key: str
     upstream: Upstream
     sampling: dict[str, Any]
@@ -96,13 +93,13 @@ class EpisodeCapture:
     capture: HarnessCapture = field(default_factory=HarnessCapture)
     started: int = 0  # calls sent upstream and not failed: what the step limit counts
 
-    def note_level(self, call_level: str, problems: list[str]) -> None:
-        level = weakest(self.capture.level, call_level)  # type: ignore[arg-type]
+    def note_level(self, call_level: CaptureLevel, problems: list[str]) -> None:
+        level = weakest(self.capture.level, call_level)
         new = [problem for problem in problems if problem not in self.capture.problems]
         if new:
             log.warning(
-                "harness capture: episode %s… is at level %r, not trainable token-exact: %s",
-                self.key[:6],
+                "harness capture: episode %s is at level %r, not trainable token-exact: %s",
+                self.episode_id,
                 level,
                 "; ".join(new),
             )
@@ -115,11 +112,19 @@ class CaptureProxy:
 
     def __init__(self) -> None:
         self._episodes: dict[str, EpisodeCapture] = {}
+        self.http: httpx.AsyncClient | None = None  # pooled, opened and closed with the app
 
     def open_episode(
-        self, upstream: Upstream, *, temperature: float, max_calls: int = 0, max_tokens: int = MAX_TOKENS
+        self,
+        upstream: Upstream,
+        *,
+        episode_id: str,
+        temperature: float,
+        max_calls: int = 0,
+        max_tokens: int = MAX_TOKENS,
     ) -> EpisodeCapture:
         episode = EpisodeCapture(
+            episode_id=episode_id,
             key=secrets.token_urlsafe(24),
             upstream=upstream,
             sampling=training_sampling(temperature),
@@ -155,11 +160,11 @@ class CaptureProxy:
             stop = budget_reply(body.get("model") or "", secrets.token_hex(6))
             return _sse(harness_sse.chunks(stop, include_usage=include_usage)) if streaming else JSONResponse(stop)
         try:
-            sent = upstream_body(body, sampling=episode.sampling, max_tokens=episode.max_tokens, model=None)
+            sent = upstream_body(
+                body, sampling=episode.sampling, max_tokens=episode.max_tokens, model=episode.upstream.model
+            )
         except RequestRefused as refusal:
             return JSONResponse(_error(str(refusal), "invalid_request"), 400)
-        if episode.upstream.model:
-            sent["model"] = episode.upstream.model
         episode.started += 1  # counted before the engine answers: parallel calls cannot overrun the limit
         forwarded = self._forward(episode, body, sent, _int(request.headers.get("x-stainless-retry-count")))
         if not streaming:
@@ -181,8 +186,9 @@ class CaptureProxy:
     async def _forward(
         self, episode: EpisodeCapture, body: dict[str, Any], sent: dict[str, Any], retry_count: int
     ) -> tuple[int, dict[str, Any]]:
+        assert self.http is not None, "the capture proxy's app is not running (create_capture_app's lifespan)"
         try:
-            status, reply = await episode.upstream.complete(sent)
+            status, reply = await episode.upstream.complete(sent, self.http)
         except BaseException:
             episode.started -= 1
             raise
@@ -224,7 +230,16 @@ def _error(message: str, code: str) -> dict[str, Any]:
 
 
 def create_capture_app(proxy: CaptureProxy) -> FastAPI:
-    """The proxy's one route: the chat completions an agent calls."""
-    app = FastAPI()
+    """The proxy's one route, the chat completions an agent calls, with the pooled client the
+    proxy reaches engines with for as long as the app runs."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with httpx.AsyncClient(trust_env=False, limits=httpx.Limits(max_connections=None)) as http:
+            proxy.http = http
+            yield
+            proxy.http = None
+
+    app = FastAPI(lifespan=lifespan)
     app.add_api_route("/v1/chat/completions", proxy.chat, methods=["POST"])
     return app

@@ -46,6 +46,8 @@ def chunks(reply: dict[str, Any], *, include_usage: bool) -> Iterator[bytes]:
 
 def error_event(status: int, reply: dict[str, Any]) -> Iterator[bytes]:
     """A failure after the stream began: an error event, never an assistant turn."""
-    error = reply.get("error") if isinstance(reply.get("error"), dict) else {"message": str(reply)}
+    error = reply.get("error")
+    if not isinstance(error, dict):
+        error = {"message": str(reply)}
     yield event({"error": {**error, "code": status}})
     yield b"data: [DONE]\n\n"
