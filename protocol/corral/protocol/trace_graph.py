@@ -36,7 +36,9 @@ class CallGraph:
     @classmethod
     def build(cls, calls: Sequence[CapturedCall]) -> CallGraph:
         by_id = {call.node_id: call for call in calls}
-        parents = {call.node_id: _prefix_parent(call, calls) for call in calls}
+        fulls = [(call.prompt_token_ids + call.completion_token_ids, call) for call in calls]
+        ranked = [pair for _, pair in sorted(enumerate(fulls), key=lambda item: (-len(item[1][0]), item[0]))]
+        parents = {call.node_id: _prefix_parent(call, ranked) for call in calls}
         kinds = _kinds(calls, parents)
         graph = cls(by_id, parents, kinds)
         graph.children = {node: [] for node, kind in kinds.items() if kind == "main"}
@@ -106,19 +108,18 @@ class CallGraph:
         return ids, mask, logps
 
 
-def _prefix_parent(call: CapturedCall, calls: Sequence[CapturedCall]) -> str | None:
+def _prefix_parent(call: CapturedCall, ranked: Sequence[tuple[list[int], CapturedCall]]) -> str | None:
     """The call whose prompt+completion is the longest exact prefix of `call`'s prompt; among
-    equal ones (attempts that sampled the same answer), the first to arrive."""
+    equal ones (attempts that sampled the same answer), the first to arrive. `ranked` holds
+    every call's prompt+completion, longest first: the first that matches is the parent, so a
+    call costs one full comparison, not one per ancestor (a long chain's are all prefixes)."""
     prompt = call.prompt_token_ids
-    best: str | None = None
-    best_length = 0
-    for other in calls:
-        full = other.prompt_token_ids + other.completion_token_ids
-        if other is call or not full or len(full) <= best_length or len(full) > len(prompt):
-            continue
-        if prompt[: len(full)] == full:
-            best, best_length = other.node_id, len(full)
-    return best
+    for full, other in ranked:
+        fits = other is not call and 0 < len(full) <= len(prompt)
+        # The last token first: it rules out nearly every call that is not an ancestor, cheaply.
+        if fits and prompt[len(full) - 1] == full[-1] and prompt[: len(full)] == full:
+            return other.node_id
+    return None
 
 
 def _kinds(calls: Sequence[CapturedCall], parents: dict[str, str | None]) -> dict[str, CallKind]:
