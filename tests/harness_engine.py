@@ -11,7 +11,6 @@ byte. `serving(app)` runs an app on a free loopback port with uvicorn, in a thre
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import json
@@ -154,7 +153,7 @@ def serving(app: Any) -> Iterator[str]:
     """`app` served on a free loopback port by uvicorn in a thread; yields its URL."""
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True)
+    thread = threading.Thread(target=server.run, daemon=True)  # uvloop where installed, as `corral serve`
     thread.start()
     deadline = time.monotonic() + 30
     while not server.started:
