@@ -93,7 +93,10 @@ def test_a_compacted_history_starts_a_new_root():
     assert_paths_are_what_was_sampled(capture, episode.engine.sampled)
 
 
-def test_a_retried_call_is_a_sibling_left_out_of_the_paths():
+@pytest.mark.parametrize("continued", [0, 1])
+def test_a_retried_call_is_a_sibling_left_out_of_the_paths(continued: int):
+    """The agent asks twice for one turn (its read timed out, it re-sent) and goes on with one
+    answer: the other attempt is the retry, whichever came first."""
     answers = itertools.count()
 
     def reply(body: dict[str, Any]) -> dict[str, Any]:  # a new answer on every call, as sampling gives
@@ -101,14 +104,14 @@ def test_a_retried_call_is_a_sibling_left_out_of_the_paths():
 
     episode = Episode(StandInEngine(reply=reply))
     messages = chain(episode, [SYSTEM, {"role": "user", "content": "fix run.sh"}], turns=1)
-    episode.call(messages)  # the agent gave up on this answer (its read timed out) and asked again
-    second = episode.call(messages)
-    chain(episode, [*messages, second, tool_result(second)], turns=1)
+    attempts = [episode.call(messages), episode.call(messages)]
+    chain(episode, [*messages, attempts[continued], tool_result(attempts[continued])], turns=1)
     capture = episode.capture()
     graph = capture.graph()
-    assert graph.retries == ["c1"]
+    kept, retried = ("c1", "c2") if continued == 0 else ("c2", "c1")
+    assert graph.retries == [retried]
     assert graph.parents["c1"] == graph.parents["c2"] == "c0"
-    assert graph.paths == [["c0", "c2", "c3"]]
+    assert graph.paths == [["c0", kept, "c3"]]
     assert counts(capture) == {"roots": 1, "paths": 1, "retries": 1, "side": 0}
     assert_paths_are_what_was_sampled(capture, episode.engine.sampled)
 
