@@ -11,6 +11,7 @@ byte. `serving(app)` runs an app on a free loopback port with uvicorn, in a thre
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
@@ -85,6 +86,7 @@ class StandInEngine:
     return_ids: bool = True  # False: an engine that returns no ids (an old vLLM, a hosted API)
     return_logprobs: bool = True  # False: one that returns no logprobs either
     fail_next: int = 0  # answer this many calls with a 500 first
+    delay_s: float = 0.0  # how long each answer takes
     sampled: list[Sampled] = field(default_factory=list)
     bodies: list[dict[str, Any]] = field(default_factory=list)
 
@@ -136,7 +138,9 @@ class StandInEngine:
 
         @app.post("/v1/chat/completions")
         async def chat(request: Request) -> JSONResponse:
-            status, reply = self.answer(await request.json())
+            body = await request.json()
+            await asyncio.sleep(self.delay_s)
+            status, reply = self.answer(body)
             return JSONResponse(reply, status_code=status)
 
         return app

@@ -15,6 +15,7 @@ import pytest
 
 from corral.errors import CaptureNotTrainable
 from corral.protocol.trace_capture import HarnessCapture, training_trace
+from corral.server import harness_capture
 from corral.server.harness_capture import CaptureProxy, EpisodeCapture, HttpUpstream, create_capture_app
 from tests.harness_engine import MODEL, StandInEngine, assert_paths_are_what_was_sampled, serving
 
@@ -196,3 +197,19 @@ def test_a_call_past_the_limit_streams_the_stop_message_and_is_not_recorded(prox
     capture = proxy.proxy.close_episode(episode.key)
     assert (len(capture.calls), capture.budget_stops, len(proxy.engine.bodies)) == (1, 1, 1)
     assert json.dumps(capture.model_dump()).count("Step budget exhausted") == 0
+
+
+def test_a_streaming_agent_waiting_on_a_slow_engine_gets_keepalives_then_its_answer(
+    proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(harness_capture, "KEEPALIVE_S", 0.05)
+    proxy.engine.delay_s = 0.5
+    episode = proxy.open()
+    body = {"model": "m", "messages": [TASK], "stream": True}
+    headers = {"Authorization": f"Bearer {episode.key}"}
+    with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=body, headers=headers, trust_env=False) as raw:
+        lines = [line for line in raw.iter_lines() if line]
+    assert lines[0] == ": corral keepalive" and lines[-1] == "data: [DONE]"
+    stream = proxy.agent(episode.key).chat.completions.create(model="m", messages=[TASK], stream=True)
+    assert "".join(choice.delta.content or "" for chunk in stream for choice in chunk.choices) == "answer to 1 messages"
+    assert len(proxy.proxy.close_episode(episode.key).calls) == 2
