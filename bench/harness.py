@@ -54,18 +54,19 @@ def main() -> None:
     with serving(engine.app()) as engine_url, serving(create_capture_app(proxy)) as proxy_url:
         episode = proxy.open_episode(HttpUpstream(engine_url, model=MODEL), episode_id="bench", temperature=1.0)
         headers = {"Authorization": f"Bearer {episode.key}"}
+        route = f"{proxy_url}/episodes/bench/v1/chat/completions"
         with httpx.Client(trust_env=False) as client:
             direct_s, proxied_s = [], []
             for index in range(args.calls + args.calls // 10):  # the first tenth warms both up, untimed
                 started = time.perf_counter()
                 client.post(engine_url + "/v1/chat/completions", json=direct_body).raise_for_status()
                 middle = time.perf_counter()
-                client.post(proxy_url + "/v1/chat/completions", json=agent_body, headers=headers).raise_for_status()
+                client.post(route, json=agent_body, headers=headers).raise_for_status()
                 ended = time.perf_counter()
                 if index >= args.calls // 10:
                     direct_s.append(middle - started)
                     proxied_s.append(ended - middle)
-        capture = proxy.close_episode(episode.key)
+        capture = proxy.close_episode("bench")
     started = time.perf_counter()
     summary = capture.summary()
     graph_s = time.perf_counter() - started

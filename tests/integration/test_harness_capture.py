@@ -31,14 +31,19 @@ class Proxy:
     def __init__(self, engine: StandInEngine, engine_url: str, proxy: CaptureProxy, url: str) -> None:
         self.engine, self.engine_url, self.proxy, self.url = engine, engine_url, proxy, url
 
-    def open(self, max_calls: int = STEP_LIMIT, max_tokens: int = 4096) -> EpisodeCapture:
+    def open(self, episode_id: str = "episode-1", max_calls: int = STEP_LIMIT) -> EpisodeCapture:
         upstream = HttpUpstream(self.engine_url, model=MODEL)
         return self.proxy.open_episode(
-            upstream, episode_id="episode-1", temperature=0.7, max_calls=max_calls, max_tokens=max_tokens
+            upstream, episode_id=episode_id, temperature=0.7, max_calls=max_calls, max_tokens=4096
         )
 
-    def agent(self, key: str) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=2)
+    def agent(self, episode: EpisodeCapture, key: str | None = None) -> openai.OpenAI:
+        """An SDK client on `episode`'s route, with its key unless another is given."""
+        base_url = f"{self.url}/episodes/{episode.episode_id}/v1"
+        return openai.OpenAI(base_url=base_url, api_key=key or episode.key, max_retries=2)
+
+    def close(self, episode: EpisodeCapture) -> HarnessCapture:
+        return self.proxy.close_episode(episode.episode_id)
 
 
 @pytest.fixture
@@ -90,8 +95,8 @@ def scripted_agent(client: openai.OpenAI, engine: StandInEngine) -> str:
 
 def test_a_scripted_sdk_agent_is_captured_token_exact(proxy: Proxy):
     episode = proxy.open()
-    stopped_with = scripted_agent(proxy.agent(episode.key), proxy.engine)
-    capture = proxy.proxy.close_episode(episode.key)
+    stopped_with = scripted_agent(proxy.agent(episode), proxy.engine)
+    capture = proxy.close(episode)
 
     assert stopped_with == "Step budget exhausted; stopping."
     assert capture.summary().model_dump() == {
@@ -133,8 +138,8 @@ def test_openenv_and_trl_accept_the_captured_trace(proxy: Proxy):
     from trl.experimental.async_grpo.openenv_harness import _chain_to_sequences, _turns_from_training_trace
 
     episode = proxy.open()
-    scripted_agent(proxy.agent(episode.key), proxy.engine)
-    capture = proxy.proxy.close_episode(episode.key)
+    scripted_agent(proxy.agent(episode), proxy.engine)
+    capture = proxy.close(episode)
     trace = TrainingTrace.model_validate(training_trace(capture))
     # lossless_capture: TRL forks on any drift (threshold 0); one row per root-to-leaf path.
     rows, tally = _chain_to_sequences(_turns_from_training_trace(trace), "rollout", 0)
@@ -147,17 +152,18 @@ def test_openenv_and_trl_accept_the_captured_trace(proxy: Proxy):
 
 
 def test_only_the_episodes_own_key_reaches_the_engine(proxy: Proxy):
-    mine, other = proxy.open(), proxy.open()
-    no_key = httpx.post(proxy.url + "/v1/chat/completions", json={"model": "m", "messages": [TASK]}, trust_env=False)
+    mine, other = proxy.open("mine"), proxy.open("other")
+    url = f"{proxy.url}/episodes/mine/v1/chat/completions"
+    no_key = httpx.post(url, json={"model": "m", "messages": [TASK]}, trust_env=False)
     assert no_key.status_code == 401
-    for key in ("not-a-key", other.key[:-1]):
+    for key in (other.key, mine.key[:-1], "not-a-key"):  # another episode's key on mine's route
         with pytest.raises(openai.AuthenticationError):
-            proxy.agent(key).chat.completions.create(model="m", messages=[TASK])
-    proxy.agent(other.key).chat.completions.create(model="m", messages=[TASK])
-    assert len(proxy.proxy.close_episode(other.key).calls) == 1  # other's key lands in other's episode
-    with pytest.raises(openai.AuthenticationError):  # and opens nothing once that episode closed
-        proxy.agent(other.key).chat.completions.create(model="m", messages=[TASK])
-    assert proxy.proxy.close_episode(mine.key).calls == []
+            proxy.agent(mine, key).chat.completions.create(model="m", messages=[TASK])
+    proxy.agent(other).chat.completions.create(model="m", messages=[TASK])
+    assert len(proxy.close(other).calls) == 1
+    with pytest.raises(openai.AuthenticationError):  # a closed episode's key opens nothing
+        proxy.agent(other).chat.completions.create(model="m", messages=[TASK])
+    assert proxy.close(mine).calls == []
     assert len(proxy.engine.bodies) == 1
 
 
@@ -168,9 +174,9 @@ def test_an_engine_without_ids_lowers_the_capture_loudly(
     proxy.engine.return_ids, proxy.engine.return_logprobs = False, logprobs
     episode = proxy.open()
     with caplog.at_level(logging.WARNING, logger="corral.server"):
-        reply = proxy.agent(episode.key).chat.completions.create(model="m", messages=[TASK], tools=TOOLS)
+        reply = proxy.agent(episode).chat.completions.create(model="m", messages=[TASK], tools=TOOLS)
     assert reply.choices[0].message.tool_calls  # the agent is answered as ever
-    capture: HarnessCapture = proxy.proxy.close_episode(episode.key)
+    capture: HarnessCapture = proxy.close(episode)
     assert capture.level == level
     assert any("prompt_token_ids" in problem for problem in capture.problems)
     assert f"episode episode-1 is at level {level!r}" in caplog.text and "prompt_token_ids" in caplog.text
@@ -179,7 +185,7 @@ def test_an_engine_without_ids_lowers_the_capture_loudly(
 
 
 def test_constrained_decoding_and_several_choices_are_refused(proxy: Proxy):
-    client = proxy.agent(proxy.open().key)
+    client = proxy.agent(proxy.open())
     with pytest.raises(openai.BadRequestError, match="constrained decoding"):
         client.chat.completions.create(model="m", messages=[TASK], logit_bias={"42": 5})
     with pytest.raises(openai.BadRequestError, match="n=2"):
@@ -189,12 +195,12 @@ def test_constrained_decoding_and_several_choices_are_refused(proxy: Proxy):
 
 def test_a_call_past_the_limit_streams_the_stop_message_and_is_not_recorded(proxy: Proxy):
     episode = proxy.open(max_calls=1)
-    client = proxy.agent(episode.key)
+    client = proxy.agent(episode)
     client.chat.completions.create(model="m", messages=[TASK])
     stream = client.chat.completions.create(model="m", messages=[TASK], stream=True)
     text = "".join(choice.delta.content or "" for chunk in stream for choice in chunk.choices)
     assert text == "Step budget exhausted; stopping."
-    capture = proxy.proxy.close_episode(episode.key)
+    capture = proxy.close(episode)
     assert (len(capture.calls), capture.budget_stops, len(proxy.engine.bodies)) == (1, 1, 1)
     assert json.dumps(capture.model_dump()).count("Step budget exhausted") == 0
 
@@ -207,9 +213,10 @@ def test_a_streaming_agent_waiting_on_a_slow_engine_gets_keepalives_then_its_ans
     episode = proxy.open()
     body = {"model": "m", "messages": [TASK], "stream": True}
     headers = {"Authorization": f"Bearer {episode.key}"}
-    with httpx.stream("POST", proxy.url + "/v1/chat/completions", json=body, headers=headers, trust_env=False) as raw:
+    url = f"{proxy.url}/episodes/{episode.episode_id}/v1/chat/completions"
+    with httpx.stream("POST", url, json=body, headers=headers, trust_env=False) as raw:
         lines = [line for line in raw.iter_lines() if line]
     assert lines[0] == ": corral keepalive" and lines[-1] == "data: [DONE]"
-    stream = proxy.agent(episode.key).chat.completions.create(model="m", messages=[TASK], stream=True)
+    stream = proxy.agent(episode).chat.completions.create(model="m", messages=[TASK], stream=True)
     assert "".join(choice.delta.content or "" for chunk in stream for choice in chunk.choices) == "answer to 1 messages"
-    assert len(proxy.proxy.close_episode(episode.key).calls) == 2
+    assert len(proxy.close(episode).calls) == 2

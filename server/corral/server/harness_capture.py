@@ -1,7 +1,8 @@
 """The capture proxy: the one way a harness episode's model calls reach the engine.
 
-An agent in the sandbox talks to an OpenAI-compatible `POST /v1/chat/completions` here, with
-its episode's secret key as its API key (another episode's key, or none: 401). Each call is
+An agent in the sandbox reaches its episode's OpenAI-compatible route here
+(`/episodes/<id>/v1/chat/completions`: the channel its sandbox has) with its episode's secret
+key as its API key (another episode's key, or none: 401, as is a closed episode). Each call is
 pinned to the training policy's sampling, capped in length, sent to the episode's upstream
 without streaming, and kept with the engine's own token ids and logprobs
 (`corral.protocol.traces`); the agent gets the answer as JSON or, if it asked, as SSE. Past
@@ -12,8 +13,8 @@ with a warning in the log and the reason in the capture, never silently.
     proxy = CaptureProxy()
     episode = proxy.open_episode(HttpUpstream("http://gpu-box:8000", model="Qwen/Qwen3-0.6B"),
                                  episode_id=episode_id, temperature=1.0, max_calls=30)
-    # the agent: OPENAI_BASE_URL=<proxy>/v1 OPENAI_API_KEY=episode.key
-    capture = proxy.close_episode(episode.key)   # a HarnessCapture
+    # the agent: OPENAI_BASE_URL=<proxy>/episodes/<episode_id>/v1 OPENAI_API_KEY=episode.key
+    capture = proxy.close_episode(episode_id)   # a HarnessCapture
 
 The upstream is an interface (`Upstream.complete`): direct over HTTP here; the relay over the
 episode's WebSocket slots in beside it.
@@ -33,6 +34,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from corral.errors import ConfigError
 from corral.protocol.trace_capture import HarnessCapture
 from corral.protocol.traces import CaptureLevel, training_sampling, weakest
 from corral.server import harness_sse
@@ -108,7 +110,7 @@ class EpisodeCapture:
 
 
 class CaptureProxy:
-    """The episodes whose agents may call the engine now, by key."""
+    """The episodes whose agents may call the engine now, by episode id."""
 
     def __init__(self) -> None:
         self._episodes: dict[str, EpisodeCapture] = {}
@@ -131,22 +133,28 @@ class CaptureProxy:
             max_calls=max_calls,
             max_tokens=max_tokens,
         )
-        self._episodes[episode.key] = episode
+        if episode_id in self._episodes:
+            raise ConfigError(f"harness episode {episode_id} already has a capture open; close it first")
+        self._episodes[episode_id] = episode
         return episode
 
-    def close_episode(self, key: str) -> HarnessCapture:
-        """The episode's capture; its key opens nothing from now on."""
-        return self._episodes.pop(key).capture
+    def close_episode(self, episode_id: str) -> HarnessCapture:
+        """The episode's capture; its route and key open nothing from now on."""
+        return self._episodes.pop(episode_id).capture
 
     def episode_for(self, request: Request) -> EpisodeCapture | None:
+        """The episode whose route the call came by, if it carries that episode's key."""
+        episode = self._episodes.get(request.path_params["episode_id"])
         authorization = request.headers.get("authorization", "")
         key = authorization[7:] if authorization[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
-        return self._episodes.get(key) if key else None
+        if episode is None or not secrets.compare_digest(key.encode(), episode.key.encode()):
+            return None
+        return episode
 
     async def chat(self, request: Request) -> Response:
         episode = self.episode_for(request)
         if episode is None:
-            return JSONResponse(_error("unknown API key: a harness agent calls with its episode's key", "401"), 401)
+            return JSONResponse(_error("a harness agent calls with its own episode's key", "401"), 401)
         try:
             body = await request.json()
         except ValueError:
@@ -230,7 +238,7 @@ def _error(message: str, code: str) -> dict[str, Any]:
 
 
 def create_capture_app(proxy: CaptureProxy) -> FastAPI:
-    """The proxy's one route, the chat completions an agent calls, with the pooled client the
+    """The proxy's one route, an episode's chat completions, with the pooled client the
     proxy reaches engines with for as long as the app runs."""
 
     @contextlib.asynccontextmanager
@@ -241,5 +249,5 @@ def create_capture_app(proxy: CaptureProxy) -> FastAPI:
             proxy.http = None
 
     app = FastAPI(lifespan=lifespan)
-    app.add_api_route("/v1/chat/completions", proxy.chat, methods=["POST"])
+    app.add_api_route("/episodes/{episode_id}/v1/chat/completions", proxy.chat, methods=["POST"])
     return app
