@@ -87,6 +87,7 @@ class StandInEngine:
     return_logprobs: bool = True  # False: one that returns no logprobs either
     fail_next: int = 0  # answer this many calls with a 500 first
     delay_s: float = 0.0  # how long each answer takes
+    mangle: Callable[[dict[str, Any]], dict[str, Any]] = lambda reply: reply  # a reply unlike vLLM's
     sampled: list[Sampled] = field(default_factory=list)
     bodies: list[dict[str, Any]] = field(default_factory=list)
 
@@ -141,7 +142,7 @@ class StandInEngine:
             body = await request.json()
             await asyncio.sleep(self.delay_s)
             status, reply = self.answer(body)
-            return JSONResponse(reply, status_code=status)
+            return JSONResponse(self.mangle(reply), status_code=status)
 
         return app
 

@@ -184,6 +184,25 @@ def test_an_engine_without_ids_lowers_the_capture_loudly(
         training_trace(capture)
 
 
+def test_an_engine_reply_unlike_vllms_is_answered_and_marked_not_recorded(proxy: Proxy):
+    def garble(reply: dict[str, Any]) -> dict[str, Any]:
+        reply["choices"][0]["logprobs"] = "garbled"
+        return reply
+
+    proxy.engine.mangle = garble
+    episode = proxy.open(max_calls=2)
+    for _ in range(2):
+        reply = proxy.agent(episode).chat.completions.create(model="m", messages=[TASK])
+        assert reply.choices[0].message.content == "answer to 1 messages"
+    past = proxy.agent(episode).chat.completions.create(model="m", messages=[TASK])
+    assert past.choices[0].message.content == "Step budget exhausted; stopping."  # the two still counted
+    capture = proxy.close(episode)
+    assert (capture.level, capture.calls) == ("text", [])
+    assert capture.problems == [
+        "the engine's reply could not be read (AttributeError(\"'str' object has no attribute 'get'\"))"
+    ]
+
+
 def test_constrained_decoding_and_several_choices_are_refused(proxy: Proxy):
     client = proxy.agent(proxy.open())
     with pytest.raises(openai.BadRequestError, match="constrained decoding"):

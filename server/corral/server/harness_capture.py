@@ -203,9 +203,14 @@ class CaptureProxy:
         if status != 200 or not isinstance(reply, dict) or not reply.get("choices"):
             episode.started -= 1  # nothing sampled: the agent's retry is the same step
             return (status if status != 200 else 502), reply if isinstance(reply, dict) else _error(str(reply), "bad")
-        call = captured_call(f"c{len(episode.capture.calls)}", body, sent, reply, retry_count)
-        episode.capture.calls.append(call)
-        episode.note_level(call.level, call.problems)
+        try:
+            call = captured_call(f"c{len(episode.capture.calls)}", body, sent, reply, retry_count)
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as error:
+            # An engine reply not shaped as vLLM's: the agent still gets it; the capture says so.
+            episode.note_level("text", [f"the engine's reply could not be read ({error!r})"])
+        else:
+            episode.capture.calls.append(call)
+            episode.note_level(call.level, call.problems)
         return 200, agent_reply(reply, wants_logprobs=bool(body.get("logprobs")))
 
 
