@@ -31,8 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
 
 from corral.errors import ConfigError
 from corral.protocol.trace_capture import HarnessCapture
@@ -242,17 +244,18 @@ def _error(message: str, code: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "corral_capture", "code": code}}
 
 
-def create_capture_app(proxy: CaptureProxy) -> FastAPI:
+def create_capture_app(proxy: CaptureProxy) -> Starlette:
     """The proxy's one route, an episode's chat completions, with the pooled client the
-    proxy reaches engines with for as long as the app runs."""
+    proxy reaches engines with for as long as the app runs. Starlette's own routing: FastAPI's
+    request handling adds about 0.1 ms a call here, for nothing this route uses."""
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with httpx.AsyncClient(trust_env=False, limits=httpx.Limits(max_connections=None)) as http:
             proxy.http = http
             yield
             proxy.http = None
 
-    app = FastAPI(lifespan=lifespan)
-    app.add_api_route("/episodes/{episode_id}/v1/chat/completions", proxy.chat, methods=["POST"])
-    return app
+    return Starlette(
+        routes=[Route("/episodes/{episode_id}/v1/chat/completions", proxy.chat, methods=["POST"])], lifespan=lifespan
+    )
