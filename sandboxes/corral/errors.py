@@ -64,6 +64,11 @@ class GenerationError(CorralError, RuntimeError):
     """The model server (vLLM) refused a completion, or answered without what corral needs."""
 
 
+class CaptureNotTrainable(CorralError, ValueError):
+    """A harness episode's capture has no engine token ids (its level is below `tokens`), so it
+    has no training trace: an eval episode, never a silently empty one."""
+
+
 # The client's side of the wire ------------------------------------------------------------
 
 
