@@ -67,7 +67,10 @@ async def start_container(pod: Pod, image: Path, volumes: Path) -> None:
     """Start `pod`'s container from `image` (a local folder) with its emptyDirs under `volumes`:
     sets `pod.process` (bwrap) and `pod.pid` (its PID 1, as the host sees it)."""
     container = pod.container
-    pod.variables = {"PATH": os.environ["PATH"], **{v["name"]: v["value"] for v in container.get("env", [])}}
+    # An image's `python3` is the interpreter itself, never a shim (pyenv's, asdf's) that is PID 1
+    # for a while and forks helpers: a `kill -9 -1` then kills a helper, and the shim, PID 1, exits.
+    path = os.pathsep.join([os.path.dirname(os.path.realpath(sys.executable)), os.environ["PATH"]])
+    pod.variables = {"PATH": path, **{v["name"]: v["value"] for v in container.get("env", [])}}
     readable, writable = os.pipe()
     try:
         pod.process = await asyncio.create_subprocess_exec(
