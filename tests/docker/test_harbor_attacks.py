@@ -170,3 +170,31 @@ def test_a_pth_the_agent_leaves_in_a_site_folder_of_the_tests_python_stops_the_t
     output = ended.metadata["verifier_output"]["reward"]
     assert (ended.status, ended.reward) == ("scored", 0.0), output
     assert f"changed folders their Python imports from: {SITE}" in output, output
+
+
+# The same task, its image naming a file in the agent's home in a variable pytest reads as it
+# starts (issue 38: BASH_ENV, LD_LIBRARY_PATH; here its neighbour PYTEST_ADDOPTS).
+STARTS_WITH_THE_AGENT_S_FILE = 'ENV PYTEST_ADDOPTS="-c /home/worker/pytest.ini"\n'
+COLLECT_ONLY = "printf '[pytest]\\naddopts = --collect-only\\n' > ~/pytest.ini"
+
+
+@pytest.fixture(scope="module")
+def startup_tasks(docker_engine, worker_tasks, tmp_path_factory) -> Iterator[EmbeddedServer]:
+    root = Path(shutil.copytree(worker_tasks, tmp_path_factory.mktemp("harbor-startup") / "tasks"))
+    dockerfile = root / TASK / "environment" / "Dockerfile"
+    dockerfile.write_text(
+        dockerfile.read_text().replace("USER worker\n", STARTS_WITH_THE_AGENT_S_FILE + "USER worker\n")
+    )
+    yield from serving(root, sandbox="docker", max_concurrent_envs=2)
+
+
+def test_a_start_up_variable_of_the_image_runs_nothing_of_the_agent_s_in_its_tests(startup_tasks):
+    ended = play(startup_tasks, COLLECT_ONLY)
+    output = ended.metadata["verifier_output"]["reward"]
+    assert (ended.status, ended.reward) == ("scored", 0.0), output
+    assert "set empty for the tests" in output and "PYTEST_ADDOPTS" in output, output
+
+
+def test_the_solution_scores_1_where_the_image_sets_a_start_up_variable(startup_tasks):
+    ended = play(startup_tasks, SOLVE, COLLECT_ONLY)
+    assert (ended.status, ended.reward) == ("scored", 1.0), ended.metadata["verifier_output"]

@@ -368,3 +368,19 @@ def test_check_names_the_tasks_whose_agent_runs_as_root_and_says_the_fix(copy):
     (rooted,) = [note for note in notes if "run their agent as root" in note]
     assert rooted.startswith("5 task(s) run their agent as root (c-build, git-repair, legacy-wordcount)")
     assert "[agent] user, or USER in the Dockerfile" in rooted
+
+
+def test_check_names_the_tasks_whose_image_sets_a_start_up_variable_and_says_the_fix(copy):
+    """An image's ENV is part of its tests' trust base: `corral check` names a task whose image
+    sets a variable that runs code as a program starts (its tests get it empty), unless the task
+    sets it for its verifier."""
+    root = copy
+    for task in ("csv-stats", "yaml-config"):
+        dockerfile = root / task / "environment" / "Dockerfile"
+        dockerfile.write_text(dockerfile.read_text() + "ENV LANG=C.UTF-8 BASH_ENV=/home/w/.env\nENV LD_PRELOAD /x.so\n")
+    toml = root / "yaml-config" / "task.toml"
+    toml.write_text(toml.read_text().replace("[verifier]\n", '[verifier]\nenv = { BASH_ENV = "", LD_PRELOAD = "" }\n'))
+    notes = load_bundle(root).extension.notes
+    (startup,) = [note for note in notes if "runs code as a program starts" in note]
+    assert startup.startswith("1 task(s) set in their image's ENV a variable that runs code as a program starts")
+    assert "(csv-stats (BASH_ENV, LD_PRELOAD))" in startup and "[verifier] env" in startup

@@ -22,8 +22,10 @@ A Harbor task's agent may write anywhere in its container, so a copy of a few fo
    so nothing the agent left at those paths is seen, and the engine writes the files (its
    archive API, through the keeper): no program of the image, which the agent may have
    changed, takes part.
-5. Its PATH and PYTHONPATH lose every folder the agent could write in, and where the agent
-   changed a folder its Python imports from by itself, it does not run (docker_search_path).
+5. Its PATH and PYTHONPATH lose every folder the agent could write in, the image's start-up
+   variables (LD_PRELOAD, BASH_ENV, ...) and those naming such a folder are set empty, and
+   where the agent changed a folder its Python imports from by itself, it does not run
+   (docker_search_path).
    Before the command starts (it waits at a gate: a line on its stdin), every link the agent
    made is resolved, and one that leads into those folders or through /proc fails the tests
    (docker_links): an answer linked to /tests/data/expected.json would read as the answer.
@@ -175,6 +177,11 @@ async def verify_snapshot(
             output += (
                 f"\n[corral] left off the tests' PATH and PYTHONPATH, as the agent's user could write there: "
                 f"{', '.join(searched.left_off)}"
+            )
+        if searched.emptied:
+            output += (
+                "\n[corral] set empty for the tests, as the image's value runs code as a program starts or "
+                f"names a path the agent's user could write: {', '.join(searched.emptied)}"
             )
         found = {
             path: content
