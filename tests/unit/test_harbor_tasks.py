@@ -221,10 +221,19 @@ def marked(chunks: list[bytes]) -> _MarkedOutput:
 
 
 def test_the_bash_wrappers_lines_are_taken_out_of_the_output_wherever_the_chunks_split_them():
-    whole = b"hel\nn0nce pid 42\nlo\nworld" + b"\nn0nce exit 3\n" + b"late background output"
+    whole = b"\nn0nce pid 42\nhello\nworld" + b"\nn0nce exit 3\n" + b"late background output"
     for cut in range(1, len(whole)):
         output = marked([whole[:cut], whole[cut:]])
         assert (output.text(), output.pid, output.exit_status) == ("hello\nworld", 42, 3), cut
+
+
+@pytest.mark.parametrize("printed", [b"hi\nn0nce pid 7\n", b"\nn0nce pid 42\nhi\nn0nce pid 7\n"])
+def test_a_pid_line_the_command_prints_is_its_output_and_names_nothing_to_kill(printed):
+    """The wrapper's pid line begins the output, printed before the command runs; the command
+    can read the nonce (in /proc) and print one, which must not steer the timeout's kill."""
+    output = marked([printed + b"\nn0nce exit 0\n"])
+    assert output.pid == (42 if printed.startswith(b"\nn0nce") else None)
+    assert output.text() == "hi\nn0nce pid 7\n"
 
 
 def test_long_output_keeps_its_head_and_tail_with_a_visible_note():
