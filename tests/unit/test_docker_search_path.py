@@ -65,7 +65,7 @@ def test_a_change_in_the_tests_python_folders_is_found_but_not_its_bytecode_cach
 
 @pytest.mark.parametrize("user", ["", "root", "0:0"])
 def test_nothing_is_judged_where_the_agent_is_root(judged, user):
-    assert search(user, {}) == docker_search_path.SearchPath() and judged == []
+    assert search(user, {}) == docker_search_path.SearchPath(agent=user or "root") and judged == []
 
 
 STARTUP_ENV = ["LD_PRELOAD=/home/worker/x.so", "PYTEST_ADDOPTS=-p plug", "BASH_FUNC_f%%=() { :; }", "LANG=C.UTF-8"]

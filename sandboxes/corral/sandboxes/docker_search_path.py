@@ -103,6 +103,7 @@ class SearchPath:
     left_off: list[str] = field(default_factory=list)
     planted: list[str] = field(default_factory=list)
     emptied: list[str] = field(default_factory=list)  # the image's variables set empty for the tests
+    agent: str = "root"  # the agent's user, as the engine takes it
 
 
 async def for_the_tests(
@@ -117,9 +118,9 @@ async def for_the_tests(
     # Each judged by what it is, not where: the task's own settings are its choice.
     others = {key: value for key, value in image_env.items() if key not in ours and key not in SEARCHED}
     emptied = sorted(key for key in others if starts_code(key))
-    agent = config["user"] or info.get("User") or ""
-    if agent.split(":")[0] in ("", "root", "0"):
-        return SearchPath({key: "" for key in emptied}, emptied=emptied)
+    agent = config["user"] or info.get("User") or "root"
+    if agent.split(":")[0] in ("root", "0"):
+        return SearchPath({key: "" for key in emptied}, emptied=emptied, agent=agent)
     # The task's [verifier] env names what its tests search on purpose (PYTHONPATH=/app: they
     # import the agent's code): that is kept as it is; the image's own lists are judged.
     chosen = {key: value for key, value in overrides.items() if key in SEARCHED}
@@ -148,7 +149,7 @@ async def for_the_tests(
     )
     searched = kept if any(kept[key] != lists[key] for key in lists) else {}
     left_off = [entry for entry in reached if any(entry in value.split(":") for value in lists.values())]
-    return SearchPath({**searched, **{key: "" for key in emptied}}, left_off, planted, emptied)
+    return SearchPath({**searched, **{key: "" for key in emptied}}, left_off, planted, emptied, agent)
 
 
 async def _python_path(engine: Engine, keeper: str, path: str) -> list[str]:

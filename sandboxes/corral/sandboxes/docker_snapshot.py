@@ -165,7 +165,7 @@ async def verify_snapshot(
             refused = await _start(engine, made[0], files_dir)
             if refused is None:
                 refused = await _links_checked(
-                    engine, made[0], fresh["user"], changed, [files_dir, *folders_of(results)]
+                    engine, made[0], fresh["user"], changed, [files_dir, *folders_of(results)], searched.agent
                 )
         if refused is not None:
             await stream.close()
@@ -216,12 +216,13 @@ def folders_of(results: Sequence[str]) -> list[str]:
 
 
 async def _links_checked(
-    engine: Engine, container: str, user: str, changed: list[dict] | None, brought_in: list[str]
+    engine: Engine, container: str, user: str, changed: list[dict] | None, brought_in: list[str], agent: str
 ) -> str | None:
-    """None when no link the agent made leads into what the verifier brought in (docker_links),
-    else why the tests do not run: that is the agent's doing, and its tests fail."""
+    """None when no link the agent made leads into what the verifier brought in, or where the
+    agent's user cannot read (docker_links), else why the tests do not run: that is the
+    agent's doing, and its tests fail."""
     try:
-        found = await forged_links(engine, container, user, changed or [], brought_in)
+        found = await forged_links(engine, container, user, changed or [], brought_in, agent)
     except SandboxError as error:  # the container stopped: the gate's /bin/sh did not run
         return f"[corral] the tests could not start in a copy of what the agent left: its /bin/sh failed ({error})"
     if not found:
