@@ -45,10 +45,12 @@ async def forged_links(
 
 
 async def forged_links_under(
-    engine: Engine, container: str, user: str, folders: Sequence[str], forbidden: Sequence[str]
+    engine: Engine, container: str, user: str, folders: Sequence[str], forbidden: Sequence[str], agent: str | None
 ) -> list[str]:
-    """shell_links.forged_links_under, in `container` as `user`."""
-    return await shell_links.forged_links_under(exec_shell(engine, container, user), folders, forbidden)
+    """shell_links.forged_links_under, in `container` as `user`, each link also followed by
+    `agent` (the agent's own user; None where it has none)."""
+    agent_shell = exec_shell(engine, container, agent) if agent is not None else None
+    return await shell_links.forged_links_under(exec_shell(engine, container, user), folders, forbidden, agent_shell)
 
 
 def exec_shell(engine: Engine, container: str, user: str) -> Shell:

@@ -54,10 +54,13 @@ async def _listed(shell: Shell, script: str, paths: Sequence[bytes]) -> list[byt
     return listed
 
 
-async def forged_links_under(shell: Shell, folders: Sequence[str], forbidden: Sequence[str]) -> list[str]:
+async def forged_links_under(
+    shell: Shell, folders: Sequence[str], forbidden: Sequence[str], agent: Shell | None = None
+) -> list[str]:
     """What is wrong with the links under `folders` (a corral env's writable folders, as copied
     for its command verifier, which brings its files in at `forbidden`), resolved by `shell`:
-    one line for each that leads into `forbidden` or /proc."""
+    one line for each that leads into `forbidden` or /proc, or, where the agent has a user of
+    its own (`agent`, its shell), where that user cannot read (unreadable_links)."""
     try:
         links: dict[bytes, bytes] = {}
         for folder in folders:
@@ -65,7 +68,8 @@ async def forged_links_under(shell: Shell, folders: Sequence[str], forbidden: Se
         if not links:
             return []
         roots = [path.encode() for path in forbidden]
-        return await judge_links(shell, links, roots + await resolve(shell, roots))
+        found = await judge_links(shell, links, roots + await resolve(shell, roots))
+        return found + (await unreadable_links(agent, shell, list(links)) if agent is not None else [])
     except ValueError as error:
         return [str(error)]
 
