@@ -175,8 +175,7 @@ def test_bash_returns_when_its_command_does_and_stops_everything_it_started_at_i
 # The command reads the wrapper's nonce from its parent's command line and prints a pid line
 # of its own naming a decoy, as the wrapper would (issue 38: the kill then missed the command).
 FORGES_ITS_PID = (
-    "mapfile -d '' a < /proc/$PPID/cmdline; sleep 305 & "
-    "printf '\\n%s pid %s\\n' \"${a[3]}\" $!; sleep 303 & sleep 304"
+    "mapfile -d '' a < /proc/$PPID/cmdline; sleep 305 & printf '\\n%s pid %s\\n' \"${a[3]}\" $!; sleep 303 & sleep 304"
 )
 
 
