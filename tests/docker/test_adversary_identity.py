@@ -275,8 +275,13 @@ LINKED_ANSWERS = {
 }
 
 
+ENVS_KEY = "RUN echo the secret answer > /opt/key && chown env /opt/key && chmod 600 /opt/key\n"
+
+
 @pytest.fixture(scope="module")
-def compare_server(docker_engine, tmp_path_factory) -> Iterator[EmbeddedServer]:
+def compare_server(docker_engine, tmp_path_factory, request) -> Iterator[EmbeddedServer]:
+    """The compare bundle; "keyed": its image also holds the answer in a file of the env's user,
+    mode 600, which the agent's own user cannot read and the verifier (the env's user) can."""
     root = tmp_path_factory.mktemp("compare") / "compare"
     (root / "verifiers").mkdir(parents=True)
     (root / "verifiers" / "answer.toml").write_text(COMPARES)
@@ -286,7 +291,7 @@ def compare_server(docker_engine, tmp_path_factory) -> Iterator[EmbeddedServer]:
     env = root / "envs" / "reach"
     env.mkdir(parents=True)
     (env / "env.py").write_text(REACH_ENV)
-    (env / "Dockerfile").write_text(REACH_DOCKERFILE)
+    (env / "Dockerfile").write_text(REACH_DOCKERFILE + (ENVS_KEY if getattr(request, "param", "") else ""))
     (env / "env.toml").write_text('entry = "env:Reach"\nwritable = ["/work"]\n')
     (root / "tasks").mkdir()
     (root / "tasks" / "answer.json").write_text('{"env": "reach", "args": {}, "prompt": "Answer in answer.txt."}')
@@ -313,3 +318,12 @@ def test_the_answer_beside_links_elsewhere_still_scores_1(compare_server):
     )
 
     assert (ended.status, ended.reward) == ("scored", 1.0), ended.metadata
+
+
+@pytest.mark.parametrize("compare_server", ["keyed"], indirect=True)
+def test_an_answer_linked_to_a_file_only_the_verifier_s_user_reads_scores_0(compare_server):
+    """Issue 38's confused deputy, for a command verifier: it runs as the env's user, one uid
+    below the agent's, and would read the env's 0600 file through the agent's link."""
+    ended = answered(compare_server, "ln -s /opt/key answer.txt")
+
+    assert (ended.status, ended.reward) == ("scored", 0.0), ended.metadata

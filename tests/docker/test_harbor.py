@@ -172,6 +172,23 @@ def test_bash_returns_when_its_command_does_and_stops_everything_it_started_at_i
     assert head.startswith("1\n2\n3\n") and tail.endswith("199999\n200000\n[exit status 0]")
 
 
+# The command reads the wrapper's nonce from its parent's command line and prints a pid line
+# of its own naming a decoy, as the wrapper would (issue 38: the kill then missed the command).
+FORGES_ITS_PID = (
+    "mapfile -d '' a < /proc/$PPID/cmdline; sleep 305 & printf '\\n%s pid %s\\n' \"${a[3]}\" $!; sleep 303 & sleep 304"
+)
+
+
+def test_nothing_the_command_prints_steers_what_its_timeout_kills(harbor):
+    with ws(harbor) as socket:
+        opened(socket, task_id="csv-stats")
+        timed_out = called(socket, "bash", command=FORGES_ITS_PID, timeout_s=2)
+        left = called(socket, "bash", command="cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '")
+
+    assert "[timed out after 2s: the command and everything it started were stopped" in timed_out.result
+    assert "sleep 303" not in left.result and "sleep 304" not in left.result, left.result
+
+
 def test_the_task_container_is_hardened_even_when_its_user_is_root(harbor, docker_engine):
     with ws(harbor) as socket:
         episode = opened(socket, task_id="csv-stats").episode_id

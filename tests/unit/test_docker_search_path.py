@@ -15,8 +15,8 @@ IMAGE_ENV = ["PATH=/home/worker/.local/bin:/usr/bin", "PYTHONPATH=/app/lib", "LA
 
 
 class Engine:
-    def __init__(self, user: str):
-        self.api = SimpleNamespace(inspect_image=lambda image: {"Config": {"Env": IMAGE_ENV, "User": user}})
+    def __init__(self, user: str, env: list[str] = IMAGE_ENV):
+        self.api = SimpleNamespace(inspect_image=lambda image: {"Config": {"Env": env, "User": user}})
 
     async def call(self, function, *args):
         return function(*args)
@@ -39,9 +39,10 @@ def judged(monkeypatch) -> list[dict]:
     return seen
 
 
-def search(user: str, overrides: dict[str, str], changed=()) -> docker_search_path.SearchPath:
+def search(user: str, overrides: dict[str, str], changed=(), env=IMAGE_ENV) -> docker_search_path.SearchPath:
     config = {"user": "", "environment": {}, "working_dir": "/app"}
-    return asyncio.run(docker_search_path.for_the_tests(Engine(user), "commit", "keeper", config, overrides, changed))
+    engine = Engine(user, env)
+    return asyncio.run(docker_search_path.for_the_tests(engine, "commit", "keeper", config, overrides, changed))
 
 
 def test_the_image_s_lists_are_judged_and_the_task_s_own_choice_is_kept(judged):
@@ -64,4 +65,28 @@ def test_a_change_in_the_tests_python_folders_is_found_but_not_its_bytecode_cach
 
 @pytest.mark.parametrize("user", ["", "root", "0:0"])
 def test_nothing_is_judged_where_the_agent_is_root(judged, user):
-    assert search(user, {}) == docker_search_path.SearchPath() and judged == []
+    assert search(user, {}) == docker_search_path.SearchPath(agent=user or "root") and judged == []
+
+
+STARTUP_ENV = ["LD_PRELOAD=/home/worker/x.so", "PYTEST_ADDOPTS=-p plug", "BASH_FUNC_f%%=() { :; }", "LANG=C.UTF-8"]
+
+
+@pytest.mark.parametrize("user", ["worker", "root"])
+def test_the_image_s_start_up_variables_are_set_empty_whoever_the_agent_is(judged, user):
+    found = search(user, {}, env=STARTUP_ENV)
+
+    assert found.emptied == ["BASH_FUNC_f%%", "LD_PRELOAD", "PYTEST_ADDOPTS"]
+    assert {key: found.environment[key] for key in found.emptied} == dict.fromkeys(found.emptied, "")
+    assert "LANG" not in found.environment
+
+
+def test_a_start_up_variable_the_task_sets_is_its_own(judged):
+    assert search("worker", {"PYTEST_ADDOPTS": "-x"}, env=STARTUP_ENV).emptied == ["BASH_FUNC_f%%", "LD_PRELOAD"]
+
+
+def test_another_variable_is_judged_by_the_paths_it_names(judged):
+    env = ["JAVA_HOME=/home/worker/jdk", "OPTS=-Dlog=/var/log/x -q", "LC_ALL=/x", "TERM=xterm", "COLOR=blue"]
+    found = search("worker", {}, env=env)
+
+    assert judged == [{"JAVA_HOME": "/home/worker/jdk", "OPTS": "/var/log/x"}]
+    assert found.emptied == ["JAVA_HOME", "OPTS"] and found.left_off == []

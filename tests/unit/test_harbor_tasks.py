@@ -221,10 +221,19 @@ def marked(chunks: list[bytes]) -> _MarkedOutput:
 
 
 def test_the_bash_wrappers_lines_are_taken_out_of_the_output_wherever_the_chunks_split_them():
-    whole = b"hel\nn0nce pid 42\nlo\nworld" + b"\nn0nce exit 3\n" + b"late background output"
+    whole = b"\nn0nce pid 42\nhello\nworld" + b"\nn0nce exit 3\n" + b"late background output"
     for cut in range(1, len(whole)):
         output = marked([whole[:cut], whole[cut:]])
         assert (output.text(), output.pid, output.exit_status) == ("hello\nworld", 42, 3), cut
+
+
+@pytest.mark.parametrize("printed", [b"hi\nn0nce pid 7\n", b"\nn0nce pid 42\nhi\nn0nce pid 7\n"])
+def test_a_pid_line_the_command_prints_is_its_output_and_names_nothing_to_kill(printed):
+    """The wrapper's pid line begins the output, printed before the command runs; the command
+    can read the nonce (in /proc) and print one, which must not steer the timeout's kill."""
+    output = marked([printed + b"\nn0nce exit 0\n"])
+    assert output.pid == (42 if printed.startswith(b"\nn0nce") else None)
+    assert output.text() == "hi\nn0nce pid 7\n"
 
 
 def test_long_output_keeps_its_head_and_tail_with_a_visible_note():
@@ -368,3 +377,19 @@ def test_check_names_the_tasks_whose_agent_runs_as_root_and_says_the_fix(copy):
     (rooted,) = [note for note in notes if "run their agent as root" in note]
     assert rooted.startswith("5 task(s) run their agent as root (c-build, git-repair, legacy-wordcount)")
     assert "[agent] user, or USER in the Dockerfile" in rooted
+
+
+def test_check_names_the_tasks_whose_image_sets_a_start_up_variable_and_says_the_fix(copy):
+    """An image's ENV is part of its tests' trust base: `corral check` names a task whose image
+    sets a variable that runs code as a program starts (its tests get it empty), unless the task
+    sets it for its verifier."""
+    root = copy
+    for task in ("csv-stats", "yaml-config"):
+        dockerfile = root / task / "environment" / "Dockerfile"
+        dockerfile.write_text(dockerfile.read_text() + "ENV LANG=C.UTF-8 BASH_ENV=/home/w/.env\nENV LD_PRELOAD /x.so\n")
+    toml = root / "yaml-config" / "task.toml"
+    toml.write_text(toml.read_text().replace("[verifier]\n", '[verifier]\nenv = { BASH_ENV = "", LD_PRELOAD = "" }\n'))
+    notes = load_bundle(root).extension.notes
+    (startup,) = [note for note in notes if "runs code as a program starts" in note]
+    assert startup.startswith("1 task(s) set in their image's ENV a variable that runs code as a program starts")
+    assert "(csv-stats (BASH_ENV, LD_PRELOAD))" in startup and "[verifier] env" in startup

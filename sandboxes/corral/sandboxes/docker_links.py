@@ -11,7 +11,10 @@ those folders, or /proc at all: a path through /proc (/proc/self/cwd, /proc/self
 /proc/2/root, /dev/fd/...) depends on the process that reads it, so it cannot be judged here.
 
 The resolution is shell_links', each step lstat'ed in the verifier's container by the tests'
-own user (what those tests could reach), through `docker exec`.
+own user (what those tests could reach), through `docker exec`. And every link the agent made
+is followed by the agent's own user there: one whose end that user cannot read, but the tests
+find, would have the tests read for the agent what it could not (its link to /root/answer-key.txt
+of mode 600, read by root tests), so it stops them too, wherever it leads.
 """
 
 from __future__ import annotations
@@ -22,28 +25,32 @@ from collections.abc import Iterable, Sequence
 from corral.sandboxes import shell_links
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_exec import Exec
-from corral.sandboxes.shell_links import Shell, judge_links, links_under, lstat, resolve
+from corral.sandboxes.shell_links import Shell, judge_links, links_under, lstat, resolve, unreadable_links
 
 ADDED_OR_CHANGED = (0, 1)  # the engine's diff kinds; 2 is deleted
 
 
 async def forged_links(
-    engine: Engine, container: str, user: str, changed: Iterable[dict], forbidden: Sequence[str]
+    engine: Engine, container: str, user: str, changed: Iterable[dict], forbidden: Sequence[str], agent: str
 ) -> list[str]:
     """What is wrong with the links among `changed` (the engine's diff of the agent's container),
-    resolved in `container` as `user`: one line for each that leads into `forbidden` or /proc."""
+    resolved in `container` as `user`: one line for each that leads into `forbidden` or /proc,
+    or where `agent` (the agent's user) cannot read."""
     paths = [entry["Path"] for entry in changed if entry.get("Kind") in ADDED_OR_CHANGED]
+    tests = exec_shell(engine, container, user)
     try:
-        return await _judge(exec_shell(engine, container, user), paths, [path.encode() for path in forbidden])
+        return await _judge(tests, exec_shell(engine, container, agent), paths, [path.encode() for path in forbidden])
     except ValueError as error:  # what the image's sh, readlink or find answered cannot be read
         return [str(error)]
 
 
 async def forged_links_under(
-    engine: Engine, container: str, user: str, folders: Sequence[str], forbidden: Sequence[str]
+    engine: Engine, container: str, user: str, folders: Sequence[str], forbidden: Sequence[str], agent: str | None
 ) -> list[str]:
-    """shell_links.forged_links_under, in `container` as `user`."""
-    return await shell_links.forged_links_under(exec_shell(engine, container, user), folders, forbidden)
+    """shell_links.forged_links_under, in `container` as `user`, each link also followed by
+    `agent` (the agent's own user; None where it has none)."""
+    agent_shell = exec_shell(engine, container, agent) if agent is not None else None
+    return await shell_links.forged_links_under(exec_shell(engine, container, user), folders, forbidden, agent_shell)
 
 
 def exec_shell(engine: Engine, container: str, user: str) -> Shell:
@@ -62,7 +69,7 @@ def exec_shell(engine: Engine, container: str, user: str) -> Shell:
     return run
 
 
-async def _judge(shell: Shell, paths: list[str], roots: list[bytes]) -> list[str]:
+async def _judge(shell: Shell, agent: Shell, paths: list[str], roots: list[bytes]) -> list[str]:
     named = [path.encode() for path in paths if "\ufffd" not in path]
     # Where the folders are mounted: their paths as links there resolve (docker's own rule),
     # found while the agent's paths are looked at.
@@ -72,7 +79,7 @@ async def _judge(shell: Shell, paths: list[str], roots: list[bytes]) -> list[str
     # folder it names right is looked at instead.
     for folder in dict.fromkeys(_named_ancestor(path) for path in paths if "\ufffd" in path):
         links.update(await links_under(shell, folder))
-    return await judge_links(shell, links, roots + resolved)
+    return await judge_links(shell, links, roots + resolved) + await unreadable_links(agent, shell, list(links))
 
 
 def _named_ancestor(path: str) -> str:

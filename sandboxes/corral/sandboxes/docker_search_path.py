@@ -10,6 +10,14 @@ replace (it or a folder above it is writable by that user), is left off the test
 the tests' output says so. A task's `[verifier] env` that sets either list chooses on purpose
 (`PYTHONPATH=/app` for tests that import the agent's code): that list is kept as it is.
 
+Every other variable the image sets is judged as well: one that makes a program load or run
+code as it starts (BASH_ENV, LD_PRELOAD, PYTEST_ADDOPTS, NODE_OPTIONS: pristine.STARTUP) is
+set empty for the tests whoever the agent is (the engine cannot unset an image's variable, and
+each of them empty means none), and one whose value names a path the agent could write in,
+make or replace (JAVA_HOME=/home/worker/jdk) is set empty too; the locale's, TERM and TZ are
+kept. The task's own settings (its `[verifier] env`, its environment) are kept as they are.
+So an image's ENV is part of its tests' trust base only as far as the agent cannot reach it.
+
 Python also imports from its own site folders, which no setting takes off its path: where the
 agent added or changed anything in one (a `.pth` file there runs at every start), the tests do
 not run and fail, saying so. A task whose agent runs as root could change every folder, and
@@ -19,6 +27,7 @@ its tests' own programs: that is the limit `corral check` notes for such tasks, 
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -26,8 +35,12 @@ from corral.errors import SandboxError
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_exec import Exec
 from corral.sandboxes.docker_keeper import KEEPER_USER
+from corral.sandboxes.pristine import starts_code
 
 SEARCHED = ("PATH", "PYTHONPATH")
+KEPT = ("HOME", "LANG", "LANGUAGE", "TERM", "TZ")  # and LC_*: they name no code
+# The absolute paths a value names: whole, or after a separator (JAVA_OPTS="-Dx=/home/a").
+PATHS = re.compile(r"(?:^|[\s:=,;'\"])(/[^\s:=,;'\"]*)")
 # Each argument the agent's user may write in, NUL-terminated. The keeper's /bin/sh is the
 # image's as built: the agent never ran in that container.
 WRITABLE = 'for p do if [ -w "$p" ]; then printf "%s\\0" "$p"; fi; done'
@@ -89,6 +102,8 @@ class SearchPath:
     environment: dict[str, str] = field(default_factory=dict)
     left_off: list[str] = field(default_factory=list)
     planted: list[str] = field(default_factory=list)
+    emptied: list[str] = field(default_factory=list)  # the image's variables set empty for the tests
+    agent: str = "root"  # the agent's user, as the engine takes it
 
 
 async def for_the_tests(
@@ -98,9 +113,14 @@ async def for_the_tests(
     `config`; `overrides`: the task's verifier settings; `changed`: the engine's diff of that
     container); nothing where the agent ran as root (see the module docstring)."""
     info = (await engine.call(engine.api.inspect_image, image))["Config"]
-    agent = config["user"] or info.get("User") or ""
-    if agent.split(":")[0] in ("", "root", "0"):
-        return SearchPath()
+    image_env = dict(item.partition("=")[::2] for item in info.get("Env") or [])
+    ours = {**config["environment"], **overrides}
+    # Each judged by what it is, not where: the task's own settings are its choice.
+    others = {key: value for key, value in image_env.items() if key not in ours and key not in SEARCHED}
+    emptied = sorted(key for key in others if starts_code(key))
+    agent = config["user"] or info.get("User") or "root"
+    if agent.split(":")[0] in ("root", "0"):
+        return SearchPath({key: "" for key in emptied}, emptied=emptied, agent=agent)
     # The task's [verifier] env names what its tests search on purpose (PYTHONPATH=/app: they
     # import the agent's code): that is kept as it is; the image's own lists are judged.
     chosen = {key: value for key, value in overrides.items() if key in SEARCHED}
@@ -109,9 +129,16 @@ async def for_the_tests(
         for key, value in search_lists(info.get("Env") or [], config["environment"]).items()
         if key not in chosen
     }
+    named = {
+        key: ":".join(PATHS.findall(value))
+        for key, value in others.items()
+        if key not in emptied and key not in KEPT and not key.startswith("LC_") and PATHS.search(value)
+    }
     kept, reached = await out_of_reach(
-        engine, keeper, agent, lists, config.get("working_dir") or info.get("WorkingDir") or "/"
+        engine, keeper, agent, {**lists, **named}, config.get("working_dir") or info.get("WorkingDir") or "/"
     )
+    emptied = sorted([*emptied, *(key for key in named if kept[key] != named[key])])
+    kept = {key: kept[key] for key in lists}
     folders = await _python_path(engine, keeper, chosen.get("PATH", kept.get("PATH", "")))
     planted = sorted(
         entry["Path"]
@@ -120,7 +147,9 @@ async def for_the_tests(
         and "__pycache__" not in entry["Path"]
         and any(entry["Path"] == folder or entry["Path"].startswith(folder + "/") for folder in folders)
     )
-    return SearchPath(kept if reached else {}, reached, planted)
+    searched = kept if any(kept[key] != lists[key] for key in lists) else {}
+    left_off = [entry for entry in reached if any(entry in value.split(":") for value in lists.values())]
+    return SearchPath({**searched, **{key: "" for key in emptied}}, left_off, planted, emptied, agent)
 
 
 async def _python_path(engine: Engine, keeper: str, path: str) -> list[str]:

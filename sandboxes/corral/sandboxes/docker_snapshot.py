@@ -25,8 +25,10 @@ A Harbor task's agent may write anywhere in its container, so a copy of a few fo
    so nothing the agent left at those paths is seen, and the engine writes the files (its
    archive API, through the keeper): no program of the image, which the agent may have
    changed, takes part.
-5. Its PATH and PYTHONPATH lose every folder the agent could write in, and where the agent
-   changed a folder its Python imports from by itself, it does not run (docker_search_path).
+5. Its PATH and PYTHONPATH lose every folder the agent could write in, the image's start-up
+   variables (LD_PRELOAD, BASH_ENV, ...) and those naming such a folder are set empty, and
+   where the agent changed a folder its Python imports from by itself, it does not run
+   (docker_search_path).
    Before the command starts (it waits at a gate: a line on its stdin), every link the agent
    made is resolved, and one that leads into those folders or through /proc fails the tests
    (docker_links): an answer linked to /tests/data/expected.json would read as the answer.
@@ -173,7 +175,7 @@ async def verify_snapshot(
             refused = await _start(engine, made[0], files_dir)
             if refused is None:
                 refused = await _links_checked(
-                    engine, made[0], fresh["user"], changed, [files_dir, *folders_of(results)]
+                    engine, made[0], fresh["user"], changed, [files_dir, *folders_of(results)], searched.agent
                 )
         if refused is not None:
             await stream.close()
@@ -185,6 +187,11 @@ async def verify_snapshot(
             output += (
                 f"\n[corral] left off the tests' PATH and PYTHONPATH, as the agent's user could write there: "
                 f"{', '.join(searched.left_off)}"
+            )
+        if searched.emptied:
+            output += (
+                "\n[corral] set empty for the tests, as the image's value runs code as a program starts or "
+                f"names a path the agent's user could write: {', '.join(searched.emptied)}"
             )
         found = {
             path: content
@@ -219,12 +226,13 @@ def folders_of(results: Sequence[str]) -> list[str]:
 
 
 async def _links_checked(
-    engine: Engine, container: str, user: str, changed: list[dict] | None, brought_in: list[str]
+    engine: Engine, container: str, user: str, changed: list[dict] | None, brought_in: list[str], agent: str
 ) -> str | None:
-    """None when no link the agent made leads into what the verifier brought in (docker_links),
-    else why the tests do not run: that is the agent's doing, and its tests fail."""
+    """None when no link the agent made leads into what the verifier brought in, or where the
+    agent's user cannot read (docker_links), else why the tests do not run: that is the
+    agent's doing, and its tests fail."""
     try:
-        found = await forged_links(engine, container, user, changed or [], brought_in)
+        found = await forged_links(engine, container, user, changed or [], brought_in, agent)
     except SandboxError as error:  # the container stopped: the gate's /bin/sh did not run
         return f"[corral] the tests could not start in a copy of what the agent left: its /bin/sh failed ({error})"
     if not found:

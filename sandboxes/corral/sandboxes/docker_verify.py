@@ -42,7 +42,7 @@ from corral.sandboxes.base import INODES_PER_MB, CommandResult, SandboxSpec
 from corral.sandboxes.docker_engine import Engine
 from corral.sandboxes.docker_exec import Exec
 from corral.sandboxes.docker_links import forged_links_under
-from corral.sandboxes.docker_users import env_user, scratch_mounts, without_identities
+from corral.sandboxes.docker_users import AGENT_USER, agent_apart, env_user, scratch_mounts, without_identities
 from corral.sandboxes.links import stopped_by
 from corral.sandboxes.pristine import BYTECODE, pristine_environment
 
@@ -244,6 +244,9 @@ async def copy_writable(
 async def _links_judged(engine: Engine, spec: SandboxSpec, container: str, user: str, files_dir: str) -> str | None:
     """None when no link among the agent's copied files leads into the verifier's files, its
     HOME or /proc (docker_links), else why the verifier does not run: an answer linked to an
-    expected one (or to /proc/self/fd/3, the file the verifier opened first) would read as it."""
-    found = await forged_links_under(engine, container, user, list(spec.writable), [files_dir, VERIFIER_HOME])
+    expected one (or to /proc/self/fd/3, the file the verifier opened first) would read as it;
+    nor, where the agent has a user of its own, one whose end that user cannot read (an env's
+    0600 file, which the verifier, as the env's user, would read for it)."""
+    agent = AGENT_USER if agent_apart(spec) else None
+    found = await forged_links_under(engine, container, user, list(spec.writable), [files_dir, VERIFIER_HOME], agent)
     return stopped_by(found) if found else None

@@ -99,4 +99,7 @@ def _resolve_here(steps: Walk) -> bytes | str:
 def stopped_by(found: Sequence[str]) -> str:
     """Why a verifier did not run, for `found` (a forged_links answer): the agent's doing, it fails."""
     shown = "; ".join(found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")
-    return f"[corral] the verifier did not run: links the agent left lead where the verifier's own files are: {shown}"
+    return (
+        "[corral] the verifier did not run: links the agent left lead where the verifier's own files are, "
+        f"or where the agent's user cannot read: {shown}"
+    )

@@ -31,6 +31,24 @@ PYTHON_SETTINGS = {
     "PYTHONPYCACHEPREFIX": NO_BYTECODE_CACHE,  # __pycache__ folders next to the sources are not read
     "PYTHONUNBUFFERED": "1",
 }
+# Variables a loader, an interpreter or a shell reads code or settings from as it starts: set
+# by an image, one names a file the agent may have written (nvm's BASH_ENV in its home), run
+# before any test. The tests get them only from the task itself (docker_search_path).
+STARTUP = (
+    "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PROMPT_COMMAND", "PS4", "GCONV_PATH",
+    "PYTHONHOME", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONWARNINGS", "PYTHONEXECUTABLE",
+    "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "NODE_OPTIONS", "NODE_PATH", "PERL5OPT", "PERL5LIB", "PERLLIB",
+    "RUBYOPT", "RUBYLIB", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH",
+    "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_PARAMETERS", "GIT_EXEC_PATH", "XDG_CONFIG_HOME",
+)  # fmt: skip
+STARTUP_PREFIXES = ("LD_", "GLIBC_", "BASH_FUNC_", "MALLOC_")
+
+
+def starts_code(name: str) -> bool:
+    """Whether a variable named `name` makes a program load or run something as it starts."""
+    return name in STARTUP or name.startswith(STARTUP_PREFIXES)
+
+
 # Left out of every copy of the agent's folders: compiled code it may have written to be run
 # in place of the sources the verifier reads (a stale cache, a sourceless module).
 BYTECODE = ("__pycache__", "*.pyc", "*.pyo")

@@ -30,12 +30,37 @@ QUERY = f'export LC_ALL=C; for p do if [ -L "$p" ]; then {TARGET}; else printf N
 # Every link under a folder ($1): P<length>:<its path's bytes>, then its target as above.
 PAIRS = f'export LC_ALL=C; for p do printf "P%s:%s" "${{#p}}" "$p"; {TARGET}; done'
 UNDER = 'find "$1" -xdev -type l -exec /bin/sh -c "$2" corral-links {} +'
+# Each argument `[ -r ]` refuses (run as the agent's user), or `[ -e ]` finds (as the tests'),
+# NUL-terminated: both follow every link to its end.
+UNREADABLE = 'for p do [ -r "$p" ] || printf "%s\\0" "$p"; done'
+EXISTING = 'for p do [ -e "$p" ] && printf "%s\\0" "$p"; done; exit 0'
 
 
-async def forged_links_under(shell: Shell, folders: Sequence[str], forbidden: Sequence[str]) -> list[str]:
+async def unreadable_links(agent: Shell, tests: Shell, links: Sequence[bytes]) -> list[str]:
+    """One line for each of `links` (links the agent made) whose end its user (`agent`) cannot
+    read and the tests' user (`tests`) finds: through it the tests would read for the agent
+    what it could not (an answer key of mode 600, /etc/shadow). A link that leads nowhere for
+    both is no read at all, and passes."""
+    refused = [path for batch in _batches(links) for path in await _listed(agent, UNREADABLE, batch)]
+    found = [path for batch in _batches(refused) for path in await _listed(tests, EXISTING, batch)]
+    return [f"{path.decode(errors='replace')}: leads where the agent's user cannot read" for path in found]
+
+
+async def _listed(shell: Shell, script: str, paths: Sequence[bytes]) -> list[bytes]:
+    output, stderr = await shell([script, "corral-links", *(path.decode() for path in paths)])
+    listed = output.split(b"\0")
+    if listed.pop() != b"" or not set(listed) <= set(paths):
+        raise ValueError(f"the link check's answer cannot be read: {stderr}")
+    return listed
+
+
+async def forged_links_under(
+    shell: Shell, folders: Sequence[str], forbidden: Sequence[str], agent: Shell | None = None
+) -> list[str]:
     """What is wrong with the links under `folders` (a corral env's writable folders, as copied
     for its command verifier, which brings its files in at `forbidden`), resolved by `shell`:
-    one line for each that leads into `forbidden` or /proc."""
+    one line for each that leads into `forbidden` or /proc, or, where the agent has a user of
+    its own (`agent`, its shell), where that user cannot read (unreadable_links)."""
     try:
         links: dict[bytes, bytes] = {}
         for folder in folders:
@@ -43,7 +68,8 @@ async def forged_links_under(shell: Shell, folders: Sequence[str], forbidden: Se
         if not links:
             return []
         roots = [path.encode() for path in forbidden]
-        return await judge_links(shell, links, roots + await resolve(shell, roots))
+        found = await judge_links(shell, links, roots + await resolve(shell, roots))
+        return found + (await unreadable_links(agent, shell, list(links)) if agent is not None else [])
     except ValueError as error:
         return [str(error)]
 
@@ -104,14 +130,19 @@ def _step(
 
 async def lstat(shell: Shell, paths: Sequence[bytes]) -> list[bytes | None]:
     """Each path's link target, or None where it is no link, in batches of BATCH_BYTES."""
-    found: list[bytes | None] = []
+    return [target for batch in _batches(paths) for target in await _query(shell, batch)]
+
+
+def _batches(paths: Sequence[bytes]) -> list[Sequence[bytes]]:
+    """`paths` in runs of at most BATCH_BYTES of arguments (one path at least)."""
+    found: list[Sequence[bytes]] = []
     start = 0
     while start < len(paths):
         end, size = start, 0
         while end < len(paths) and (end == start or size + len(paths[end]) < BATCH_BYTES):
             size += len(paths[end]) + 1
             end += 1
-        found += await _query(shell, paths[start:end])
+        found.append(paths[start:end])
         start = end
     return found
 

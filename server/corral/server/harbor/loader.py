@@ -147,7 +147,7 @@ def _read_tasks(
     )
     served: dict[str, HarborTask] = {}
     left_out: list[Problem] = []
-    defaulted, unenforced, rooted, shared = [], [], [], []
+    defaulted, unenforced, rooted, shared, startup = [], [], [], [], []
     for folder in folders:
         where = f"{root.name}/{folder.name}" if folder != root else root.name
         try:
@@ -172,6 +172,8 @@ def _read_tasks(
             rooted.append(task.id)
         if task.tests_run_as_the_agent:
             shared.append(task.id)
+        if started := task.image_startup_variables:
+            startup.append(f"{task.id} ({', '.join(started)})")
     if not folders:
         problems.append(Problem(root.name, "no task folders (a folder with task.toml, or task.yaml); add some"))
     notes = []
@@ -193,6 +195,12 @@ def _read_tasks(
             "configuration the agent leaves that a program of the tests honours (a repository's .git/config "
             "naming a core.fsmonitor script, which git status runs) runs as the tests, which can write "
             "/logs/verifier/reward.json; run the tests as another user ([verifier] user; docs/harbor.md)"
+        )
+    if startup:
+        notes.append(
+            f"{len(startup)} task(s) set in their image's ENV a variable that runs code as a program starts "
+            f"({'; '.join(startup[:3])}): their tests get it empty, as its file may be the agent's; a task "
+            "whose tests need one sets it in [verifier] env (docs/harbor.md)"
         )
     if unenforced:
         notes.append(

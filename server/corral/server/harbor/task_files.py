@@ -26,6 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from corral.sandboxes.pristine import starts_code
+
 DEFAULT_VERIFIER_TIMEOUT_S = 600.0  # Harbor's
 _CANARY_LINE = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
 _HOST_VARIABLE = re.compile(r"\$\{[A-Za-z_]\w*(:-[^}]*)?\}")
@@ -184,6 +186,23 @@ class HarborTask:
         `git status`) runs the agent's code as the tests, which may write the reward files."""
         agent = self._user_of(self.config.agent.user)
         return agent not in ("root", "0") and self._user_of(self.config.verifier.user) == agent
+
+    @property
+    def image_startup_variables(self) -> list[str]:
+        """The variables the Dockerfile's `ENV` sets that make a program load or run code as it
+        starts (BASH_ENV, LD_PRELOAD, PYTEST_ADDOPTS: pristine.STARTUP), and `[verifier] env`
+        does not: the tests get them empty (docker_search_path), so a task needing one sets it there."""
+        dockerfile = self.environment_dir / "Dockerfile"
+        lines = dockerfile.read_text(errors="replace").splitlines() if dockerfile.is_file() else []
+        names = []
+        for line in lines:
+            words = line.split()
+            if len(words) < 2 or words[0].upper() != "ENV":
+                continue
+            # `ENV KEY=value ...`, or the older `ENV KEY value`
+            assigned = [word.partition("=")[0] for word in words[1:] if "=" in word] or [words[1]]
+            names += [name for name in assigned if starts_code(name) and name not in self.config.verifier.env]
+        return sorted(set(names))
 
     def _user_of(self, configured: str | int | None) -> str:
         """The user a phase runs as: `configured` in task.toml, else the Dockerfile's last

@@ -8,8 +8,10 @@ server runs the tools, and the container needs only what any Harbor task needs: 
 (bash when it has one), and for the file tools `head`, `cat`, `mkdir` and `dirname`.
 
 `bash` runs the command in a shell of its own session (`setsid`, where the image has it) under
-a small POSIX-sh wrapper that prints the session's id and, once the shell exits, its exit
-status, each on a line marked with a random nonce; the server reads the output until that
+a small POSIX-sh wrapper: the session's first process prints its own pid (the session's id)
+before it becomes the command's shell, and the wrapper, once that shell exits, its exit status,
+each on a line marked with a random nonce. Only a pid line that begins the output counts: the
+command can read the nonce, but prints only after that line; the server reads the output until that
 line (background processes that still hold the output do not hold the call), keeps its head
 and tail with a visible note of what was cut, and at the timeout kills the session (`kill -9
 -PGID`, another command of the same user) and says so.
@@ -38,14 +40,16 @@ FILE_TIMEOUT_S = 20.0  # a file tool on a FIFO or a hung mount gives up then
 KILL_GRACE_S = 2.0  # after the kill, how long the wrapper's last line may take
 
 # $0: the nonce, $1: the command. The shell's stdin is /dev/null and its stderr its stdout.
+# The session's first process prints its own pid, then becomes the command's shell: that line
+# is the output's first, written before the command exists, so nothing the command prints
+# (it can read the nonce in /proc) can come before it. Only that line names what is killed.
 WRAPPER = r"""
 if command -v bash >/dev/null 2>&1; then s=bash; else s=sh; fi
-if command -v setsid >/dev/null 2>&1; then setsid "$s" -c "$1" </dev/null 2>&1 &
-else "$s" -c "$1" </dev/null 2>&1 &
+start='printf "\n%s pid %s\n" "$2" "$$"; exec "$0" -c "$1" </dev/null 2>&1'
+if command -v setsid >/dev/null 2>&1; then setsid sh -c "$start" "$s" "$1" "$0" </dev/null 2>&1 &
+else sh -c "$start" "$s" "$1" "$0" </dev/null 2>&1 &
 fi
-p=$!
-printf '\n%s pid %s\n' "$0" "$p"
-wait "$p"
+wait "$!"
 printf '\n%s exit %s\n' "$0" "$?"
 """
 KILL = 'kill -9 -"$1" 2>/dev/null || kill -9 "$1" 2>/dev/null; exit 0'
@@ -236,10 +240,13 @@ class _MarkedOutput:
         self._pending += chunk
         while (found := self._marker.search(self._pending)) is not None:
             kind, number = bytes(found.group(1)), int(found.group(2))  # before the buffer changes under them
+            line = bytes(found.group(0))
             self._keep(bytes(self._pending[: found.start()]))
             del self._pending[: found.end()]
-            if kind == b"pid":
+            if kind == b"pid" and self._total == 0 and self.pid is None:
                 self.pid = number
+            elif kind == b"pid":  # only the output's first line is the wrapper's: this is the command's
+                self._keep(line)
             else:
                 self.exit_status = number
                 return  # what comes after is a background process's, printed after the call returned
