@@ -40,6 +40,7 @@ class Heatmap:
     tasks: list[str]
     rates: dict[tuple[str, int], float] = field(default_factory=dict)
     marks: dict[str, str] = field(default_factory=dict)  # task -> "too easy" / "never solved"
+    counts: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # (scored, passed)
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ def heatmap(index: RunIndex, run: str) -> Heatmap:
     for task, step, scored, passed in rows:
         if scored:
             found.rates[task, step] = passed / scored
+            found.counts[task, step] = (scored, passed)
             totals[task][0] += scored
             totals[task][1] += passed
     for task, (scored, passed) in totals.items():

@@ -24,6 +24,9 @@ def runs_page(index: RunIndex) -> str:
     )
 
 
+STEP_ROWS = 100  # rows of the steps table on a run page (the plot and heatmap cover every step)
+
+
 def run_page(index: RunIndex, run: str, where: EpisodeFilter) -> str:
     steps = [s for s in run_views.steps(index, run) if s.step is not None]
     plot = line_plot(
@@ -34,13 +37,14 @@ def run_page(index: RunIndex, run: str, where: EpisodeFilter) -> str:
         f"<tr><td><a class='step' href='/runs/{quote(run)}/steps/{s.step}'>{s.step}</a></td><td>{s.episodes}</td>"
         f"<td>{s.scored}</td><td class='mean-reward'>{number(s.mean_reward)}</td>"
         f"<td class='pass-at-1'>{number(s.pass_at_1)}</td><td>{s.groups}</td><td>{s.zero_variance}</td></tr>"
-        for s in steps
+        for s in steps[-STEP_ROWS:]
     )
+    older = f"<p>The newest {STEP_ROWS} of {len(steps)} steps.</p>" if len(steps) > STEP_ROWS else ""
     body = (
         f"<h2>Reward over steps</h2>{plot}<h2>Tasks x steps (pass rate)</h2>"
         f"{heatmap(run_views.heatmap(index, run))}<h2>Steps</h2><table id='steps'><tr><th>step</th><th>episodes</th>"
         "<th>scored</th><th>mean reward</th><th>pass@1</th><th>groups</th><th>zero-variance groups</th></tr>"
-        f"{step_rows}</table>{episodes_table(index, where)}"
+        f"{step_rows}</table>{older}{episodes_table(index, where)}"
     )
     return page(f"Run {run}", body, live=where)
 
