@@ -62,6 +62,7 @@ def test_the_heatmap_marks_tasks_never_solved_and_too_easy(tmp_path: Path) -> No
     _record(tmp_path)
     grid = run_views.heatmap(RunIndex(tmp_path), "run-a")
     assert grid.rates == {("add", 0): 0.5, ("add", 1): 1.0, ("sub", 0): 0.0, ("sub", 1): 0.5}
+    assert grid.counts[("add", 0)] == (2, 1)  # (scored, passed): what a binned heatmap column pools
     assert grid.marks == {}
     _record(tmp_path, run="run-b")  # the same plan, but only task "sub" at step 0 in a filter below
     index = RunIndex(tmp_path)
