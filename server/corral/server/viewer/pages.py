@@ -2,26 +2,52 @@
 
 from __future__ import annotations
 
+import time
 from html import escape
 from urllib.parse import quote
 
 from corral.client import run_views
 from corral.client.run_index import EpisodeFilter, RunIndex
+from corral.protocol.records import RunHeader
 from corral.server.viewer.charts import heatmap, line_plot
 from corral.server.viewer.layout import filter_form, flags, number, page, query
 
 
 def runs_page(index: RunIndex) -> str:
     rows = "".join(
-        f"<tr><td><a class='run' href='/runs/{quote(r.run)}'>{escape(r.run)}</a></td><td>{r.episodes}</td>"
-        f"<td>{r.steps}</td><td>{number(r.mean_reward)}</td></tr>"
+        f"<tr><td><a class='run' href='/runs/{quote(r.run)}'>{escape(r.run)}</a></td>{_header_cells(r.header)}"
+        f"<td>{r.episodes}</td><td>{r.steps}</td><td>{number(r.mean_reward)}</td></tr>"
         for r in run_views.runs(index)
     )
     return page(
         "Runs",
-        f"<table id='runs'><tr><th>run</th><th>episodes</th><th>steps</th><th>mean reward</th></tr>{rows}</table>",
+        "<table id='runs'><tr><th>run</th><th>kind</th><th>model</th><th>bundle</th><th>split</th><th>started</th>"
+        f"<th>ended</th><th>episodes</th><th>steps</th><th>mean reward</th></tr>{rows}</table>",
         live=EpisodeFilter(),
     )
+
+
+def _when(seconds: float | None) -> str:
+    return "-" if seconds is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
+
+
+def _header_cells(header: RunHeader | None) -> str:
+    """kind, model, bundle, split, start and end; dashes for a run recorded without a header."""
+    if header is None:
+        return "<td class='kind'>-</td>" + "<td>-</td>" * 5
+    kind = header.kind if header.step is None else f"{header.kind} @ step {header.step}"
+    return (
+        f"<td class='kind'>{escape(kind)}</td><td>{escape(header.model or '-')}</td>"
+        f"<td>{escape(header.bundle or '-')}</td><td>{escape(header.split or '-')}</td>"
+        f"<td>{_when(header.started_at)}</td><td>{_when(header.ended_at)}</td>"
+    )
+
+
+def _settings(header: RunHeader | None) -> str:
+    if header is None or not header.settings:
+        return ""
+    cells = "".join(f"<tr><td>{escape(k)}</td><td>{escape(str(v))}</td></tr>" for k, v in header.settings.items())
+    return f"<details><summary>settings</summary><table id='settings'>{cells}</table></details>"
 
 
 STEP_ROWS = 100  # rows of the steps table on a run page (the plot and heatmap cover every step)
@@ -29,10 +55,16 @@ STEP_ROWS = 100  # rows of the steps table on a run page (the plot and heatmap c
 
 def run_page(index: RunIndex, run: str, where: EpisodeFilter) -> str:
     steps = [s for s in run_views.steps(index, run) if s.step is not None]
-    plot = line_plot(
-        [s.step for s in steps if s.step is not None],
-        {"mean reward": [s.mean_reward for s in steps], "pass@1": [s.pass_at_1 for s in steps]},
-    )
+    header, evals = index.header(run), run_views.eval_rewards(index, run)
+    by_step = {s.step: s for s in steps}
+    axis = sorted({*by_step, *evals})  # an eval may be of a checkpoint between the steps played
+    series = {
+        "mean reward": [by_step[n].mean_reward if n in by_step else None for n in axis],
+        "pass@1": [by_step[n].pass_at_1 if n in by_step else None for n in axis],
+    }
+    if evals:
+        series["eval mean reward"] = [evals.get(n) for n in axis]
+    plot = line_plot(axis, series)
     step_rows = "".join(
         f"<tr><td><a class='step' href='/runs/{quote(run)}/steps/{s.step}'>{s.step}</a></td><td>{s.episodes}</td>"
         f"<td>{s.scored}</td><td class='mean-reward'>{number(s.mean_reward)}</td>"
@@ -41,6 +73,8 @@ def run_page(index: RunIndex, run: str, where: EpisodeFilter) -> str:
     )
     older = f"<p>The newest {STEP_ROWS} of {len(steps)} steps.</p>" if len(steps) > STEP_ROWS else ""
     body = (
+        f"<table id='run-header'><tr><th>kind</th><th>model</th><th>bundle</th><th>split</th><th>started</th>"
+        f"<th>ended</th></tr><tr>{_header_cells(header)}</tr></table>{_settings(header)}"
         f"<h2>Reward over steps</h2>{plot}<h2>Tasks x steps (pass rate)</h2>"
         f"{heatmap(run_views.heatmap(index, run))}<h2>Steps</h2><table id='steps'><tr><th>step</th><th>episodes</th>"
         "<th>scored</th><th>mean reward</th><th>pass@1</th><th>groups</th><th>zero-variance groups</th></tr>"
