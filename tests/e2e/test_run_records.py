@@ -57,3 +57,4 @@ def test_a_grpo_run_says_it_is_training_with_its_model_bundle_and_settings(grpo_
     assert header.model == str(grpo_run.model) and header.ended_at is not None
     assert header.settings["num_generations"] == grpo_run.num_generations
     assert header.settings["output_dir"] == str(grpo_run.records.parent / "out")
+    assert grpo_run.headed == [True] * grpo_run.steps  # written when training starts, not only at its end
