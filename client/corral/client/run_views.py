@@ -90,7 +90,7 @@ def runs(index: RunIndex) -> list[RunRow]:
         "SELECT run, COUNT(*), COUNT(DISTINCT step), AVG(reward), MAX(ended_at) FROM played "
         "GROUP BY run ORDER BY MAX(ended_at) DESC"
     )
-    return [RunRow(*row, header=index.header(row[0])) for row in rows]
+    return [RunRow(run, count, stepped, mean, ended, index.header(run)) for run, count, stepped, mean, ended in rows]
 
 
 def eval_rewards(index: RunIndex, run: str) -> dict[int, float]:

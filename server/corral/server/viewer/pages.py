@@ -56,7 +56,7 @@ STEP_ROWS = 100  # rows of the steps table on a run page (the plot and heatmap c
 def run_page(index: RunIndex, run: str, where: EpisodeFilter) -> str:
     steps = [s for s in run_views.steps(index, run) if s.step is not None]
     header, evals = index.header(run), run_views.eval_rewards(index, run)
-    by_step = {s.step: s for s in steps}
+    by_step = {s.step: s for s in steps if s.step is not None}
     axis = sorted({*by_step, *evals})  # an eval may be of a checkpoint between the steps played
     series = {
         "mean reward": [by_step[n].mean_reward if n in by_step else None for n in axis],
