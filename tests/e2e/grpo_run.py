@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.client import Bundle
+from corral.training.metrics_callback import RecordMetrics
 from corral.training.rollouts import TASK_KEY, CorralRollout, chat_tools, episode_reward
 from corral.training.tiny import Lesson, make_tiny_model, one_cpu_thread, teach_tool_call
 from tests.conftest import BUNDLES
@@ -87,6 +88,7 @@ def record_grpo_run(folder: Path) -> RecordedRun:
             train_dataset=dataset,
             reward_funcs=episode_reward,
             rollout_func=rollout_func,
+            callbacks=[RecordMetrics(rollout)],
         )
         with one_cpu_thread():
             trainer.train()

@@ -58,3 +58,12 @@ def test_a_grpo_run_says_it_is_training_with_its_model_bundle_and_settings(grpo_
     assert header.settings["num_generations"] == grpo_run.num_generations
     assert header.settings["output_dir"] == str(grpo_run.records.parent / "out")
     assert grpo_run.headed == [True] * grpo_run.steps  # written when training starts, not only at its end
+
+
+def test_the_run_records_the_trainers_loss_beside_corrals_figures_for_each_step(grpo_run) -> None:
+    metrics = RunIndex(grpo_run.records).metrics(grpo_run.run)
+    steps = list(range(1, grpo_run.steps + 1))
+    for name in ("loss", "grad_norm", "entropy", "completions/mean_length"):  # the trainer's half
+        assert sorted(metrics[name]) == steps, name
+    for name in ("rollouts/groups_zero_variance", "rollouts/unscored"):  # corral's, through TRL's log
+        assert sorted(metrics[name]) == steps, name

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from corral.client import run_views
 from corral.client.record_store import RecordWriter
-from corral.client.run_headers import end_header, write_header
+from corral.client.run_headers import METRICS, end_header, write_header
 from corral.client.run_index import EpisodeFilter, RunIndex
 from corral.protocol.records import RolloutRecord, RunHeader
 from corral.server.viewer.pages import run_page, runs_page
@@ -71,3 +71,17 @@ def test_a_trainer_header_keeps_the_model_and_key_settings() -> None:
     header = trainer_header(trainer, "run", "arith", "train")
     assert (header.kind, header.model, header.bundle, header.split) == ("training", "tiny", "arith", "train")
     assert header.settings == {"output_dir": "out", "learning_rate": 1e-6, "num_generations": 8}
+
+
+def test_the_trainers_metrics_are_read_by_step_and_plotted(tmp_path: Path) -> None:
+    _played(tmp_path, "grpo", {1: [1.0], 2: [0.0]})
+    (tmp_path / "grpo" / METRICS).write_text(
+        '{"step": 1, "loss": 0.5, "kl": 0.01}\n{"step": 2, "loss": 0.25}\n{"step": 2, "loss": 0.2}\n{"step": 3, "lo'
+    )
+    index = RunIndex(tmp_path)
+    assert index.metrics("grpo") == {
+        "loss": {1: 0.5, 2: 0.2},
+        "kl": {1: 0.01},
+    }  # the last at a step; a cut line skipped
+    page = run_page(index, "grpo", EpisodeFilter(run="grpo"))
+    assert "<div id='trainer'>" in page and ">loss</text>" in page and ">kl</text>" in page

@@ -50,6 +50,17 @@ def _settings(header: RunHeader | None) -> str:
     return f"<details><summary>settings</summary><table id='settings'>{cells}</table></details>"
 
 
+TRAINER_PLOTS = (  # the trainer's logged values plotted on a run page, when recorded (`RecordMetrics`)
+    "loss",
+    "kl",
+    "entropy",
+    "grad_norm",
+    "clip_ratio/region_mean",
+    "completions/mean_length",
+    "completions/clipped_ratio",
+    "rollouts/groups_zero_variance",
+    "rollouts/unscored",
+)
 STEP_ROWS = 100  # rows of the steps table on a run page (the plot and heatmap cover every step)
 
 
@@ -75,12 +86,24 @@ def run_page(index: RunIndex, run: str, where: EpisodeFilter) -> str:
     body = (
         f"<table id='run-header'><tr><th>kind</th><th>model</th><th>bundle</th><th>split</th><th>started</th>"
         f"<th>ended</th></tr><tr>{_header_cells(header)}</tr></table>{_settings(header)}"
-        f"<h2>Reward over steps</h2>{plot}<h2>Tasks x steps (pass rate)</h2>"
+        f"<h2>Reward over steps</h2>{plot}{trainer_plots(index.metrics(run))}<h2>Tasks x steps (pass rate)</h2>"
         f"{heatmap(run_views.heatmap(index, run))}<h2>Steps</h2><table id='steps'><tr><th>step</th><th>episodes</th>"
         "<th>scored</th><th>mean reward</th><th>pass@1</th><th>groups</th><th>zero-variance groups</th></tr>"
         f"{step_rows}</table>{older}{episodes_table(index, where)}"
     )
     return page(f"Run {run}", body, live=where)
+
+
+def trainer_plots(metrics: dict[str, dict[int, float]]) -> str:
+    """One small plot per recorded trainer metric of `TRAINER_PLOTS` (their scales differ)."""
+    plots = [
+        line_plot(
+            sorted(metrics[name]), {name: [metrics[name][n] for n in sorted(metrics[name])]}, width=380, height=160
+        )
+        for name in TRAINER_PLOTS
+        if metrics.get(name)
+    ]
+    return f"<h2>Trainer</h2><div id='trainer'>{''.join(plots)}</div>" if plots else ""
 
 
 def episodes_table(index: RunIndex, where: EpisodeFilter) -> str:
