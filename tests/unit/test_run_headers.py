@@ -31,6 +31,7 @@ def test_a_run_without_a_header_is_listed_unlabelled(tmp_path: Path) -> None:
     index = RunIndex(tmp_path)
     assert [(r.run, r.header) for r in run_views.runs(index)] == [("old", None)]
     assert "<td class='kind'>-</td>" in runs_page(index)
+    assert "run-header" not in run_page(index, "old", EpisodeFilter(run="old"))
 
 
 def test_the_run_list_shows_what_each_run_is(tmp_path: Path) -> None:
@@ -63,6 +64,7 @@ def test_evals_of_a_checkpoint_join_the_training_run_at_its_step(tmp_path: Path)
     assert run_views.eval_rewards(index, "eval-a") == {}  # an eval is no training run
     page = run_page(index, "grpo", EpisodeFilter(run="grpo"))
     assert "eval mean reward" in page and "<td class='kind'>training</td>" in page
+    assert f"<td>output_dir</td><td>{out}</td>" in page  # the settings, folded
 
 
 def test_a_trainer_header_keeps_the_model_and_key_settings() -> None:

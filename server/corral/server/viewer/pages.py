@@ -43,11 +43,18 @@ def _header_cells(header: RunHeader | None) -> str:
     )
 
 
-def _settings(header: RunHeader | None) -> str:
-    if header is None or not header.settings:
+def _header_table(header: RunHeader | None) -> str:
+    """What the run is, and the trainer's settings folded; nothing for a run without a header."""
+    if header is None:
         return ""
+    table = (
+        "<table id='run-header'><tr><th>kind</th><th>model</th><th>bundle</th><th>split</th><th>started</th>"
+        f"<th>ended</th></tr><tr>{_header_cells(header)}</tr></table>"
+    )
+    if not header.settings:
+        return table
     cells = "".join(f"<tr><td>{escape(k)}</td><td>{escape(str(v))}</td></tr>" for k, v in header.settings.items())
-    return f"<details><summary>settings</summary><table id='settings'>{cells}</table></details>"
+    return f"{table}<details><summary>settings</summary><table id='settings'>{cells}</table></details>"
 
 
 TRAINER_PLOTS = (  # the trainer's logged values plotted on a run page, when recorded (`RecordMetrics`)
@@ -84,8 +91,7 @@ def run_page(index: RunIndex, run: str, where: EpisodeFilter) -> str:
     )
     older = f"<p>The newest {STEP_ROWS} of {len(steps)} steps.</p>" if len(steps) > STEP_ROWS else ""
     body = (
-        f"<table id='run-header'><tr><th>kind</th><th>model</th><th>bundle</th><th>split</th><th>started</th>"
-        f"<th>ended</th></tr><tr>{_header_cells(header)}</tr></table>{_settings(header)}"
+        f"{_header_table(header)}"
         f"<h2>Reward over steps</h2>{plot}{trainer_plots(index.metrics(run))}<h2>Tasks x steps (pass rate)</h2>"
         f"{heatmap(run_views.heatmap(index, run))}<h2>Steps</h2><table id='steps'><tr><th>step</th><th>episodes</th>"
         "<th>scored</th><th>mean reward</th><th>pass@1</th><th>groups</th><th>zero-variance groups</th></tr>"
