@@ -201,3 +201,13 @@ def episodes(index: RunIndex, where: EpisodeFilter, limit: int = 200) -> list[Ep
 def count(index: RunIndex, where: EpisodeFilter) -> int:
     clause, values = where.where()
     return index.query(f"SELECT COUNT(*) FROM played WHERE {clause}", values)[0][0]
+
+
+def neighbours(index: RunIndex, run: str, step: int) -> tuple[int | None, int | None]:
+    """The run's steps just before and just after `step` (None at either end)."""
+    ((before, after),) = index.query(
+        "SELECT (SELECT MAX(step) FROM played WHERE run = ? AND step < ?), "
+        "(SELECT MIN(step) FROM played WHERE run = ? AND step > ?)",
+        (run, step, run, step),
+    )
+    return before, after

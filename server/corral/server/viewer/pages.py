@@ -150,7 +150,14 @@ def step_page(index: RunIndex, run: str, step: int) -> str:
             f"<td>{'zero variance: no signal' if group.zero_variance else ''}</td>"
             f"<td>{''.join(flags(m.flags) for m in group.members)}</td></tr>"
         )
+    before, after = run_views.neighbours(index, run, step)
+    at = f"/runs/{quote(run)}/steps"
+    around = " · ".join(
+        [f"<a id='previous' href='{at}/{before}'>← step {before}</a>"] * (before is not None)
+        + [f"<a id='next' href='{at}/{after}'>step {after} →</a>"] * (after is not None)
+    )
     body = (
+        f"<p id='around'>{around}</p>"
         "<table id='groups'><tr><th>group</th><th>task</th><th>rewards</th><th>advantages</th><th></th>"
         f"<th>flags</th></tr>{''.join(rows)}</table>"
     )
