@@ -4,8 +4,8 @@ model or env made of it, decoded once per distinct id, and transformers imported
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from html.parser import HTMLParser
