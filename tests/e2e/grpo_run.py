@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.client import Bundle
+from corral.training.metrics_callback import RecordMetrics
 from corral.training.rollouts import TASK_KEY, CorralRollout, chat_tools, episode_reward
 from corral.training.tiny import Lesson, make_tiny_model, one_cpu_thread, teach_tool_call
 from tests.conftest import BUNDLES
@@ -31,6 +32,7 @@ class RecordedRun:
     num_generations: int
     steps: int
     model: Path  # the tiny model's folder, its tokenizer with it
+    headed: list[bool]  # per step: the run's header was on disk while it trained
 
 
 def record_grpo_run(folder: Path) -> RecordedRun:
@@ -62,11 +64,14 @@ def record_grpo_run(folder: Path) -> RecordedRun:
         ]
         teach_tool_call(model_dir, lessons, chat_tools(env.toolsets["gridsim"]), steps=120)
         advantages: list[list[float]] = []
+        headed: list[bool] = []
 
         def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, Any]:
             if trainer.state.global_step:  # TRL's advantages of the step before, logged after it
                 advantages.append(list(trainer._logs["advantages"]))
-            return rollout(prompts, trainer)
+            played = rollout(prompts, trainer)
+            headed.append((records / rollout.records.run / "run.json").is_file())
+            return played
 
         args = GRPOConfig(
             output_dir=str(folder / "out"),
@@ -83,10 +88,11 @@ def record_grpo_run(folder: Path) -> RecordedRun:
             train_dataset=dataset,
             reward_funcs=episode_reward,
             rollout_func=rollout_func,
+            callbacks=[RecordMetrics(rollout)],
         )
         with one_cpu_thread():
             trainer.train()
         advantages.append(list(trainer._logs["advantages"]))
         run = rollout.records.run
         rollout.close()
-    return RecordedRun(records, run, advantages, GROUP, STEPS, model_dir)
+    return RecordedRun(records, run, advantages, GROUP, STEPS, model_dir, headed)

@@ -25,8 +25,9 @@ if os.environ.get("CI") != "true":
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-from corral.client import Bundle
+from corral.client import Bundle, run_views
 from corral.client.record_store import EpisodeStore
+from corral.client.run_index import RunIndex
 from corral.training.eval_report import pass_at_k
 from corral.training.evaluation import evaluate
 from corral.training.generation import Sample
@@ -92,6 +93,10 @@ def test_evaluate_through_the_vllm_standin_reports_known_outcomes_and_unscored_r
     with EpisodeStore(tmp_path / "records") as store:  # the server's side and the client's, both recorded
         assert store.tally().records == 28 and store.tally(kind="rollouts").records == 28
         assert store.tally(status="unscored").records == 4
+    (run,) = [r.run for r in run_views.runs(RunIndex(tmp_path / "records")) if r.header is not None]
+    header = RunIndex(tmp_path / "records").header(run)
+    assert header is not None and (header.kind, header.bundle, header.split) == ("eval", "evalbox", "eval")
+    assert header.model.startswith("scripted at http://127.0.0.1") and header.step is None and header.ended_at
 
 
 def test_a_turn_vllm_ends_on_the_generation_configs_other_eos_is_read_without_it(

@@ -11,6 +11,7 @@ if os.environ.get("CI") != "true":
     pytest.importorskip("trl")
 
 from corral.client.record_store import EpisodeStore
+from corral.client.run_index import RunIndex
 from corral.protocol.records import RolloutRecord
 
 pytestmark = [pytest.mark.trl]
@@ -48,3 +49,21 @@ def test_the_servers_records_join_the_rollouts_by_episode_id(grpo_run) -> None:
     with EpisodeStore(grpo_run.records) as store:
         for record in _rollouts(grpo_run):
             assert store.episode(record.episode_id).reward == record.reward
+
+
+def test_a_grpo_run_says_it_is_training_with_its_model_bundle_and_settings(grpo_run) -> None:
+    header = RunIndex(grpo_run.records).header(grpo_run.run)
+    assert header is not None and (header.kind, header.bundle, header.split) == ("training", "gridsim", "train")
+    assert header.model == str(grpo_run.model) and header.ended_at is not None
+    assert header.settings["num_generations"] == grpo_run.num_generations
+    assert header.settings["output_dir"] == str(grpo_run.records.parent / "out")
+    assert grpo_run.headed == [True] * grpo_run.steps  # written when training starts, not only at its end
+
+
+def test_the_run_records_the_trainers_loss_beside_corrals_figures_for_each_step(grpo_run) -> None:
+    metrics = RunIndex(grpo_run.records).metrics(grpo_run.run)
+    steps = list(range(1, grpo_run.steps + 1))
+    for name in ("loss", "grad_norm", "entropy", "completions/mean_length"):  # the trainer's half
+        assert sorted(metrics[name]) == steps, name
+    for name in ("rollouts/groups_zero_variance", "rollouts/unscored"):  # corral's, through TRL's log
+        assert sorted(metrics[name]) == steps, name

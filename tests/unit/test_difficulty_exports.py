@@ -165,3 +165,13 @@ def test_corral_episodes_exports_the_prompts_by_difficulty(index: RunIndex, tmp_
     assert result.exit_code == 0, result.output
     assert "wrote 1 prompts" in result.output
     assert [json.loads(line)["task_id"] for line in out.read_text().splitlines()] == ["hard"]
+
+
+def test_corral_episodes_help_names_every_export() -> None:
+    from typer.testing import CliRunner
+
+    from corral.server.cli import app
+
+    result = CliRunner().invoke(app, ["episodes", "--help"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0
+    assert all(f"{kind} (" in result.output for kind in ("sft", "rl", "prompts"))

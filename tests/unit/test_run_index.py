@@ -62,6 +62,7 @@ def test_the_heatmap_marks_tasks_never_solved_and_too_easy(tmp_path: Path) -> No
     _record(tmp_path)
     grid = run_views.heatmap(RunIndex(tmp_path), "run-a")
     assert grid.rates == {("add", 0): 0.5, ("add", 1): 1.0, ("sub", 0): 0.0, ("sub", 1): 0.5}
+    assert grid.counts[("add", 0)] == (2, 1)  # (scored, passed): what a binned heatmap column pools
     assert grid.marks == {}
     _record(tmp_path, run="run-b")  # the same plan, but only task "sub" at step 0 in a filter below
     index = RunIndex(tmp_path)
@@ -115,3 +116,18 @@ def test_writes_to_test_paths_are_flagged(tmp_path: Path, tool: str, arguments: 
     writer.close()
     (row,) = run_views.episodes(RunIndex(tmp_path), EpisodeFilter())
     assert row.flags == (flag or "")
+
+
+def test_a_step_page_leads_to_the_steps_around_it_and_an_episode_to_its_run_step_and_group(tmp_path: Path) -> None:
+    from corral.server.viewer.pages import step_page
+    from corral.server.viewer.transcripts import episode_page
+
+    _record(tmp_path)
+    index = RunIndex(tmp_path)
+    first, last = step_page(index, "run-a", 0), step_page(index, "run-a", 1)
+    assert "<a id='next' href='/runs/run-a/steps/1'>" in first and "id='previous'" not in first
+    assert "<a id='previous' href='/runs/run-a/steps/0'>" in last and "id='next'" not in last
+    page = episode_page(index, "run-a-1-1-0")
+    assert page is not None
+    for target in ("/runs/run-a'", "/runs/run-a/steps/1'", "/runs/run-a/steps/1/groups/1'"):
+        assert f"href='{target}" in page

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from corral.client.run_flags import episode_flags
+from corral.client.run_headers import read_header, read_metrics
 from corral.errors import ConfigError
-from corral.protocol.records import EpisodeRecord, RolloutRecord
+from corral.protocol.records import EpisodeRecord, RolloutRecord, RunHeader
 
 INDEX = "view.sqlite"
 _SCHEMA = """
@@ -126,6 +127,14 @@ class RunIndex:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
+
+    def header(self, run: str) -> RunHeader | None:
+        """What the run is (`run.json` in its folder), or None for an unlabelled run."""
+        return read_header(self._folders, run)
+
+    def metrics(self, run: str) -> dict[str, dict[int, float]]:
+        """The trainer's logged values by name and step (`RecordMetrics`); empty when none."""
+        return read_metrics(self._folders, run)
 
     def query(self, sql: str, values: list[Any] | tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """Rows of `sql` over the up-to-date index (its table `played`: one row per episode)."""

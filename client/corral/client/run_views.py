@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from corral.client.run_index import EpisodeFilter, RunIndex
+from corral.protocol.records import RunHeader
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,7 @@ class RunRow:
     steps: int
     mean_reward: float | None
     ended_at: float
+    header: RunHeader | None = None  # what the run is; None for a run recorded without one
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class Heatmap:
     tasks: list[str]
     rates: dict[tuple[str, int], float] = field(default_factory=dict)
     marks: dict[str, str] = field(default_factory=dict)  # task -> "too easy" / "never solved"
+    counts: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # (scored, passed)
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,28 @@ def runs(index: RunIndex) -> list[RunRow]:
         "SELECT run, COUNT(*), COUNT(DISTINCT step), AVG(reward), MAX(ended_at) FROM played "
         "GROUP BY run ORDER BY MAX(ended_at) DESC"
     )
-    return [RunRow(*row) for row in rows]
+    return [RunRow(run, count, stepped, mean, ended, index.header(run)) for run, count, stepped, mean, ended in rows]
+
+
+def eval_rewards(index: RunIndex, run: str) -> dict[int, float]:
+    """Mean reward of each eval of one of the training run's checkpoints, by the checkpoint's step:
+    evals whose model is a folder in the run's `output_dir` (several at one step: their mean)."""
+    header = index.header(run)
+    output = header.settings.get("output_dir") if header is not None and header.kind == "training" else None
+    if not output:
+        return {}
+    found: dict[int, list[float]] = defaultdict(list)
+    for other, mean in index.query("SELECT run, AVG(reward) FROM played WHERE run != ? GROUP BY run", (run,)):
+        evaluated = index.header(other)
+        if (
+            evaluated is not None
+            and evaluated.kind == "eval"
+            and evaluated.step is not None
+            and mean is not None
+            and Path(evaluated.model).resolve().parent == Path(output).resolve()
+        ):
+            found[evaluated.step].append(mean)
+    return {step: sum(means) / len(means) for step, means in sorted(found.items())}
 
 
 def steps(index: RunIndex, run: str) -> list[StepRow]:
@@ -136,6 +161,7 @@ def heatmap(index: RunIndex, run: str) -> Heatmap:
     for task, step, scored, passed in rows:
         if scored:
             found.rates[task, step] = passed / scored
+            found.counts[task, step] = (scored, passed)
             totals[task][0] += scored
             totals[task][1] += passed
     for task, (scored, passed) in totals.items():
@@ -175,3 +201,13 @@ def episodes(index: RunIndex, where: EpisodeFilter, limit: int = 200) -> list[Ep
 def count(index: RunIndex, where: EpisodeFilter) -> int:
     clause, values = where.where()
     return index.query(f"SELECT COUNT(*) FROM played WHERE {clause}", values)[0][0]
+
+
+def neighbours(index: RunIndex, run: str, step: int) -> tuple[int | None, int | None]:
+    """The run's steps just before and just after `step` (None at either end)."""
+    ((before, after),) = index.query(
+        "SELECT (SELECT MAX(step) FROM played WHERE run = ? AND step < ?), "
+        "(SELECT MIN(step) FROM played WHERE run = ? AND step > ?)",
+        (run, step, run, step),
+    )
+    return before, after

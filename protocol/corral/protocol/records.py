@@ -145,3 +145,23 @@ class RolloutRecord(TrainingContext):
     def sampled(self) -> int:
         """How many ids the model sampled."""
         return sum(self.env_mask)
+
+
+RunKind = Literal["training", "eval", "served"]
+
+
+class RunHeader(_Record):
+    """What a run is, written as `run.json` in its folder when it starts (and again when it ends):
+    its kind, the model, bundle and split, the trainer's key settings (`output_dir` among them, so
+    that an eval of one of its checkpoints joins it), and, for an eval of a checkpoint, the
+    checkpoint's step. Folders written before headers have none; the viewer shows them unlabelled."""
+
+    run: str
+    kind: RunKind
+    model: str = ""
+    bundle: str = ""
+    split: str | None = None
+    step: int | None = None  # an eval's checkpoint step
+    settings: dict[str, Any] = Field(default_factory=dict)
+    started_at: float = Field(default_factory=time.time)
+    ended_at: float | None = None

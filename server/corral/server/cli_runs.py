@@ -37,7 +37,7 @@ def episodes(
     export: Annotated[
         str | None,
         typer.Option(
-            help="Write training data as JSON lines to --out: sft (the best episodes of each task, as conversations) or rl (the trainer's rollouts, as token ids)."
+            help="Write training data as JSON lines to --out: sft (the best episodes of each task, as conversations), rl (the trainer's rollouts, as token ids) or prompts (the prompts of the tasks --min-pass/--max-pass keep, to train on again)."
         ),
     ] = None,
     out: Annotated[Path | None, typer.Option(help="The file --export writes.")] = None,

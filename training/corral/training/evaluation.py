@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from corral.client import Bundle
+from corral.client.run_headers import end_header, write_header
 from corral.errors import ConfigError
+from corral.protocol.records import RunHeader
 from corral.training.batching import BatchedGenerator
 from corral.training.cpu import one_cpu_thread
 from corral.training.eval_report import EvalReport, report_of
@@ -101,6 +103,12 @@ def evaluate(
             max_completion_length=max_completion_length,
             record_dir=record_dir,
         )
+        header = None
+        if rollout.records is not None:  # what this run is: an eval, of a checkpoint's step when the model is one
+            header = RunHeader(
+                run=rollout.records.run, kind="eval", model=policy.name, bundle=opened.name, split=split, step=step
+            )
+            write_header(rollout.records.root, header)
         rows = rollout.dataset_for(split)
         if limit is not None:
             rows = rows.select(range(min(limit, len(rows))))
@@ -120,6 +128,8 @@ def evaluate(
             if bar is not None:
                 bar.close()
             run = rollout.records.run if rollout.records is not None else None
+            if header is not None and rollout.records is not None:
+                end_header(rollout.records.root, header)
             rollout.close()
         report = report_of(
             played,

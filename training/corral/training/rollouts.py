@@ -34,14 +34,15 @@ from accelerate.utils import gather_object
 
 from corral.client import Bundle, EnvironmentSpec, Session
 from corral.client.record_store import RecordWriter
+from corral.client.run_headers import end_header, write_header
 from corral.errors import ConfigError
-from corral.protocol.records import TrainingContext
+from corral.protocol.records import RunHeader, TrainingContext
 from corral.training.accounting import Outcome, StepAccount
 from corral.training.generation import Generator, episode_on, playing
 from corral.training.processors import HermesProcessor, Message, Processor
 from corral.training.reward_function import episode_reward
 from corral.training.rollout_player import Rollout, RolloutLimits, RolloutPlayer, chat_tools
-from corral.training.run_context import trainer_advantages, trainer_contexts
+from corral.training.run_context import trainer_advantages, trainer_contexts, trainer_header
 from corral.training.trainer_sampling import trainer_policy
 from corral.training.weight_sync import FileWeightSync
 
@@ -96,6 +97,7 @@ class CorralRollout:
         self.history: list[StepAccount] = []
         self.last_rollouts: list[Rollout] = []
         self.records = RecordWriter(record_dir, "rollouts", source=bundle.name) if record_dir is not None else None
+        self.header: RunHeader | None = None  # written by the first training call (a trainer's run)
         self._tasks: dict[str, dict[str, Any]] = {}
         self._by_text: dict[str, dict[str, None]] = {}  # prompt text -> the ids of the tasks with it, in order
         self._datasets: dict[str, Any] = {}
@@ -130,6 +132,9 @@ class CorralRollout:
     def __call__(self, prompts: list[list[Message]], trainer: Any) -> dict[str, Any]:
         """Play one episode per prompt, all at once; return what GRPOTrainer trains on."""
         args = trainer.args
+        if self.records is not None and self.header is None:
+            self.header = trainer_header(trainer, self.records.run, self.bundle.name, self.bundle.split)
+            write_header(self.records.root, self.header)
         if self.processor is None:  # a turn may end on any of the model's EOS ids (vLLM stops on them all)
             self.processor = HermesProcessor.for_trainer(
                 trainer.processing_class, args.chat_template_kwargs, stop_token_ids=trainer.eos_token_ids
@@ -237,6 +242,8 @@ class CorralRollout:
             session.close()
         self._sessions = []
         if self.records is not None:
+            if self.header is not None:
+                self.header = end_header(self.records.root, self.header)
             self.records.close()
             self.records = None
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from corral.protocol.records import TrainingContext
+from corral.protocol.records import RunHeader, TrainingContext
 from corral.training.reward_function import episode_reward
 
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
@@ -79,3 +79,33 @@ def checkpoint_step(model: Any) -> int | None:
         return int(json.loads(state.read_text())["global_step"])
     named = _CHECKPOINT.search(folder.name)
     return int(named.group(1)) if named else None
+
+
+SETTINGS = (
+    "output_dir",  # an eval of one of its checkpoints joins the run by it
+    "learning_rate",
+    "num_generations",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "max_completion_length",
+    "beta",
+    "temperature",
+    "loss_type",
+    "scale_rewards",
+    "max_steps",
+    "num_train_epochs",
+    "seed",
+)
+
+
+def trainer_header(trainer: Any, run: str, bundle: str, split: str) -> RunHeader:
+    """A training run's header: the trainer's model and its key settings (`SETTINGS` of its args)."""
+    config = getattr(trainer.model, "config", None)
+    return RunHeader(
+        run=run,
+        kind="training",
+        model=str(getattr(config, "_name_or_path", "") or ""),
+        bundle=bundle,
+        split=split,
+        settings={name: getattr(trainer.args, name) for name in SETTINGS if hasattr(trainer.args, name)},
+    )

@@ -1,72 +1,166 @@
 """Charts drawn as inline SVG (no script, no asset from the internet): a line plot of values over
-steps, and a tasks x steps heatmap of pass rates."""
+steps, and a tasks x steps heatmap of pass rates. Both stay a bounded size whatever the number of
+steps or tasks: ~10 axis labels, steps binned into columns, tasks past a height left off with a note."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from html import escape
 
 from corral.client.run_views import Heatmap
 
-_COLOURS = ("#2563eb", "#dc2626")
+_COLOURS = ("#2563eb", "#dc2626", "#16a34a", "#9333ea")
+_EMPTY = "#eee"
+MARKERS_UP_TO = 60  # points per series drawn as dots (past this the line alone)
+
+
+def nice_ticks(low: float, high: float, count: int = 5, *, whole: bool = False) -> list[float]:
+    """About `count` round values (1, 2, 2.5 or 5 x 10^n apart) from at or below `low` to at or above
+    `high`; `whole` keeps the spacing a whole number (for steps)."""
+    if high <= low:
+        low, high = (low - 0.5, high + 0.5) if not whole else (low, low + 1)
+    raw = (high - low) / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    spacing = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw * 0.999)
+    if whole:
+        spacing = max(1, math.ceil(spacing))
+    first, last = math.floor(low / spacing + 1e-9), math.ceil(high / spacing - 1e-9)
+    return [round(n * spacing, 10) for n in range(first, last + 1)]
+
+
+def _label(value: float) -> str:
+    return f"{value:g}"
 
 
 def line_plot(steps: list[int], series: dict[str, list[float | None]], *, width: int = 560, height: int = 200) -> str:
-    """Each series over the steps, on a 0..1 axis (rewards and pass rates), with a legend."""
-    pad = 32
-    if not steps:
+    """Each series over the steps, y fitted to the values with round ticks, ~10 step labels, a legend."""
+    pad, left = 32, 44
+    values = [v for vs in series.values() for v in vs if v is not None]
+    if not steps or not values:
         return "<p>No steps yet.</p>"
-    span = max(steps) - min(steps) or 1
+    first, span = min(steps), max(steps) - min(steps) or 1
+    y_ticks = nice_ticks(min(values), max(values))
+    low, high = y_ticks[0], y_ticks[-1]
 
-    def x(step: int) -> float:
-        return pad + (step - min(steps)) / span * (width - 2 * pad)
+    def x(step: float) -> float:
+        return left + (step - first) / span * (width - left - pad)
 
     def y(value: float) -> float:
-        return height - pad - max(0.0, min(1.0, value)) * (height - 2 * pad)
+        return height - pad - (value - low) / (high - low) * (height - 2 * pad)
 
     parts = [
         f'<svg class="plot" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">',
-        f'<line x1="{pad}" y1="{y(0)}" x2="{width - pad}" y2="{y(0)}" stroke="#999"/>',
-        f'<line x1="{pad}" y1="{y(0)}" x2="{pad}" y2="{y(1)}" stroke="#999"/>',
-        f'<text x="4" y="{y(1) + 4}" font-size="10">1</text><text x="4" y="{y(0) + 4}" font-size="10">0</text>',
+        f'<line x1="{left}" y1="{y(low)}" x2="{width - pad}" y2="{y(low)}" stroke="#999"/>',
+        f'<line x1="{left}" y1="{y(low)}" x2="{left}" y2="{y(high)}" stroke="#999"/>',
     ]
-    for colour, (name, values) in zip(_COLOURS, series.items(), strict=False):
-        points = [(x(s), y(v)) for s, v in zip(steps, values, strict=True) if v is not None]
-        path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
+    for tick in y_ticks:
+        parts.append(
+            f'<line x1="{left}" y1="{y(tick):.1f}" x2="{width - pad}" y2="{y(tick):.1f}" stroke="#eee"/>'
+            f'<text class="y-tick" x="{left - 4}" y="{y(tick) + 4:.1f}" font-size="10" text-anchor="end">'
+            f"{_label(tick)}</text>"
+        )
+    for tick in nice_ticks(first, max(steps), 10, whole=True):
+        if first <= tick <= max(steps):
+            parts.append(
+                f'<text class="x-tick" x="{x(tick):.1f}" y="{height - 10}" font-size="10" text-anchor="middle">'
+                f"{_label(tick)}</text>"
+            )
+    for index, (colour, (name, points)) in enumerate(zip(_COLOURS, series.items(), strict=False)):
+        drawn = [(s, v) for s, v in zip(steps, points, strict=True) if v is not None]
+        path = " ".join(f"{x(s):.1f},{y(v):.1f}" for s, v in drawn)
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{path}"/>')
-        parts += [f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{colour}"/>' for px, py in points]
-        index = list(series).index(name)
+        if len(drawn) <= MARKERS_UP_TO:
+            parts += [
+                f'<circle cx="{x(s):.1f}" cy="{y(v):.1f}" r="3" fill="{colour}"><title>step {s}: {v:.3f}</title></circle>'
+                for s, v in drawn
+            ]
         parts.append(
             f'<text x="{width - 150}" y="{14 + 14 * index}" font-size="11" fill="{colour}">{escape(name)}</text>'
         )
-    parts += [f'<text x="{x(s) - 3:.1f}" y="{height - 10}" font-size="10">{s}</text>' for s in steps]
     return "".join(parts) + "</svg>"
 
 
-def heatmap(grid: Heatmap, *, cell: int = 18) -> str:
-    """Tasks (rows) x steps (columns), each cell's shade its pass rate; marked tasks named at the end."""
-    label = 160
-    width, height = label + cell * len(grid.steps) + 110, cell * (len(grid.tasks) + 1)
+@dataclass(frozen=True)
+class HeatmapLayout:
+    columns: list[list[int]]  # the steps binned into each column, in order
+    rows: list[tuple[str, list[str]]]  # (label, the tasks it pools), most solved first
+    hidden: int  # tasks left off past the height
+
+
+def layout(grid: Heatmap, *, max_columns: int = 50, max_rows: int = 40) -> HeatmapLayout:
+    """Bins the steps into at most `max_columns` columns; orders tasks by pass rate over the run (ties
+    by name), pools the tasks seen at one step only into one row (a run of fresh tasks per step), and
+    keeps at most `max_rows` rows."""
+    size = max(1, math.ceil(len(grid.steps) / max_columns))
+    columns = [grid.steps[n : n + size] for n in range(0, len(grid.steps), size)]
+    seen: dict[str, list[int]] = {task: [0, 0, 0] for task in grid.tasks}  # steps, scored, passed
+    for (task, _), (scored, passed) in grid.counts.items():
+        seen[task][0] += 1
+        seen[task][1] += scored
+        seen[task][2] += passed
+    once = [task for task in grid.tasks if seen[task][0] <= 1]
+    kept = sorted(
+        (task for task in grid.tasks if seen[task][0] > 1),
+        key=lambda task: (-(seen[task][2] / seen[task][1]) if seen[task][1] else 1.0, task),
+    )
+    rows = [(task, [task]) for task in kept]
+    if once:
+        rows.append((f"{len(once)} tasks seen once", once) if len(once) > 1 else (once[0], once))
+    return HeatmapLayout(columns, rows[:max_rows], max(0, len(rows) - max_rows))
+
+
+def shade(rate: float) -> str:
+    purple, green = int(230 - 200 * rate), int(120 + 100 * rate)
+    return f"#{purple:02x}{green:02x}{purple:02x}"  # hex, as a 1,000-step heatmap has 2,000 cells
+
+
+def heatmap(grid: Heatmap, *, cell: int = 14, max_columns: int = 50, max_rows: int = 40) -> str:
+    """Tasks (rows) x steps (columns, binned past `max_columns`), each cell's shade its pass rate, with
+    ~10 step labels, a colour legend and marked tasks named at the end."""
+    if not grid.steps:
+        return "<p>No steps yet.</p>"
+    shown = layout(grid, max_columns=max_columns, max_rows=max_rows)
+    label, top_pad = 160, 16
+    right = label + cell * len(shown.columns)
+    width, height = right + 110, top_pad + cell * len(shown.rows) + 40
     parts = [f'<svg class="heatmap" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">']
-    for column, step in enumerate(grid.steps):
-        parts.append(f'<text x="{label + column * cell + 3}" y="12" font-size="10">{step}</text>')
-    for row, task in enumerate(grid.tasks):
-        top = cell * (row + 1)
-        parts.append(f'<text x="0" y="{top + 13}" font-size="11">{escape(task[:24])}</text>')
-        for column, step in enumerate(grid.steps):
-            rate = grid.rates.get((task, step))
-            fill = (
-                "#eee"
-                if rate is None
-                else f"rgb({int(230 - 200 * rate)},{int(120 + 100 * rate)},{int(230 - 200 * rate)})"
-            )
-            title = "no scored episode" if rate is None else f"{task} at step {step}: pass rate {rate:.2f}"
+    every = max(1, math.ceil(len(shown.columns) / 10))
+    for column, steps in enumerate(shown.columns):
+        if column % every == 0:
+            parts.append(f'<text class="x-tick" x="{label + column * cell}" y="12" font-size="10">{steps[0]}</text>')
+    for row, (name, tasks) in enumerate(shown.rows):
+        top = top_pad + cell * row
+        parts.append(
+            f'<text x="0" y="{top + cell - 3}" font-size="11"><title>{escape(", ".join(tasks[:20]))}</title>'
+            f"{escape(name[:24])}</text>"
+            f'<rect x="{label}" y="{top}" width="{cell * len(shown.columns) - 1}" height="{cell - 1}" fill="{_EMPTY}"/>'
+        )
+        for column, steps in enumerate(shown.columns):
+            counts = [grid.counts[t, s] for t in tasks for s in steps if (t, s) in grid.counts]
+            scored = sum(c[0] for c in counts)
+            if scored:
+                rate = sum(c[1] for c in counts) / scored
+                parts.append(
+                    f'<rect x="{label + column * cell}" y="{top}" width="{cell - 1}" height="{cell - 1}" '
+                    f'fill="{shade(rate)}"><title>{rate:.2f}</title></rect>'
+                )
+        if len(tasks) == 1 and tasks[0] in grid.marks:
             parts.append(
-                f'<rect x="{label + column * cell}" y="{top}" width="{cell - 1}" height="{cell - 1}" '
-                f'fill="{fill}"><title>{escape(title)}</title></rect>'
+                f'<text class="mark" x="{right + 6}" y="{top + cell - 3}" font-size="11">{grid.marks[tasks[0]]}</text>'
             )
-        if task in grid.marks:
-            parts.append(
-                f'<text class="mark" x="{label + cell * len(grid.steps) + 6}" y="{top + 13}" font-size="11">'
-                f"{grid.marks[task]}</text>"
-            )
+    bottom = top_pad + cell * len(shown.rows) + 8
+    for n, rate in enumerate((0.0, 0.25, 0.5, 0.75, 1.0)):
+        parts.append(
+            f'<rect x="{label + n * 40}" y="{bottom}" width="12" height="12" fill="{shade(rate)}"/>'
+            f'<text x="{label + n * 40 + 15}" y="{bottom + 10}" font-size="10">{_label(rate)}</text>'
+        )
+    parts.append(
+        f'<rect class="legend" x="{label + 200}" y="{bottom}" width="12" height="12" fill="{_EMPTY}"/>'
+        f'<text x="{label + 215}" y="{bottom + 10}" font-size="10">not scored</text>'
+    )
+    if len(shown.columns[0]) > 1:
+        parts.append(f'<text x="0" y="{bottom + 26}" font-size="10">{len(shown.columns[0])} steps a column</text>')
+    if shown.hidden:
+        parts.append(f'<text x="{label}" y="{bottom + 26}" font-size="10">{shown.hidden} more tasks not shown</text>')
     return "".join(parts) + "</svg>"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from html import escape
 from typing import Any
+from urllib.parse import quote
 
 from corral.client import run_views
 from corral.client.record_exports import conversation
@@ -17,6 +18,17 @@ from corral.server.viewer.tokens import TokenText, token_chips
 _PHASES = {"start": "#6366f1", "reset": "#0ea5e9", "tools": "#10b981", "verify": "#f59e0b"}
 
 
+def _place_links(run: str, step: int | None, group: int | None) -> str:
+    """run · step · group, each a link to its page (as far as the rollout knows its place)."""
+    at = f"/runs/{quote(run)}"
+    links = [f"run <a class='to-run' href='{at}'>{escape(run)}</a>"]
+    if step is not None:
+        links.append(f"step <a class='to-step' href='{at}/steps/{step}'>{step}</a>")
+        if group is not None:
+            links.append(f"group <a class='to-group' href='{at}/steps/{step}/groups/{group}'>{group}</a>")
+    return " · ".join(links)
+
+
 def episode_page(index: RunIndex, episode_id: str, text: TokenText | None = None) -> str | None:
     episode, rollout = index.records(episode_id)
     if episode is None and rollout is None:
@@ -24,7 +36,7 @@ def episode_page(index: RunIndex, episode_id: str, text: TokenText | None = None
     parts = []
     if rollout is not None:
         parts.append(
-            f"<p id='place'>run {escape(rollout.run)} · step {rollout.step} · group {rollout.group} "
+            f"<p id='place'>{_place_links(rollout.run, rollout.step, rollout.group)} "
             f"(member {rollout.group_index}) · policy version {rollout.policy_version} · "
             f"advantage <span id='advantage'>{number(rollout.advantage)}</span></p>"
         )
