@@ -4,6 +4,7 @@ process outlives a test."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -58,6 +59,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.fast)
         if config.option.markexpr.strip() == "fast" and item.get_closest_marker("fast"):
             item.add_marker(pytest.mark.timeout(FAST_TIMEOUT_S), append=False)
+
+
+NEEDS_BWRAP = "needs bubblewrap, and `bwrap` is not on PATH: run .ci/setup-machine (or apt-get install bubblewrap)"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked `bwrap` (the local sandbox's namespaces, the Kubernetes stand-in's pods)
+    skips where bubblewrap is missing, and fails under CI=true."""
+    if item.get_closest_marker("bwrap") and shutil.which("bwrap") is None:
+        skip_or_fail_under_ci(NEEDS_BWRAP)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
