@@ -4,6 +4,7 @@ process outlives a test."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +32,9 @@ FAST_FOLDERS = {"unit", "contract"}
 NOT_FAST_MODULES = {"test_processors.py"}
 NOT_FAST_MARKERS = {"slow", "docker", "trl", "vllm"}
 SLOW_FIXTURES = {"docker_engine", "serve"}
+# Under `-m fast` each test gets this long (over any longer timeout its module sets): a test
+# waiting on something this machine lacks fails with a traceback instead of hanging the tier.
+FAST_TIMEOUT_S = 30
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -53,6 +57,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         slow_fixture = SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))
         if item.path.is_relative_to(unit) and not opted_out and not slow_fixture:
             item.add_marker(pytest.mark.fast)
+        if config.option.markexpr.strip() == "fast" and item.get_closest_marker("fast"):
+            item.add_marker(pytest.mark.timeout(FAST_TIMEOUT_S), append=False)
+
+
+NEEDS_BWRAP = "needs bubblewrap, and `bwrap` is not on PATH: run .ci/setup-machine (or apt-get install bubblewrap)"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked `bwrap` (the local sandbox's namespaces, the Kubernetes stand-in's pods)
+    skips where bubblewrap is missing, and fails under CI=true."""
+    if item.get_closest_marker("bwrap") and shutil.which("bwrap") is None:
+        skip_or_fail_under_ci(NEEDS_BWRAP)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """What the run skipped, grouped by reason: each reason names what would un-skip it."""
+    reasons: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    if reasons:
+        terminalreporter.section("what this run skipped, and what would run it", sep="=", yellow=True)
+        for reason, count in sorted(reasons.items(), key=lambda pair: -pair[1]):
+            terminalreporter.write_line(f"{count:4d} skipped: {reason}")
 
 
 def env_processes() -> list[int]:
@@ -125,7 +154,7 @@ def docker_engine():
     except Exception as error:  # noqa: BLE001 (any failure means no usable engine)
         skip_or_fail_under_ci(
             f"no Docker engine answers ({type(error).__name__}: {error}); start one with: "
-            "bash ../shared/ci/docker-engine.sh"
+            ".ci/setup-machine (or: bash ../shared/ci/docker-engine.sh)"
         )
     yield client
     client.close()

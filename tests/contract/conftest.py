@@ -10,10 +10,13 @@ its own, so a CI log never passes over it in silence.
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
+from tests.conftest import skip_or_fail_under_ci
 from tests.contract import fake_modal
+from tests.contract.fake_kubernetes_node import NEEDS_BWRAP
 from tests.contract.providers import (
     DockerUnderTest,
     KubernetesUnderTest,
@@ -54,6 +57,8 @@ def under_test(request, monkeypatch):
     if kind == "docker":
         return DockerUnderTest(request.getfixturevalue("docker_engine"))
     if kind == "kubernetes-fake":
+        if shutil.which("bwrap") is None:  # out of the tier (and the run) where bwrap is missing
+            skip_or_fail_under_ci(NEEDS_BWRAP)
         under = KubernetesUnderTest.serve(request.getfixturevalue("tmp_path"), monkeypatch)
         request.addfinalizer(under.stop)
         return under

@@ -37,7 +37,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.contract.fake_kubernetes_attach import attach, exec_in
-from tests.contract.fake_kubernetes_node import remove_volumes, start_container
+from tests.contract.fake_kubernetes_node import NoBwrap, remove_volumes, start_container
 from tests.contract.fake_kubernetes_objects import (
     Pod,
     has_labels,
@@ -230,7 +230,11 @@ class FakeCluster:
                 },
             )
             return
-        await start_container(pod, folder, self._pod_volumes(pod))
+        try:
+            await start_container(pod, folder, self._pod_volumes(pod))
+        except NoBwrap as error:  # as a kubelet reports a container it cannot create
+            pod.set_state("Pending", {"waiting": {"reason": "CreateContainerError", "message": str(error)}})
+            return
         assert pod.process is not None
         if pod.deleted:  # deleted while its container started
             os.killpg(pod.process.pid, signal.SIGKILL)

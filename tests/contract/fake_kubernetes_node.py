@@ -26,6 +26,11 @@ from pathlib import Path
 from tests.contract.fake_kubernetes_objects import Pod
 
 HIDDEN = {"proc", "dev", "tmp"}  # the host's, never a pod's
+NEEDS_BWRAP = "the Kubernetes stand-in runs each pod under bubblewrap, and `bwrap` is not on PATH: install it with .ci/setup-machine (or: apt-get install bubblewrap)"
+
+
+class NoBwrap(RuntimeError):
+    """This machine cannot run a pod: the node shows it as the container's creation error."""
 
 
 def _identity(pod: Pod) -> tuple[str, str]:
@@ -66,6 +71,8 @@ def _sandbox(pod: Pod, image: Path, volumes: Path, info_fd: int) -> list[str]:
 async def start_container(pod: Pod, image: Path, volumes: Path) -> None:
     """Start `pod`'s container from `image` (a local folder) with its emptyDirs under `volumes`:
     sets `pod.process` (bwrap) and `pod.pid` (its PID 1, as the host sees it)."""
+    if shutil.which("bwrap") is None:
+        raise NoBwrap(NEEDS_BWRAP)
     container = pod.container
     # An image's `python3` is the interpreter itself, never a shim (pyenv's, asdf's) that is PID 1
     # for a while and forks helpers: a `kill -9 -1` then kills a helper, and the shim, PID 1, exits.

@@ -72,7 +72,9 @@ class ComposeProject:
 def compose_project(docker_engine) -> Iterator[ComposeProject]:
     compose = shutil.which("docker-compose")
     if compose is None:
-        skip_or_fail_under_ci("docker-compose is not installed; install Debian's: apt-get install docker-compose")
+        skip_or_fail_under_ci(
+            "docker-compose is not installed: run .ci/setup-machine (or apt-get install docker-compose)"
+        )
     wheelhouse = [sys.executable, str(REPO / "docker" / "wheelhouse.py")]
     subprocess.run(wheelhouse, check=True, timeout=COLD_START_S)
     project = ComposeProject(docker_engine, compose, free_port())

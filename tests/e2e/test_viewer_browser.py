@@ -20,7 +20,7 @@ if os.environ.get("CI") != "true":
     pytest.importorskip("trl")
     pytest.importorskip("selenium")
     if shutil.which("chromium") is None or shutil.which("chromedriver") is None:
-        pytest.skip("needs Debian's chromium and chromium-driver", allow_module_level=True)
+        pytest.skip("needs Debian's chromium and chromium-driver: run .ci/setup-machine", allow_module_level=True)
 
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException

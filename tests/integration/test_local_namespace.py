@@ -36,7 +36,7 @@ pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
 @pytest.fixture(scope="module", autouse=True)
 def bubblewrap() -> None:
     if shutil.which("bwrap") is None:
-        skip_or_fail_under_ci("bubblewrap is not installed (apt-get install bubblewrap; .ci/run installs it)")
+        skip_or_fail_under_ci("bubblewrap is not installed: run .ci/setup-machine (or apt-get install bubblewrap)")
 
 
 @pytest.fixture(scope="module")

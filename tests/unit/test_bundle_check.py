@@ -109,6 +109,7 @@ def problem_lines(output: str) -> list[str]:
     return [line.removeprefix("  - ") for line in output.splitlines() if line.startswith("  - ")]
 
 
+@pytest.mark.bwrap
 def test_a_clean_bundle_passes_with_a_one_line_summary(tmp_path):
     bundle = write_bundle(tmp_path)
 
@@ -119,6 +120,7 @@ def test_a_clean_bundle_passes_with_a_one_line_summary(tmp_path):
     assert load_bundle(bundle).problems == []
 
 
+@pytest.mark.bwrap
 def test_a_check_leaves_no_sandbox_folder_behind(tmp_path):
     """A one-off check serves no instance of its own: its local sandbox's folder goes with it."""
     folders = lambda: set(Path(tempfile.gettempdir()).glob("corral-once-*"))
@@ -175,6 +177,7 @@ EXPECTED = [
 NEEDS_THE_ENV_OR_VERIFIER = {"tiny/envs/shouter", "task greedy", "tiny/verifiers/silent.py"}
 
 
+@pytest.mark.bwrap
 def test_check_reports_every_problem_of_a_bundle_in_one_run(tmp_path):
     bundle = write_bundle(tmp_path)
     break_everything(bundle)
@@ -227,6 +230,7 @@ def test_bundle_toml_that_is_not_toml_is_reported_with_its_file(tmp_path):
     assert problems[0].endswith("fix the syntax")
 
 
+@pytest.mark.bwrap
 def test_a_task_with_two_scores_needs_a_reward_rule(tmp_path):
     bundle = write_bundle(tmp_path)
     add_task_file(bundle, "tiny-3", verifiers={"total": "total", "again": "total"})
@@ -243,6 +247,7 @@ def test_a_task_with_two_scores_needs_a_reward_rule(tmp_path):
     ]
 
 
+@pytest.mark.bwrap
 def test_a_serve_reward_in_bundle_toml_picks_the_score(tmp_path):
     bundle = write_bundle(
         tmp_path,
@@ -293,6 +298,7 @@ def test_evals_train_toml_names_the_train_split_itself(tmp_path):
     ]
 
 
+@pytest.mark.bwrap
 def test_a_bundle_of_eval_tasks_only_has_an_empty_train_split_and_says_so(tmp_path):
     bundle = write_bundle(tmp_path)
     (bundle / "evals" / "train.toml").unlink()
@@ -323,6 +329,7 @@ def with_tasks(tmp_path, count: int, defaults: str) -> Path:
     return bundle
 
 
+@pytest.mark.bwrap
 def test_a_missing_verifier_shared_by_fifty_tasks_is_one_line(tmp_path):
     bundle = with_tasks(tmp_path, 50, 'verifiers = { total = "totl" }\n')
 
@@ -350,6 +357,7 @@ def test_a_field_missing_from_every_task_line_is_one_line(tmp_path):
     ]
 
 
+@pytest.mark.bwrap
 def test_a_tool_missing_from_the_env_for_fifty_tasks_is_one_line(tmp_path):
     bundle = with_tasks(tmp_path, 50, 'verifiers = { total = "total" }\ntools = ["add", "subtract"]\n')
 
@@ -372,6 +380,7 @@ def test_problems_of_two_tasks_name_both(tmp_path):
     assert problems == ["2 tasks (t-01, t-02)"]
 
 
+@pytest.mark.bwrap
 def test_an_env_tool_named_as_the_environment_classs_method_is_refused(tmp_path):
     """A tool named get_reward would hide the method TRL calls on the generated class."""
     bundle = write_bundle(tmp_path)

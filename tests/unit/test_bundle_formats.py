@@ -110,6 +110,7 @@ def test_a_third_format_loads_through_load_bundle(tmp_path, with_csv_format):
     assert bundle.where("README.md") == "fruit/README.md"
 
 
+@pytest.mark.bwrap
 def test_a_third_format_is_checked_and_served_with_its_own_summary(tmp_path, with_csv_format):
     folder = csv_folder(tmp_path)
 

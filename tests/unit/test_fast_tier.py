@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import FAST_FOLDERS, NOT_FAST_MARKERS, REPO, SLOW_FIXTURES
+from tests.conftest import FAST_FOLDERS, FAST_TIMEOUT_S, NOT_FAST_MARKERS, REPO, SLOW_FIXTURES
 
 # Collects the suite with pytest's arguments from argv; prints each test that carries the
 # `fast` marker and the heavy packages that collecting imported.
@@ -21,7 +21,8 @@ import json, sys, pytest
 class Tier:
     def pytest_collection_finish(self, session):
         self.tests = [{"id": item.nodeid, "fixtures": list(getattr(item, "fixturenames", ())),
-                       "markers": sorted({mark.name for mark in item.iter_markers()})}
+                       "markers": sorted({mark.name for mark in item.iter_markers()}),
+                       "timeout": (item.get_closest_marker("timeout") or pytest.mark.timeout(None).mark).args[0]}
                       for item in session.items if item.get_closest_marker("fast")]
 
 tier = Tier()
@@ -71,3 +72,12 @@ def test_the_fast_tier_holds_only_tests_that_start_nothing_slow():
         f"collecting the fast tier imports {fast['heavy']}: mark the unit module that imports it as it loads "
         "`slow` or `trl` and add it to NOT_FAST_MODULES in tests/conftest.py"
     )
+
+
+@pytest.mark.slow  # collects the fast tier in a process of its own
+def test_under_dash_m_fast_every_test_gets_the_tiers_timeout_over_its_modules():
+    """A fast test waiting on what the machine lacks fails after FAST_TIMEOUT_S, not 300 s or
+    the 600 s the provider contract's module gives its tests in the full suite."""
+    fast = collect("-m", "fast")
+    longer = [test["id"] for test in fast["tests"] if test["timeout"] != FAST_TIMEOUT_S]
+    assert fast["tests"] and longer == [], f"fast tests without the tier's {FAST_TIMEOUT_S} s timeout: {longer[:5]}"

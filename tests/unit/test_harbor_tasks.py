@@ -324,6 +324,7 @@ def test_check_on_the_local_sandbox_says_harbor_tasks_need_docker():
     ) in result.output
 
 
+@pytest.mark.bwrap
 def test_check_refuses_an_unknown_network_policy_and_the_oracle_on_a_corral_bundle():
     network = CliRunner().invoke(app, ["check", str(HARBOR), "--network", "public"])
     oracle = CliRunner().invoke(app, ["check", str(FIXTURES / "toybox"), "--sandbox", "local", "--oracle"])

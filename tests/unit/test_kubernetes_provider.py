@@ -123,6 +123,7 @@ def test_a_pod_too_large_for_the_cluster_says_why_and_leaves_no_pod(cluster):
     asyncio.run(check())
 
 
+@pytest.mark.bwrap
 def test_each_pod_goes_when_its_episode_ends_and_the_rest_when_the_provider_closes(cluster):
     async def check() -> None:
         provider = KubernetesProvider(instance="unit-cleanup")
@@ -173,6 +174,7 @@ def test_the_policy_allows_no_traffic_either_way_to_the_runs_pods_without_networ
     }
 
 
+@pytest.mark.bwrap
 def test_a_pod_without_network_is_isolated_and_one_that_opts_in_is_not(cluster):
     async def check() -> None:
         provider = KubernetesProvider()
@@ -195,6 +197,7 @@ def test_a_pod_without_network_is_isolated_and_one_that_opts_in_is_not(cluster):
     asyncio.run(check())
 
 
+@pytest.mark.bwrap
 def test_a_run_whose_envs_all_opt_in_makes_no_policy(cluster):
     async def check() -> None:
         provider = KubernetesProvider()

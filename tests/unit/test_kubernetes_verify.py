@@ -57,6 +57,7 @@ def verifiers(cluster) -> list[str]:
     return cluster.labelled(NAMESPACE, **{"corral.purpose": "verify"})
 
 
+@pytest.mark.bwrap
 def test_a_verifier_scores_what_the_agent_left_in_a_fresh_pod_and_the_pod_goes(cluster):
     check = (
         'test "$(cat /data/answer.txt)" = "$(cat $1/expected.txt)" && echo right || { echo wrong; exit 1; }; '
@@ -86,6 +87,7 @@ def test_a_verifier_scores_what_the_agent_left_in_a_fresh_pod_and_the_pod_goes(c
     asyncio.run(run())
 
 
+@pytest.mark.bwrap
 def test_the_verifiers_pod_has_the_agents_hardening_an_idle_command_and_no_network(cluster):
     async def run() -> None:
         async with agent_pod() as (provider, sandbox):
@@ -109,6 +111,7 @@ def test_the_verifiers_pod_has_the_agents_hardening_an_idle_command_and_no_netwo
     asyncio.run(run())
 
 
+@pytest.mark.bwrap
 def test_the_verifiers_files_get_a_new_name_each_time_and_a_link_to_them_stops_it(cluster):
     async def run(agent: str) -> list[str]:
         async with agent_pod(agent) as (_, sandbox):
@@ -120,6 +123,7 @@ def test_the_verifiers_files_get_a_new_name_each_time_and_a_link_to_them_stops_i
     assert "links the agent left lead where" in forged and "/data/answer.txt -> /proc/self/fd/3" in forged
 
 
+@pytest.mark.bwrap
 def test_the_agents_folders_past_their_bound_fail_the_verifier(cluster):
     async def run() -> None:
         async with agent_pod("head -c 3000000 /dev/zero > /data/big") as (_, sandbox):
@@ -130,6 +134,7 @@ def test_the_agents_folders_past_their_bound_fail_the_verifier(cluster):
     asyncio.run(run())
 
 
+@pytest.mark.bwrap
 def test_the_verifiers_pod_goes_past_the_deadline_and_when_the_platform_fails(cluster):
     async def run() -> None:
         async with agent_pod() as (provider, sandbox):

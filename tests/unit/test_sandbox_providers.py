@@ -50,6 +50,7 @@ def test_docker_without_the_docker_package_is_refused_with_the_install_line(monk
         make_provider("docker")
 
 
+@pytest.mark.bwrap
 def test_auto_warns_when_an_engine_is_here_but_the_docker_package_is_not(monkeypatch, caplog):
     without_the_docker_package(monkeypatch)
     monkeypatch.setenv("DOCKER_HOST", "unix:///run/some-engine.sock")
@@ -74,6 +75,7 @@ def test_auto_finds_the_default_socket_too(monkeypatch, caplog, tmp_path):
     assert f"a Docker engine seems to be here ({socket_path})" in caplog.text
 
 
+@pytest.mark.bwrap
 def test_auto_without_docker_and_without_an_engine_says_nothing_alarming(monkeypatch, caplog, tmp_path):
     without_the_docker_package(monkeypatch)
     monkeypatch.delenv("DOCKER_HOST", raising=False)
@@ -91,6 +93,7 @@ def test_sandbox_specs_are_values_a_provider_can_key_by():
     assert SandboxSpec("toy", TOY, TOY_SPEC.command, writable=("/work",)) != TOY_SPEC
 
 
+@pytest.mark.bwrap
 def test_the_local_provider_counts_its_live_sandboxes_and_builds_nothing(no_leftover_env_processes):
     async def check() -> None:
         provider = LocalProvider()
@@ -113,6 +116,7 @@ def test_the_local_provider_counts_its_live_sandboxes_and_builds_nothing(no_left
     asyncio.run(check())
 
 
+@pytest.mark.bwrap
 def test_a_local_env_that_cannot_start_is_refused_saying_why_and_leaves_nothing(monkeypatch, no_leftover_env_processes):
     missing = SandboxSpec("missing", TOY, ("/no-such-command-of-corral",))
     stdin = os.fstat(0)  # the server's own descriptors stay its own whatever fails
@@ -144,6 +148,7 @@ def test_a_local_env_that_cannot_start_is_refused_saying_why_and_leaves_nothing(
     assert os.fstat(0) == stdin
 
 
+@pytest.mark.bwrap
 @pytest.mark.timing
 def test_as_root_an_ended_episode_s_uid_goes_to_the_next_one(no_leftover_env_processes):
     # The lowest free uid each time: a few lock files cover a server's life, whatever its episode count.
@@ -185,6 +190,7 @@ while True:
 """
 
 
+@pytest.mark.bwrap
 def test_a_local_verifier_runs_once_every_process_the_agent_left_is_gone(no_leftover_env_processes):
     code = (
         f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {FORGER!r}], start_new_session=True); input()"
@@ -204,6 +210,7 @@ def test_a_local_verifier_runs_once_every_process_the_agent_left_is_gone(no_left
     asyncio.run(check())
 
 
+@pytest.mark.bwrap
 def test_as_root_the_env_s_files_are_copied_readable_by_every_uid_keeping_what_runs(tmp_path):
     if os.geteuid() != 0:
         skip_or_fail_under_ci("a server copies an env's folder for its uids only as root (CI runs as root)")
@@ -251,6 +258,7 @@ def test_a_line_sent_to_an_exited_env_raises_even_while_a_process_it_left_holds_
     asyncio.run(check())
 
 
+@pytest.mark.bwrap
 def test_a_local_env_line_longer_than_the_limit_ends_the_stream(monkeypatch, no_leftover_env_processes):
     monkeypatch.setattr(local_sandbox_module, "LINE_LIMIT", 4096)
     spec = SandboxSpec("flood", TOY, ("python3", "-c", "print('x' * 10000, flush=True); import time; time.sleep(60)"))
@@ -284,6 +292,7 @@ def test_the_sdk_sent_into_containers_carries_corral_errors_and_imports_on_its_o
     assert ran.stdout.strip() == str(tmp_path / "corral/errors.py")
 
 
+@pytest.mark.bwrap
 def test_a_local_env_imports_corral_errors_from_the_sdk_root(no_leftover_env_processes):
     # -S: no site-packages, so not corral's installation: only the PYTHONPATH the provider sets.
     code = "import corral.errors as e; print(e.ToolSchemaError.__name__, flush=True)"

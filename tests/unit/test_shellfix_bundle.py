@@ -27,6 +27,7 @@ def load_module(name: str, path):
     return module
 
 
+@pytest.mark.bwrap
 def test_corral_check_passes_on_shellfix():
     result = CliRunner().invoke(app, ["check", str(SHELLFIX), "--sandbox", "local"])
 
@@ -104,6 +105,7 @@ def test_a_clean_command_verifier_passes(tmp_path):
         ),
     ],
 )
+@pytest.mark.bwrap
 def test_a_broken_command_verifier_is_reported_once_with_its_fix(tmp_path, toml, says):
     bundle = with_command_verifier(tmp_path, toml, **{"checks/tiny-1/check.py": "", "checks/tiny-2/check.py": ""})
 
@@ -115,6 +117,7 @@ def test_a_broken_command_verifier_is_reported_once_with_its_fix(tmp_path, toml,
     assert len(problem_lines(result.output)) == 1, result.output
 
 
+@pytest.mark.bwrap
 def test_a_task_whose_files_folder_is_missing_is_named(tmp_path):
     bundle = with_command_verifier(tmp_path, GOOD, **{"checks/tiny-1/check.py": ""})
 

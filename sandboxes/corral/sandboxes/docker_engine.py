@@ -37,6 +37,8 @@ ENGINE_TIMEOUT_S = 600  # a build step may stay silent for minutes
 PING_TIMEOUT_S = 2.0
 REAP_THREADS = 16
 REMOVE_RETRY_S = 1.0
+REMOVAL_UNDER_WAY_S = 60.0  # how long another removal of the container (the engine's own) may take
+REMOVAL_POLL_S = 0.05
 
 
 def engine_answers() -> bool:
@@ -146,20 +148,27 @@ class Engine:
 
 
 def remove_container(api: docker.APIClient, container: str, attempts: int = 3) -> None:
-    """Force-remove a container (killing it first); one gone already is fine (blocking).
+    """Force-remove a container (killing it first), returning once it is gone; one gone already
+    is fine (blocking).
 
     The engine can give up killing a container whose processes fork as fast as they die (a
-    fork bomb at its pids limit); the kill converges, so the removal is tried again.
+    fork bomb at its pids limit); the kill converges, so the removal is tried again. A removal
+    under way already (the engine's own, of a container that exited) answers 409 while the
+    container is still listed: it is asked again until the engine answers that it is gone.
     """
-    for attempt in range(1, attempts + 1):
+    under_way_until = time.monotonic() + REMOVAL_UNDER_WAY_S
+    attempt = 1
+    while True:
         try:
             api.remove_container(container, force=True)
             return
         except docker.errors.NotFound:
             return
         except docker.errors.APIError as error:
-            if error.status_code == 409:  # its removal is under way already
-                return
+            if error.status_code == 409 and time.monotonic() < under_way_until:
+                time.sleep(REMOVAL_POLL_S)
+                continue
             if attempt == attempts:
                 raise
+            attempt += 1
             time.sleep(REMOVE_RETRY_S)
