@@ -22,9 +22,9 @@ from typing import Any
 
 from corral.env import jsonrpc
 from corral.sandboxes import CommandResult, Sandbox
-from corral.server.env_connection import EnvConnection
-from corral.server.env_inprocess import InProcessConnection
-from corral.server.envproc import EnvProcess
+from corral.server.connection.base import EnvConnection
+from corral.server.connection.inprocess import InProcessConnection
+from corral.server.connection.stdio import EnvProcess
 
 ARGUMENTS = {"command": "cat /app/report.txt | head -n 40", "timeout_s": 30}
 

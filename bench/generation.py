@@ -24,7 +24,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from corral.client.record_store import EpisodeStore
+from corral.protocol.record_store import EpisodeStore
 from corral.training.evaluation import evaluate
 from corral.training.tiny import VLLM_SHAPE, make_tiny_model
 

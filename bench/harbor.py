@@ -33,6 +33,7 @@ import docker
 import docker.errors
 from websockets.asyncio.client import connect
 
+from corral.cli.oracle import check_tasks
 from corral.client import urls
 from corral.protocol.frames import (
     CallTool,
@@ -41,14 +42,13 @@ from corral.protocol.frames import (
     StepRequest,
 )
 from corral.sandboxes import make_provider
-from corral.server.checks import sandbox_spec
-from corral.server.embedded import EmbeddedServer
+from corral.server.bundles.checks import sandbox_spec
 from corral.server.formats import load_bundle
 from corral.server.harbor.hosted import HarborProvider
 from corral.server.harbor.images import BaseBuild, ImagePlan
-from corral.server.harbor.oracle import check_tasks
 from corral.server.harbor.part import harbor_part
-from corral.server.served import ServedBundle, ServeOptions
+from corral.server.serving.embedded import EmbeddedServer
+from corral.server.serving.served import ServedBundle, ServeOptions
 
 from common import exchange
 

@@ -69,7 +69,7 @@ def main() -> None:
     report("local", *asyncio.run(timings(LocalProvider(), runs)))
     stand_in = KubernetesUnderTest.serve(Path(tempfile.mkdtemp()), Environment())
     try:
-        from corral.sandboxes.kube_provider import KubernetesProvider
+        from corral.sandboxes.kubernetes.provider import KubernetesProvider
 
         report("kubernetes-fake", *asyncio.run(timings(KubernetesProvider(), runs)))
     finally:

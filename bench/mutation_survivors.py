@@ -23,7 +23,7 @@ FIRST_BYTE_NEWLINE = (
 # Survivors read and found harmless one by one: (module path, the line's code) -> why.
 EXPLAINED = {
     (
-        "server/corral/server/sessions.py",
+        "server/corral/server/serving/sessions.py",
         "if self._reaper is not None:",
     ): "the serving loop ends under asyncio.run, which cancels a reaper left running; close_all "
     "cancels it first only so that it releases no session while close_all does",
@@ -32,36 +32,36 @@ EXPLAINED = {
         "def __init__(self, url: str, *, token: str | None = None, keepalive_s: float = 20.0):",
     ): "a default keepalive period: a second more or less keeps a socket alive as well",
     (
-        "sandboxes/corral/sandboxes/local_sandbox.py",
+        "sandboxes/corral/sandboxes/local/sandbox.py",
         "def stderr_tail(self, max_chars: int = 4000) -> str:",
     ): QUOTE_DEFAULT,
     (
-        "sandboxes/corral/sandboxes/local_sandbox.py",
+        "sandboxes/corral/sandboxes/local/sandbox.py",
         "self.verifications = 0",
     ): "the count only names each verification's folder (verify-1, verify-2, ...); any start names them apart",
-    ("sandboxes/corral/sandboxes/local_sandbox.py", "self._agent_stopped = True"): AGENT_STOPPED,
+    ("sandboxes/corral/sandboxes/local/sandbox.py", "self._agent_stopped = True"): AGENT_STOPPED,
     (
-        "sandboxes/corral/sandboxes/local_sandbox.py",
+        "sandboxes/corral/sandboxes/local/sandbox.py",
         "self._stderr = -1",
     ): "the mark of a closed stderr: nothing reads a sandbox's tail once it is closed (the episode and the "
     "warm pool quote it before), and a second close returns at once",
-    ("sandboxes/corral/sandboxes/local_sandbox.py", "if self._stderr >= 0:"): NEVER_STDIN,
-    ("sandboxes/corral/sandboxes/local.py", "if self._lock >= 0 or not self.named:"): NEVER_STDIN,
-    ("sandboxes/corral/sandboxes/local.py", "if self._lock >= 0:"): NEVER_STDIN,
+    ("sandboxes/corral/sandboxes/local/sandbox.py", "if self._stderr >= 0:"): NEVER_STDIN,
+    ("sandboxes/corral/sandboxes/local/provider.py", "if self._lock >= 0 or not self.named:"): NEVER_STDIN,
+    ("sandboxes/corral/sandboxes/local/provider.py", "if self._lock >= 0:"): NEVER_STDIN,
     (
-        "sandboxes/corral/sandboxes/local_sandbox.py",
+        "sandboxes/corral/sandboxes/local/sandbox.py",
         'return os.pread(self._stderr, size - start, start).decode("utf-8", errors="replace")',
     ): "a read from `start` stops at the file's end: asking for more bytes than are left reads the same",
     (
-        "sandboxes/corral/sandboxes/local_files.py",
+        "sandboxes/corral/sandboxes/local/files.py",
         "os.chmod(path, 0o755 if os.stat(path).st_mode & 0o100 else 0o644)",
     ): "`& 0o101` differs only for a file that others may run and its owner may not",
     (
-        "sandboxes/corral/sandboxes/local_files.py",
+        "sandboxes/corral/sandboxes/local/files.py",
         'target = shared / f"{spec.env_name}-{uuid.uuid4().hex[:8]}"',
     ): RANDOM_NAME,
     (
-        "sandboxes/corral/sandboxes/local.py",
+        "sandboxes/corral/sandboxes/local/provider.py",
         "def __init__(self, *, instance: str | None = None, warm_pool: int = 0) -> None:",
     ): "WarmPools keeps no pool for any size below 1: -1 is as good as 0",
     (
@@ -70,46 +70,46 @@ EXPLAINED = {
     ): "run as `python -m corral.env`, the first entry of sys.path is the working folder, which the list put "
     "in its place (`[:1]`) holds too",
     (
-        "sandboxes/corral/sandboxes/docker_sandbox.py",
+        "sandboxes/corral/sandboxes/docker/sandbox.py",
         'api.attach_socket, container_id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}',
     ): "the engine reads each of attach's flags as true or false: 2 is as true as 1",
     (
-        "sandboxes/corral/sandboxes/modal_sandbox.py",
+        "sandboxes/corral/sandboxes/modal/sandbox.py",
         "def stderr_tail(self, max_chars: int = 4000) -> str:",
     ): QUOTE_DEFAULT,
-    ("sandboxes/corral/sandboxes/modal_sandbox.py", "self._agent_stopped = True"): AGENT_STOPPED,
+    ("sandboxes/corral/sandboxes/modal/sandbox.py", "self._agent_stopped = True"): AGENT_STOPPED,
     (
-        "sandboxes/corral/sandboxes/modal_sandbox.py",
+        "sandboxes/corral/sandboxes/modal/sandbox.py",
         "for reader in self._readers:",
     ): "the readers end on their own a moment later: the termination that on_close starts ends both streams",
     # The buffers every provider but the local one reads its env's output into (moved from modal_sandbox.py).
     (
-        "sandboxes/corral/sandboxes/stream_buffers.py",
+        "sandboxes/corral/sandboxes/shared/stream_buffers.py",
         "self._stderr_size = 0",
     ): "the count of stderr bytes kept, one off: the trim keeps a byte more or less of STDERR_KEEP",
     (
-        "sandboxes/corral/sandboxes/stream_buffers.py",
+        "sandboxes/corral/sandboxes/shared/stream_buffers.py",
         'while (end := self._stdout.find(b"\\n", scanned)) < 0:',
     ): FIRST_BYTE_NEWLINE,
-    ("sandboxes/corral/sandboxes/stream_buffers.py", "scanned = 0"): FIRST_BYTE_NEWLINE,
+    ("sandboxes/corral/sandboxes/shared/stream_buffers.py", "scanned = 0"): FIRST_BYTE_NEWLINE,
     (
-        "sandboxes/corral/sandboxes/stream_buffers.py",
+        "sandboxes/corral/sandboxes/shared/stream_buffers.py",
         "def stderr_tail(self, max_chars: int = 4000) -> str:",
     ): QUOTE_DEFAULT,
     (
-        "sandboxes/corral/sandboxes/modal_sandbox.py",
+        "sandboxes/corral/sandboxes/modal/sandbox.py",
         "timeout_s: float, max_output_chars: int = 20_000) -> CommandResult:",
     ): "how much of a verifier's output is kept by default: a character more or less is as good",
-    ("sandboxes/corral/sandboxes/docker_sandbox.py", "self._agent_stopped = True"): AGENT_STOPPED,
+    ("sandboxes/corral/sandboxes/docker/sandbox.py", "self._agent_stopped = True"): AGENT_STOPPED,
     (
-        "sandboxes/corral/sandboxes/docker_sandbox.py",
+        "sandboxes/corral/sandboxes/docker/sandbox.py",
         (
             'tail = f"{session}-{episode}" if session and episode else '
             "f\"{labels.get('corral.purpose', 'env')}-{uuid.uuid4().hex[:8]}\""
         ),
     ): "the server labels an episode's container with both its session and its episode, or neither",
     (
-        "sandboxes/corral/sandboxes/docker_sandbox.py",
+        "sandboxes/corral/sandboxes/docker/sandbox.py",
         'return _safe_name(f"corral-{instance}-{env_name}-warm-{uuid.uuid4().hex[:8]}")',
     ): RANDOM_NAME,
     (

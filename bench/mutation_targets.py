@@ -60,7 +60,7 @@ LOCAL_AS_NOBODY = tuple(
 )
 MODULES = {
     "episode": Target(
-        "server/corral/server/episode.py",
+        "server/corral/server/episodes/episode.py",
         (
             UNIT + "test_episode_endings.py",
             INTEGRATION + "test_episodes.py",
@@ -71,19 +71,19 @@ MODULES = {
             + "test_records.py::test_an_episodes_record_holds_every_call_in_order_with_answers_errors_and_timing",
         ),
     ),
-    "endings": Target("server/corral/server/endings.py", (ENDINGS_TESTS,)),
-    "canary": Target("server/corral/server/canary.py", (UNIT + "test_episode_endings.py", ENDINGS_TESTS)),
+    "endings": Target("server/corral/server/episodes/endings.py", (ENDINGS_TESTS,)),
+    "canary": Target("server/corral/server/episodes/canary.py", (UNIT + "test_episode_endings.py", ENDINGS_TESTS)),
     "scoring": Target(
-        "server/corral/server/scoring.py",
+        "server/corral/server/episodes/scoring.py",
         (UNIT + "test_episode_endings.py", ENDINGS_TESTS, INTEGRATION + "test_command_verifiers.py"),
     ),
-    "env_inprocess": Target("server/corral/server/env_inprocess.py", (UNIT + "test_env_inprocess.py",)),
+    "env_inprocess": Target("server/corral/server/connection/inprocess.py", (UNIT + "test_env_inprocess.py",)),
     "env_connection": Target(
-        "server/corral/server/env_connection.py",
+        "server/corral/server/connection/base.py",
         (UNIT + "test_env_inprocess.py", UNIT + "test_envproc.py", UNIT + "test_episode_endings.py"),
     ),
     "sessions": Target(
-        "server/corral/server/sessions.py",
+        "server/corral/server/serving/sessions.py",
         (
             INTEGRATION + "test_openenv_compat.py",
             ENDINGS_TESTS,
@@ -91,22 +91,25 @@ MODULES = {
         ),
     ),
     "verifiers": Target(
-        "server/corral/server/verifiers.py", (UNIT + "test_verifiers.py", INTEGRATION + "test_command_verifiers.py")
+        "server/corral/server/bundles/verifiers.py",
+        (UNIT + "test_verifiers.py", INTEGRATION + "test_command_verifiers.py"),
     ),
-    "envproc": Target("server/corral/server/envproc.py", (UNIT + "test_envproc.py",)),
-    "local": Target("sandboxes/corral/sandboxes/local.py", LOCAL_TESTS, child_tests=LOCAL_AS_NOBODY),
-    "local_sandbox": Target("sandboxes/corral/sandboxes/local_sandbox.py", LOCAL_TESTS, child_tests=LOCAL_AS_NOBODY),
-    "local_procs": Target("sandboxes/corral/sandboxes/local_procs.py", LOCAL_TESTS),
-    "local_files": Target("sandboxes/corral/sandboxes/local_files.py", LOCAL_TESTS),
-    "docker": Target("sandboxes/corral/sandboxes/docker_sandbox.py", (CONTRACT_TESTS, *DOCKER_TESTS)),
+    "envproc": Target("server/corral/server/connection/stdio.py", (UNIT + "test_envproc.py",)),
+    "local": Target("sandboxes/corral/sandboxes/local/provider.py", LOCAL_TESTS, child_tests=LOCAL_AS_NOBODY),
+    "local_sandbox": Target("sandboxes/corral/sandboxes/local/sandbox.py", LOCAL_TESTS, child_tests=LOCAL_AS_NOBODY),
+    "local_procs": Target("sandboxes/corral/sandboxes/local/procs.py", LOCAL_TESTS),
+    "local_files": Target("sandboxes/corral/sandboxes/local/files.py", LOCAL_TESTS),
+    "docker": Target("sandboxes/corral/sandboxes/docker/sandbox.py", (CONTRACT_TESTS, *DOCKER_TESTS)),
     "modal": Target(
-        "sandboxes/corral/sandboxes/modal_sandbox.py",
+        "sandboxes/corral/sandboxes/modal/sandbox.py",
         (CONTRACT_TESTS,),
         child_tests=("tests/contract/test_modal_provider.py",),
     ),
-    "warm_pool": Target("sandboxes/corral/sandboxes/warm_pool.py"),
-    "stream_buffers": Target("sandboxes/corral/sandboxes/stream_buffers.py", (UNIT + "test_stream_buffers.py",)),
-    "live_sandboxes": Target("sandboxes/corral/sandboxes/live_sandboxes.py", (UNIT + "test_sandbox_providers.py",)),
+    "warm_pool": Target("sandboxes/corral/sandboxes/shared/warm_pool.py"),
+    "stream_buffers": Target("sandboxes/corral/sandboxes/shared/stream_buffers.py", (UNIT + "test_stream_buffers.py",)),
+    "live_sandboxes": Target(
+        "sandboxes/corral/sandboxes/shared/live_sandboxes.py", (UNIT + "test_sandbox_providers.py",)
+    ),
     "factory": Target("client/corral/client/factory.py", (UNIT + "test_client_factory.py",)),
     "session": Target(
         "client/corral/client/session.py", (INTEGRATION + "test_client_session.py", INTEGRATION + "test_many_hosts.py")

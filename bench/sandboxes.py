@@ -40,8 +40,8 @@ from corral.protocol.frames import (
     ResetRequest,
     StepRequest,
 )
-from corral.server.embedded import EmbeddedServer
-from corral.server.served import ServeOptions
+from corral.server.serving.embedded import EmbeddedServer
+from corral.server.serving.served import ServeOptions
 
 from common import exchange
 

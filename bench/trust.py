@@ -40,7 +40,7 @@ def serve(tree: Path, sandbox: str) -> tuple[subprocess.Popen, str]:
     command = [
         sys.executable,
         "-c",
-        "from corral.server.cli import main; main()",
+        "from corral.cli.main import main; main()",
         "serve",
         str(tree / "bundles" / "shellfix"),
         "--sandbox",

@@ -12,8 +12,8 @@ from typing import NoReturn
 
 import pytest
 
-from corral.server.embedded import EmbeddedServer
-from corral.server.served import ServeOptions
+from corral.server.serving.embedded import EmbeddedServer
+from corral.server.serving.served import ServeOptions
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLES = REPO / "bundles"

@@ -18,11 +18,11 @@ from corral.protocol.frames import Limits
 from corral.protocol.records import EpisodeRecord
 from corral.protocol.rewards import RewardRule
 from corral.sandboxes import CommandResult, ProviderStatus, Sandbox
-from corral.server.bundle_format import Task
-from corral.server.env_connection import EnvCallError, EnvConnection, EnvDied
-from corral.server.episode import ServedEpisode
+from corral.server.bundles.format import Task
+from corral.server.bundles.verifiers import CommandScore, Verify, score_episode
+from corral.server.connection.base import EnvCallError, EnvConnection, EnvDied
+from corral.server.episodes.episode import ServedEpisode
 from corral.server.metrics import Metrics
-from corral.server.verifiers import CommandScore, Verify, score_episode
 
 LIMITS = Limits(tool_timeout_s=0.2, reset_timeout_s=5.0)
 FAILURE_SCORE = -1.0  # not 0: an episode the agent made fail is told apart from one that scored 0

@@ -54,7 +54,7 @@ def python_command(*arguments: str, uid: int | None = None) -> tuple[list[str], 
 
 def corral_command(*arguments: str, uid: int | None = None) -> tuple[list[str], dict[str, str]]:
     """`corral ARGUMENTS` as a command line and its environment (as `uid` when given)."""
-    return python_command("-c", "from corral.server.cli import app; app()", *arguments, uid=uid)
+    return python_command("-c", "from corral.cli.main import app; app()", *arguments, uid=uid)
 
 
 def corral_serve(bundle: Path, port: int, *options: str, uid: int | None = None) -> subprocess.Popen:

@@ -43,7 +43,7 @@ _not_run: list[str] = []
 def modal_unavailable() -> str | None:
     """Why the contract cannot run on Modal's cloud here, or None when it can."""
     try:
-        from corral.sandboxes.modal_provider import credentials_missing
+        from corral.sandboxes.modal.provider import credentials_missing
     except ImportError as error:
         return f"the modal package is not installed ({error}): pip install 'corral[modal]'"
     return credentials_missing()
@@ -63,7 +63,9 @@ def under_test(request, monkeypatch):
         request.addfinalizer(under.stop)
         return under
     if kind == "modal-fake":
-        from corral.sandboxes import modal_provider, modal_sandbox, modal_verify
+        from corral.sandboxes.modal import provider as modal_provider
+        from corral.sandboxes.modal import sandbox as modal_sandbox
+        from corral.sandboxes.modal import verify as modal_verify
 
         fake = fake_modal.fake_modal(FAKE_CREDENTIALS)
         for module in (modal_provider, modal_sandbox, modal_verify):

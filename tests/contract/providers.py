@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 from corral.sandboxes import SandboxProvider, SandboxSpec
-from corral.sandboxes.local_procs import marked_pids
+from corral.sandboxes.local.procs import marked_pids
 
 ENV = Path(__file__).resolve().parent / "env"
 SPEC = SandboxSpec("contract", ENV, ("python3", "-m", "corral.env", "env:Contract"))
@@ -46,13 +46,13 @@ class DockerUnderTest:
         self.client = client
 
     def make(self, *, instance: str | None = None, warm_pool: int = 0) -> SandboxProvider:
-        from corral.sandboxes.docker_provider import DockerProvider
+        from corral.sandboxes.docker.provider import DockerProvider
 
         return DockerProvider(instance=instance, warm_pool=warm_pool)
 
     async def leftovers(self, instance: str) -> list[str]:
         found = self.client.api.containers(all=True, filters={"label": [f"corral.instance={instance}"]})
-        from corral.sandboxes.docker_channel import Channels
+        from corral.sandboxes.docker.channel import Channels
 
         folders = Channels(instance).root
         left = [container["Names"][0] for container in found]
@@ -70,12 +70,12 @@ class ModalUnderTest:
         self.kind = kind
 
     def make(self, *, instance: str | None = None, warm_pool: int = 0) -> SandboxProvider:
-        from corral.sandboxes.modal_provider import ModalProvider
+        from corral.sandboxes.modal.provider import ModalProvider
 
         return ModalProvider(instance=instance, warm_pool=warm_pool, app_name=f"corral-contract-{os.getpid()}")
 
     async def leftovers(self, instance: str) -> list[str]:
-        from corral.sandboxes import modal_provider
+        from corral.sandboxes.modal import provider as modal_provider
 
         modal = modal_provider.modal
         app = await modal.App.lookup.aio(f"corral-contract-{os.getpid()}", create_if_missing=True)
@@ -85,7 +85,7 @@ class ModalUnderTest:
         ]
 
     async def kill(self, provider) -> None:
-        from corral.sandboxes import modal_provider
+        from corral.sandboxes.modal import provider as modal_provider
 
         provider._lease.cancel()  # a killed server stops renewing its lease, which then goes stale
         leases = modal_provider.modal.Dict.from_name(modal_provider.LEASES)
@@ -120,7 +120,7 @@ class KubernetesUnderTest:
         return cls(cluster)
 
     def make(self, *, instance: str | None = None, warm_pool: int = 0) -> SandboxProvider:
-        from corral.sandboxes.kube_provider import KubernetesProvider
+        from corral.sandboxes.kubernetes.provider import KubernetesProvider
 
         return KubernetesProvider(instance=instance, warm_pool=warm_pool)
 
@@ -139,6 +139,6 @@ class KubernetesUnderTest:
 
 
 async def _aged(cluster, namespace: str, lease: str) -> None:
-    from corral.sandboxes.kube_cluster import LEASE_STALE_S
+    from corral.sandboxes.kubernetes.cluster import LEASE_STALE_S
 
     cluster.age_lease(namespace, lease, LEASE_STALE_S + 1)

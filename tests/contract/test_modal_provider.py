@@ -19,8 +19,8 @@ import pytest
 from corral.client import Bundle
 from corral.errors import ConfigError, ImageError
 from corral.sandboxes import Resources, make_provider
-from corral.sandboxes import modal_provider as provider_module
-from corral.sandboxes.modal_provider import ModalProvider, env_image, image_key
+from corral.sandboxes.modal import provider as provider_module
+from corral.sandboxes.modal.provider import ModalProvider, env_image, image_key
 from tests.contract import fake_modal
 from tests.contract.conftest import FAKE_CREDENTIALS
 from tests.contract.providers import SPEC
@@ -38,7 +38,8 @@ def no_modal_credentials(monkeypatch):
 @pytest.fixture
 def cloud(monkeypatch):
     """The modal modules talking to fake_modal; every call checked against the real API after the test."""
-    from corral.sandboxes import modal_sandbox, modal_verify
+    from corral.sandboxes.modal import sandbox as modal_sandbox
+    from corral.sandboxes.modal import verify as modal_verify
 
     fake = fake_modal.fake_modal(FAKE_CREDENTIALS)
     for module in (provider_module, modal_sandbox, modal_verify):

@@ -15,8 +15,8 @@ import pytest
 from websockets.sync.client import connect
 
 from corral.client.urls import ws_url
-from corral.server.embedded import EmbeddedServer
-from corral.server.served import default_instance
+from corral.server.serving.embedded import EmbeddedServer
+from corral.server.serving.served import default_instance
 from tests.conftest import BUNDLES, FIXTURES, serving
 from tests.wire import opened
 

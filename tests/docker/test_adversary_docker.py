@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 
 from corral.protocol.frames import CallToolObservation
-from corral.server.embedded import EmbeddedServer
+from corral.server.serving.embedded import EmbeddedServer
 from tests.attacks import HOUND, PROTOCOL_OPENER, SIGNALS, bash, play
 from tests.conftest import BUNDLES, serving
 from tests.docker.test_harbor import harbor  # noqa: F401 - the fixture, shared

@@ -46,8 +46,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.sandboxes.docker_disk import POLL_S
-from corral.server.embedded import EmbeddedServer
+from corral.sandboxes.docker.whole_image.disk import POLL_S
+from corral.server.serving.embedded import EmbeddedServer
 from tests.attacks import BUNDLES, bash, play
 from tests.conftest import serving
 from tests.docker.conftest import DOCKERBOX

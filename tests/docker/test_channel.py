@@ -11,9 +11,9 @@ import pytest
 
 from corral.env import jsonrpc
 from corral.sandboxes import SandboxSpec
-from corral.sandboxes import docker_channel as channel_module
-from corral.sandboxes.docker_provider import DockerProvider
-from corral.sandboxes.docker_users import ID_CAPABILITIES
+from corral.sandboxes.docker import channel as channel_module
+from corral.sandboxes.docker.provider import DockerProvider
+from corral.sandboxes.shared.users import ID_CAPABILITIES
 from tests.docker.conftest import DOCKERBOX
 
 pytestmark = pytest.mark.docker

@@ -9,8 +9,8 @@ import asyncio
 import pytest
 
 from corral.sandboxes import CommandResult, SandboxSpec
-from corral.sandboxes.docker_provider import DockerProvider
-from corral.sandboxes.docker_users import AGENT_USER
+from corral.sandboxes.docker.provider import DockerProvider
+from corral.sandboxes.shared.users import AGENT_USER
 from tests.docker.conftest import DOCKERBOX, containers
 
 pytestmark = pytest.mark.docker

@@ -18,8 +18,8 @@ import pytest
 
 from corral.client import Bundle, Episode, Session
 from corral.protocol.frames import ResetData
-from corral.sandboxes.docker_images import image_tag
-from corral.server.checks import sandbox_spec
+from corral.sandboxes.docker.images import image_tag
+from corral.server.bundles.checks import sandbox_spec
 from corral.server.formats import load_bundle
 from tests.conftest import BUNDLES, serving
 from tests.docker.conftest import DOCKERBOX

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from corral.server.embedded import EmbeddedServer
+from corral.server.serving.embedded import EmbeddedServer
 from tests.attacks import ATTACKS, HARMLESS, bash, play
 from tests.conftest import BUNDLES, serving
 

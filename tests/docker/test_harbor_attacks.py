@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from corral.server.cli import app
-from corral.server.embedded import EmbeddedServer
+from corral.cli.main import app
+from corral.server.serving.embedded import EmbeddedServer
 from tests.conftest import FIXTURES, serving
 from tests.wire import called, opened, ws
 

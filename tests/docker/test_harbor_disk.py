@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.sandboxes.docker_disk import POLL_S
-from corral.server.embedded import EmbeddedServer
+from corral.sandboxes.docker.whole_image.disk import POLL_S
+from corral.server.serving.embedded import EmbeddedServer
 from tests.conftest import FIXTURES, serving
 from tests.docker.conftest import containers, instance_of, poll
 from tests.docker.test_harbor_attacks import SOLVE

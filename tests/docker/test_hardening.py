@@ -9,7 +9,7 @@ import time
 import pytest
 
 from corral.client import Bundle
-from corral.sandboxes.docker_sandbox import stop_reason
+from corral.sandboxes.docker.sandbox import stop_reason
 from tests.docker.conftest import containers, instance_of, poll
 
 pytestmark = pytest.mark.docker

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from typer.testing import CliRunner
 
-from corral.server.cli import app
+from corral.cli.main import app
 from tests.docker.conftest import DOCKERBOX
 
 pytestmark = pytest.mark.docker

@@ -14,10 +14,10 @@ import socket
 import pytest
 from typer.testing import CliRunner
 
-from corral.sandboxes.kube_cluster import Settings
-from corral.sandboxes.kube_provider import KubernetesProvider
-from corral.server.checks import sandbox_spec
-from corral.server.cli import app
+from corral.cli.main import app
+from corral.sandboxes.kubernetes.cluster import Settings
+from corral.sandboxes.kubernetes.provider import KubernetesProvider
+from corral.server.bundles.checks import sandbox_spec
 from corral.server.formats import load_bundle
 from tests.docker.conftest import DOCKERBOX
 from tests.docker.fake_registry import FakeRegistry

@@ -14,9 +14,9 @@ import docker.errors
 import pytest
 
 from corral.client import Bundle
-from corral.sandboxes.docker_engine import Engine, remove_container
-from corral.sandboxes.docker_keeper import start_keeper
-from corral.sandboxes.docker_lease import Lease
+from corral.sandboxes.docker.engine import Engine, remove_container
+from corral.sandboxes.docker.lease import Lease
+from corral.sandboxes.docker.whole_image.keeper import start_keeper
 from tests.docker.conftest import DOCKERBOX, containers, free_port, instance_of, poll, reset, ws
 from tests.servers import corral_serve, kill, stop, wait_until_serving
 from tests.servers import instance_of as instance_of_port

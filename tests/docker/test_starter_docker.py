@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from corral.server.cli import app
+from corral.cli.main import app
 from tests.integration.test_starter_bundle import init_bundle, play_the_starter
 
 

@@ -26,8 +26,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 from corral.client import Bundle, run_views
-from corral.client.record_store import EpisodeStore
 from corral.client.run_index import RunIndex
+from corral.protocol.record_store import EpisodeStore
 from corral.training.eval_report import pass_at_k
 from corral.training.evaluation import evaluate
 from corral.training.generation import Sample

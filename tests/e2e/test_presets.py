@@ -22,7 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from corral.client import Bundle
-from corral.client.record_store import EpisodeStore
+from corral.protocol.record_store import EpisodeStore
 from corral.training.presets import PRESETS, preset
 from corral.training.tiny import Lesson, make_tiny_model, one_cpu_thread, teach_tool_call
 from tests.conftest import FIXTURES, wait_for_no_env_processes

@@ -18,7 +18,7 @@ if os.environ.get("CI") != "true":
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from corral.client import Bundle
-from corral.client.record_store import EpisodeStore
+from corral.protocol.record_store import EpisodeStore
 from corral.training.rollouts import chat_tools
 from corral.training.sft import gold_dataset, load_gold_calls, sampled_tool_calls, trainer_tools
 from corral.training.tiny import Lesson, make_tiny_model, one_cpu_thread, teach_tool_call

@@ -10,8 +10,8 @@ import pytest
 if os.environ.get("CI") != "true":
     pytest.importorskip("trl")
 
-from corral.client.record_store import EpisodeStore
 from corral.client.run_index import RunIndex
+from corral.protocol.record_store import EpisodeStore
 from corral.protocol.records import RolloutRecord
 
 pytestmark = [pytest.mark.trl]

@@ -28,7 +28,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from corral.client.record_store import EpisodeStore
+from corral.protocol.record_store import EpisodeStore
 from corral.protocol.records import EpisodeRecord, RolloutRecord
 from tests.servers import corral_command, free_port
 

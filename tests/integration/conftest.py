@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from corral.server.embedded import EmbeddedServer
+from corral.server.serving.embedded import EmbeddedServer
 from tests.conftest import BUNDLES, FIXTURES, serving
 
 

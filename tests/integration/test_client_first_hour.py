@@ -9,8 +9,8 @@ import socket
 import httpx
 import pytest
 
+from corral.cli.scaffold import write_starter
 from corral.client import Bundle, Session
-from corral.client.record_store import EpisodeStore
 from corral.errors import (
     BadURL,
     CorralError,
@@ -20,7 +20,7 @@ from corral.errors import (
     UnknownSplit,
 )
 from corral.protocol.frames import ResetRequest
-from corral.server.scaffold import write_starter
+from corral.protocol.record_store import EpisodeStore
 from tests.conftest import FIXTURES, serving
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")

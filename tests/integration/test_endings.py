@@ -16,11 +16,11 @@ import httpx
 import pytest
 
 from corral.client import Bundle, Episode, Session
-from corral.client.record_store import EpisodeStore
 from corral.errors import SandboxError
 from corral.protocol.frames import CallToolObservation, Limits, ResetData
-from corral.sandboxes.local import LocalProvider
-from corral.sandboxes.local_sandbox import LocalSandbox
+from corral.protocol.record_store import EpisodeStore
+from corral.sandboxes.local.provider import LocalProvider
+from corral.sandboxes.local.sandbox import LocalSandbox
 from tests.conftest import BUNDLES, serving
 from tests.probe_bundle import write_probe_bundle
 from tests.wire import call, called, observed, opened, send, ws
@@ -141,12 +141,12 @@ def test_a_verifier_or_hook_the_agent_made_fail_is_the_agents_failure(probe, wor
 def test_an_answer_corral_cannot_handle_is_judged_by_evidence_not_left_unscored(serve, tmp_path, monkeypatch):
     """corral's own reading of an env's answer failing (an answer shaped to break it) is no way
     out of a 0: the episode is judged by an untouched replay, which scores."""
-    import corral.server.episode
+    import corral.server.episodes.episode
 
     def breaks(*args, **kwargs):
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(corral.server.episode, "tool_answer", breaks)
+    monkeypatch.setattr(corral.server.episodes.episode, "tool_answer", breaks)
     records = tmp_path / "records"
     server = serve(write_probe_bundle(tmp_path), max_concurrent_envs=1, record_dir=records)
     episode = episode_on(server)
@@ -291,7 +291,7 @@ def test_shellfix_a_filled_folder_and_leftover_processes_still_get_the_verdict(s
 
 
 def test_the_docs_list_every_ending():
-    from corral.server.endings import ENDINGS
+    from corral.server.episodes.endings import ENDINGS
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "bundle-format.md").read_text()
     missing = [cause for cause in ENDINGS if f"`{cause}`" not in doc]

@@ -17,7 +17,7 @@ import pytest
 
 from corral.client import Bundle, rollout_place
 from corral.client.environment_records import trl_advantages
-from corral.client.record_store import EpisodeStore
+from corral.protocol.record_store import EpisodeStore
 from tests.conftest import BUNDLES
 
 pytestmark = pytest.mark.trl

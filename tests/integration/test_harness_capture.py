@@ -15,8 +15,8 @@ import pytest
 
 from corral.errors import CaptureNotTrainable
 from corral.protocol.trace_capture import HarnessCapture, training_trace
-from corral.server import harness_capture
-from corral.server.harness_capture import CaptureProxy, EpisodeCapture, HttpUpstream, create_capture_app
+from corral.server.harness import capture as harness_capture
+from corral.server.harness.capture import CaptureProxy, EpisodeCapture, HttpUpstream, create_capture_app
 from tests.harness_engine import MODEL, StandInEngine, assert_paths_are_what_was_sampled, serving
 
 SYSTEM = {"role": "system", "content": "you fix shell scripts"}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.server.embedded import EmbeddedServer
+from corral.server.serving.embedded import EmbeddedServer
 from tests.conftest import serving
 from tests.docker.test_adversary_identity import COMPARES, REACH_ENV
 from tests.wire import called, opened, ws

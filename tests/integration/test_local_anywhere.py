@@ -71,6 +71,6 @@ def test_a_server_that_cannot_listen_raises_serve_failed(monkeypatch):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        monkeypatch.setattr("corral.server.embedded._free_port", lambda: taken.getsockname()[1])
+        monkeypatch.setattr("corral.server.serving.embedded._free_port", lambda: taken.getsockname()[1])
         with pytest.raises(ServeFailed, match="did not start"):
             Bundle.local(BUNDLES / "gridsim", sandbox="local")

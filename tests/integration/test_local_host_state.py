@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.sandboxes.local_procs import UIDS_DIR, as_uid
+from corral.sandboxes.local.procs import UIDS_DIR, as_uid
 from tests.attacks import BUG, TASK, play, write
 from tests.conftest import BUNDLES, serving, skip_or_fail_under_ci
 from tests.wire import called, opened, ws
@@ -86,7 +86,7 @@ def test_the_agent_s_commands_make_no_user_namespace_to_be_root_in(shellfix):
 
 # Holds one uid of the local range, as a server's episode does, and says which.
 TAKE_A_UID = (
-    "import asyncio, sys\nfrom corral.sandboxes.local_procs import UidPool\n"
+    "import asyncio, sys\nfrom corral.sandboxes.local.procs import UidPool\n"
     "pool = UidPool()\nprint(asyncio.run(pool.take()), flush=True)\nsys.stdin.read()\n"
 )
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from corral.client import Bundle
-from corral.sandboxes.local_procs import UID_BASE, UID_COUNT
+from corral.sandboxes.local.procs import UID_BASE, UID_COUNT
 from tests.attacks import BUG, FIX, TASK, bash, play, write
 from tests.conftest import BUNDLES, serving, skip_or_fail_under_ci
 from tests.env_attacks import ATTACKS_ON_THE_ENV as ENV_ATTACKS

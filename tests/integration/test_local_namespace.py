@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from corral.errors import ConfigError
-from corral.sandboxes.docker_channel import Channels
+from corral.sandboxes.docker.channel import Channels
 from tests.attacks import BUG, FIX, TASK, play
 from tests.conftest import BUNDLES, serving, skip_or_fail_under_ci
 from tests.episode_processes import bash, detached, gone, tag

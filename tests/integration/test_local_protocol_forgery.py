@@ -95,7 +95,7 @@ def test_an_agent_cannot_answer_for_the_env_of_a_server_that_is_not_root(forge_b
     port = free_port()
     command, environ = python_command(
         "-c",
-        "import sys; sys.modules['uvloop'] = None; from corral.server.cli import app; app()",
+        "import sys; sys.modules['uvloop'] = None; from corral.cli.main import app; app()",
         "serve",
         str(forge_bundle),
         "--port",

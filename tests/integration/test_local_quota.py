@@ -1,4 +1,4 @@
-"""The local sandbox's disk quota (sandboxes/corral/sandboxes/local_quota.py): a server running
+"""The local sandbox's disk quota (sandboxes/corral/sandboxes/local/quota.py): a server running
 as root mounts a tmpfs of `scratch_mb` over each episode's work folder, so an agent cannot
 fill this machine's disk through it, nor its tests through each verification's folder. Played
 with shellfix, its share made 4 MB (the attacks write 64 and 200 MB: without the quota, all of

@@ -181,7 +181,7 @@ def envs_as_the_server_s_user(monkeypatch):
     """The SDKs are in this test's virtualenvs, whose interpreter may sit where only the
     server's user can run it (pyenv under /root); a server running as root would run each
     local env as a uid of its own (docs/sandboxes.md), which could not start it."""
-    monkeypatch.setattr("corral.sandboxes.local_procs.running_as_root", lambda: False)
+    monkeypatch.setattr("corral.sandboxes.local.procs.running_as_root", lambda: False)
 
 
 @pytest.mark.usefixtures("envs_as_the_server_s_user")

@@ -31,8 +31,8 @@ from openenv.validation.types import CheckStatus
 from websockets.exceptions import ConnectionClosed
 
 from corral.protocol.frames import StateReply
-from corral.server import sessions
-from corral.server.embedded import EmbeddedServer
+from corral.server.serving import sessions
+from corral.server.serving.embedded import EmbeddedServer
 from tests.conftest import BUNDLES, serving, wait_for_no_env_processes
 from tests.wire import error_of, opened, receive, send, ws
 

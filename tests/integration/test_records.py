@@ -24,11 +24,11 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from corral.cli.main import app
 from corral.client import Bundle
 from corral.client.record_exports import conversation, rl_dataset, sft_dataset
-from corral.client.record_store import EpisodeStore, RecordWriter
+from corral.protocol.record_store import EpisodeStore, RecordWriter
 from corral.protocol.records import EpisodeRecord, RecordedCall, RolloutRecord
-from corral.server.cli import app
 from tests.conftest import BUNDLES
 from tests.wire import called, opened, ws
 

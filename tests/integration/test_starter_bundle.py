@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from corral.cli.main import app
 from corral.client import Bundle
-from corral.server.cli import app
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
 

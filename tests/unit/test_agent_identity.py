@@ -15,9 +15,9 @@ import pytest
 
 from corral.env.agent import AGENT_USER_VARIABLE, ENV_USER_VARIABLE
 from corral.sandboxes import SandboxSpec
-from corral.sandboxes.docker_sandbox import container_config
-from corral.sandboxes.docker_users import AGENT_USER, ENV_USER, process_users
-from corral.sandboxes.docker_verify import fresh_container_config
+from corral.sandboxes.docker.sandbox import container_config
+from corral.sandboxes.docker.verify import fresh_container_config
+from corral.sandboxes.shared.users import AGENT_USER, ENV_USER, process_users
 
 SDK = Path(__file__).resolve().parents[2] / "sandboxes"
 ENV_UID, AGENT_UID, GID = 64000, 64001, 64000  # no account of this machine's

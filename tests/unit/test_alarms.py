@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from corral.server.alarms import CallDeadline
+from corral.server.episodes.alarms import CallDeadline
 
 SHORT, LONG = 0.05, 30.0
 

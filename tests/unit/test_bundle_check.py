@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from corral.server.cli import app
+from corral.cli.main import app
 from corral.server.formats import load_bundle
 
 ROOT = Path(__file__).parents[2]

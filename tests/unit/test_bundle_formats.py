@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from corral.cli.main import app
 from corral.sandboxes import Sandbox, SandboxProvider
 from corral.server import formats
-from corral.server.bundle_format import EnvConfig, Manifest, Task
-from corral.server.bundle_model import RESERVED_SPLIT, TRAIN_SPLIT, BundleEnv, LoadedBundle
-from corral.server.cli import app
-from corral.server.env_connection import EnvConnection
+from corral.server.bundles.format import EnvConfig, Manifest, Task
+from corral.server.bundles.model import RESERVED_SPLIT, TRAIN_SPLIT, BundleEnv, LoadedBundle
+from corral.server.bundles.problems import Problem
+from corral.server.connection.base import EnvConnection
 from corral.server.formats import load_bundle
-from corral.server.problems import Problem
-from corral.server.served import ServedBundle, ServeOptions
+from corral.server.serving.served import ServedBundle, ServeOptions
 from tests.conftest import FIXTURES
 
 TOYBOX = FIXTURES / "toybox"

@@ -185,7 +185,7 @@ def test_every_commands_help_shows_its_options_text_whole():
     import typer.main
     from typer.testing import CliRunner
 
-    from corral.server.cli import app
+    from corral.cli.main import app
 
     lost = []
     for name, command in typer.main.get_command(app).commands.items():

@@ -15,9 +15,9 @@ from corral.client.difficulty_exports import (
     rl_prompts,
     sft_rows,
 )
-from corral.client.record_store import RecordWriter
 from corral.client.run_index import RunIndex
 from corral.errors import ConfigError
+from corral.protocol.record_store import RecordWriter
 from corral.protocol.records import EpisodeRecord, RecordedCall, RolloutRecord
 
 STEPS, GROUP = 10, 4
@@ -142,7 +142,7 @@ def test_a_call_without_a_function_name_is_refused() -> None:
 def test_corral_episodes_exports_the_prompts_by_difficulty(index: RunIndex, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from corral.server.cli import app
+    from corral.cli.main import app
 
     out = tmp_path / "prompts.jsonl"
     result = CliRunner().invoke(
@@ -170,7 +170,7 @@ def test_corral_episodes_exports_the_prompts_by_difficulty(index: RunIndex, tmp_
 def test_corral_episodes_help_names_every_export() -> None:
     from typer.testing import CliRunner
 
-    from corral.server.cli import app
+    from corral.cli.main import app
 
     result = CliRunner().invoke(app, ["episodes", "--help"], env={"COLUMNS": "400"})
     assert result.exit_code == 0

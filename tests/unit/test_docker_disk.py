@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from corral.sandboxes import docker_disk
-from corral.sandboxes.docker_disk import PATH_BYTES, SPACING, watch_disk
+from corral.sandboxes.docker.whole_image import disk as docker_disk
+from corral.sandboxes.docker.whole_image.disk import PATH_BYTES, SPACING, watch_disk
 
 FILES = 200_000  # empty files: SizeRw 0, one changed path each
 WALK_S = 5.0  # what the engine takes to walk such a layer, per ask

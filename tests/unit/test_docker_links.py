@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from corral.sandboxes.docker_links import _named_ancestor
-from corral.sandboxes.links import walk as _walk
-from corral.sandboxes.shell_links import answer_fields as _fields
+from corral.sandboxes.docker.whole_image.links import _named_ancestor
+from corral.sandboxes.shared.links import walk as _walk
+from corral.sandboxes.shared.shell_links import answer_fields as _fields
 
 BROUGHT_IN = [b"/tests", b"/logs/verifier"]
 IMAGE = {b"/bin": b"usr/bin", b"/dev/fd": b"/proc/self/fd", b"/tmp/up": b".."}  # as an image has them

@@ -8,8 +8,8 @@ import docker.errors
 import pytest
 import requests
 
-from corral.sandboxes import docker_engine
-from corral.sandboxes.docker_engine import remove_container
+from corral.sandboxes.docker import engine as docker_engine
+from corral.sandboxes.docker.engine import remove_container
 
 
 def api_error(status: int) -> docker.errors.APIError:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from corral.sandboxes import docker_search_path
+from corral.sandboxes.docker.whole_image import search_path as docker_search_path
 
 IMAGE_ENV = ["PATH=/home/worker/.local/bin:/usr/bin", "PYTHONPATH=/app/lib", "LANG=C.UTF-8"]
 

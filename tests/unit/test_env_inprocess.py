@@ -13,9 +13,9 @@ import pytest
 
 from corral.errors import SandboxError
 from corral.sandboxes import CommandResult, Sandbox, SandboxProcess
-from corral.server.env_answers import tool_answer
-from corral.server.env_connection import EnvDied
-from corral.server.env_inprocess import InProcessConnection
+from corral.server.connection.base import EnvDied
+from corral.server.connection.inprocess import InProcessConnection
+from corral.server.episodes.env_answers import tool_answer
 from corral.server.harbor.hosted import connect
 from corral.server.harbor.tools import TOOLS
 

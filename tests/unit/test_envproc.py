@@ -13,8 +13,8 @@ import pytest
 
 from corral.env import jsonrpc
 from corral.errors import CorralError, SandboxError
-from corral.server.env_connection import EnvCallError, EnvDied
-from corral.server.envproc import EnvProcess
+from corral.server.connection.base import EnvCallError, EnvDied
+from corral.server.connection.stdio import EnvProcess
 
 EOF = object()
 Script = Callable[[dict], list[Any]]

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from corral.errors import VerifierError
-from corral.server.bundle_format import Task
+from corral.server.bundles.format import Task
 from tests.episode_fakes import FAILURE_SCORE, FakeRuntime, play, replays
 
 

@@ -15,17 +15,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from corral.cli.main import app
 from corral.errors import ImageError
 from corral.protocol.catalog import ToolSpec
 from corral.sandboxes import CommandResult, Prepared, SandboxProvider, SandboxSpec
-from corral.server.bundle_format import RewardFileVerifier
-from corral.server.cli import app
+from corral.server.bundles.format import RewardFileVerifier
+from corral.server.bundles.verifiers import reward_file_score
 from corral.server.formats import load_bundle
 from corral.server.harbor.hosted import READY_REPLY
 from corral.server.harbor.legacy import REWARD_LOGGING_SUFFIX
 from corral.server.harbor.tools import OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES, TOOLS, _MarkedOutput
-from corral.server.served import _toolsets
-from corral.server.verifiers import reward_file_score
+from corral.server.serving.served import _toolsets
 from tests.conftest import FIXTURES
 
 HARBOR = FIXTURES / "harbor"
@@ -335,7 +335,7 @@ def test_check_refuses_an_unknown_network_policy_and_the_oracle_on_a_corral_bund
 
 
 def test_the_idle_process_of_a_task_container_answers_the_warm_pools_readiness_ping():
-    from corral.sandboxes.warm_pool import (
+    from corral.sandboxes.shared.warm_pool import (
         PING_ID,  # the server may not import it; the test keeps them one
     )
 

@@ -14,10 +14,11 @@ import dataclasses
 import pytest
 
 from corral.errors import ConfigError, SandboxError
-from corral.sandboxes import Resources, kube_cluster
-from corral.sandboxes.kube_network import network_policy
-from corral.sandboxes.kube_pods import label_value, pod_manifest
-from corral.sandboxes.kube_provider import KubernetesProvider
+from corral.sandboxes import Resources
+from corral.sandboxes.kubernetes import cluster as kube_cluster
+from corral.sandboxes.kubernetes.network import network_policy
+from corral.sandboxes.kubernetes.pods import label_value, pod_manifest
+from corral.sandboxes.kubernetes.provider import KubernetesProvider
 from tests.contract.providers import SPEC, KubernetesUnderTest
 
 IMAGE = "registry.test/corral-env/contract:0123"

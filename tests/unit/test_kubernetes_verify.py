@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from corral.errors import SandboxError
-from corral.sandboxes.exec_verify import STDERR, STDOUT
-from corral.sandboxes.kube_exec import exit_code, run_in_pod
-from corral.sandboxes.kube_provider import KubernetesProvider
-from corral.sandboxes.kube_sandbox import KubeSandbox, delete_pod
+from corral.sandboxes.kubernetes.execs import exit_code, run_in_pod
+from corral.sandboxes.kubernetes.provider import KubernetesProvider
+from corral.sandboxes.kubernetes.sandbox import KubeSandbox, delete_pod
+from corral.sandboxes.shared.exec_verify import STDERR, STDOUT
 from tests.contract.providers import SPEC, KubernetesUnderTest
 
 pytestmark = pytest.mark.fast

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from corral.sandboxes.links import forged_links_here
+from corral.sandboxes.shared.links import forged_links_here
 
 
 def test_links_into_the_verifier_s_files_or_proc_are_found_and_others_not(tmp_path):

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from corral.sandboxes.base import SandboxSpec
-from corral.sandboxes.live_sandboxes import LiveSandboxes
+from corral.sandboxes.shared.live_sandboxes import LiveSandboxes
 
 
 class Stopped:

@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from corral.sandboxes.local_seccomp import ALLOW, ARCHES, CLONE, CLONE3, KILL_PROCESS, PERSONALITY, REFUSED, program
+from corral.sandboxes.local.seccomp import ALLOW, ARCHES, CLONE, CLONE3, KILL_PROCESS, PERSONALITY, REFUSED, program
 
 EPERM, ENOSYS = 0x50000 | errno.EPERM, 0x50000 | errno.ENOSYS
 CLONE_NEWUSER, SIGCHLD = 0x10000000, 17

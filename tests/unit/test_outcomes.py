@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from corral.protocol.frames import EpisodeState
 from corral.protocol.outcomes import CAUSES, STATUSES
 from corral.protocol.records import EpisodeRecord
-from corral.server.endings import ENDINGS
+from corral.server.episodes.endings import ENDINGS
 
 
 def test_every_cause_but_scored_is_an_ending_the_server_judges():

@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+from corral.cli.viewer.pages import run_page, runs_page
 from corral.client import run_views
-from corral.client.record_store import RecordWriter
 from corral.client.run_headers import METRICS, end_header, write_header
 from corral.client.run_index import EpisodeFilter, RunIndex
+from corral.protocol.record_store import RecordWriter
 from corral.protocol.records import RolloutRecord, RunHeader
-from corral.server.viewer.pages import run_page, runs_page
 from corral.training.run_context import trainer_header
 
 

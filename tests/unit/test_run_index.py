@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from corral.client import run_views
-from corral.client.record_store import RecordWriter
 from corral.client.run_index import EpisodeFilter, RunIndex
+from corral.protocol.record_store import RecordWriter
 from corral.protocol.records import EpisodeRecord, RecordedCall, RolloutRecord
 
 # step -> group -> (task, rewards of its two members)
@@ -119,8 +119,8 @@ def test_writes_to_test_paths_are_flagged(tmp_path: Path, tool: str, arguments: 
 
 
 def test_a_step_page_leads_to_the_steps_around_it_and_an_episode_to_its_run_step_and_group(tmp_path: Path) -> None:
-    from corral.server.viewer.pages import step_page
-    from corral.server.viewer.transcripts import episode_page
+    from corral.cli.viewer.pages import step_page
+    from corral.cli.viewer.transcripts import episode_page
 
     _record(tmp_path)
     index = RunIndex(tmp_path)

@@ -22,9 +22,9 @@ import corral.sandboxes
 from corral.env import jsonrpc
 from corral.errors import ConfigError, SandboxError
 from corral.sandboxes import LocalProvider, ProviderStatus, SandboxSpec, make_provider
-from corral.sandboxes import local_sandbox as local_sandbox_module
-from corral.sandboxes.bootstrap import sdk_payload
-from corral.sandboxes.local_sandbox import LocalSandbox
+from corral.sandboxes.local import sandbox as local_sandbox_module
+from corral.sandboxes.local.sandbox import LocalSandbox
+from corral.sandboxes.shared.bootstrap import sdk_payload
 from tests.conftest import FIXTURES, skip_or_fail_under_ci
 
 TOY = FIXTURES / "toybox/envs/toy"
@@ -33,7 +33,7 @@ TOY_SPEC = SandboxSpec("toy", TOY, ("python3", "-m", "corral.env", "env:Toy"))
 
 def without_the_docker_package(monkeypatch) -> None:
     """Make `import docker` (and corral's docker modules) fail, as without corral[docker]."""
-    for module in ("docker", "corral.sandboxes.docker_engine", "corral.sandboxes.docker_provider"):
+    for module in ("docker", "corral.sandboxes.docker.engine", "corral.sandboxes.docker.provider"):
         monkeypatch.setitem(sys.modules, module, None)
 
 

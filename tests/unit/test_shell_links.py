@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import os
 
-from corral.sandboxes import shell_links
-from corral.sandboxes.shell_links import QUERY, forged_links_under
+from corral.sandboxes.shared import shell_links
+from corral.sandboxes.shared.shell_links import QUERY, forged_links_under
 
 
 def counting_shell(asked: list[int]) -> shell_links.Shell:

@@ -12,7 +12,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from corral.server.cli import app
+from corral.cli.main import app
 from corral.server.formats import load_bundle
 from tests.conftest import BUNDLES
 from tests.unit.test_bundle_check import problem_lines, write, write_bundle

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from corral.sandboxes import stream_buffers
-from corral.sandboxes.stream_buffers import OutputBuffers
+from corral.sandboxes.shared import stream_buffers
+from corral.sandboxes.shared.stream_buffers import OutputBuffers
 
 
 def test_lines_come_whole_however_the_chunks_split_them():

@@ -3,7 +3,7 @@ note when longer than the server keeps."""
 
 from __future__ import annotations
 
-from corral.server.env_answers import cut, tool_answer
+from corral.server.episodes.env_answers import cut, tool_answer
 
 
 def test_a_long_answer_keeps_equal_head_and_tail_around_the_note():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.server.verifier_pool import STUCK_AFTER_S, VerifierPool
+from corral.server.bundles.verifier_pool import STUCK_AFTER_S, VerifierPool
 
 VERIFIER = textwrap.dedent("""
     import time

@@ -12,8 +12,8 @@ import pytest
 
 from corral.errors import VerifierError
 from corral.sandboxes import CommandResult
-from corral.server.bundle_format import CommandVerifier, RewardFileVerifier
-from corral.server.verifiers import (
+from corral.server.bundles.format import CommandVerifier, RewardFileVerifier
+from corral.server.bundles.verifiers import (
     OUTPUT_TAIL_CHARS,
     command_files,
     load_verifiers,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
+from corral.cli.viewer.charts import heatmap, layout, line_plot, nice_ticks
 from corral.client.run_views import Heatmap
-from corral.server.viewer.charts import heatmap, layout, line_plot, nice_ticks
 
 
 def test_ticks_are_round_and_cover_the_values() -> None:

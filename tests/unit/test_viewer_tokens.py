@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from corral.client.record_store import RecordWriter
+from corral.cli.main import app
+from corral.cli.viewer.tokens import TokenText, token_chips
+from corral.protocol.record_store import RecordWriter
 from corral.protocol.records import RolloutRecord
-from corral.server.cli import app
-from corral.server.viewer.tokens import TokenText, token_chips
 
 HOSTILE = ["<script>alert(1)</script>", '"><img src=x onerror=alert(1)>', "' onmouseover='alert(1)", "&lt;b&gt;", " \n"]
 # What a chip shows for each: the text itself, its spaces and newline as marks.
@@ -128,7 +128,7 @@ def _records(folder: Path) -> Path:
 @pytest.mark.slow  # the viewer in a fresh interpreter
 def test_the_viewer_imports_no_transformers_without_a_tokenizer(tmp_path: Path) -> None:
     code = (
-        "import sys; from fastapi.testclient import TestClient; from corral.server.viewer.app import create_viewer; "
+        "import sys; from fastapi.testclient import TestClient; from corral.cli.viewer.app import create_viewer; "
         f"page = TestClient(create_viewer({str(_records(tmp_path))!r})).get('/episodes/e'); "
         "assert page.status_code == 200 and '--tokenizer' in page.text, page.text; "
         "assert 'transformers' not in sys.modules"
@@ -168,7 +168,7 @@ def test_the_episode_page_shows_a_real_tokenizers_text_escaped(tmp_path: Path) -
     PreTrainedTokenizerFast(tokenizer_object=Rust(WordLevel(vocab, unk_token=HOSTILE[0]))).save_pretrained(
         tmp_path / "tokenizer"
     )
-    from corral.server.viewer.app import create_viewer
+    from corral.cli.viewer.app import create_viewer
 
     viewer = create_viewer(_records(tmp_path / "records"), tokenizer=str(tmp_path / "tokenizer"))
     page = TestClient(viewer).get("/episodes/e").text
@@ -180,7 +180,7 @@ def test_the_episode_page_shows_a_real_tokenizers_text_escaped(tmp_path: Path) -
 def test_an_environments_record_shows_its_place_and_says_the_trainer_kept_the_tokens(tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from corral.server.viewer.app import create_viewer
+    from corral.cli.viewer.app import create_viewer
 
     writer = RecordWriter(tmp_path, "rollouts", run="run-a")  # as an AsyncGRPO environment writes it
     writer.write(RolloutRecord(episode_id="e", task_id="t", step=3, group=1, group_index=0, policy_version=3))

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from corral.env import jsonrpc
 from corral.sandboxes import ProviderStatus, SandboxSpec
-from corral.sandboxes import warm_pool as warm_pool_module
-from corral.sandboxes.warm_pool import GROWTH, PARALLEL_STARTS, WarmPool, WarmPools
+from corral.sandboxes.shared import warm_pool as warm_pool_module
+from corral.sandboxes.shared.warm_pool import GROWTH, PARALLEL_STARTS, WarmPool, WarmPools
 from corral.server.metrics import Metrics
 
 SPEC = SandboxSpec("toy", Path("/nowhere"), ("true",))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from corral.server.worker_metrics import summed
+from corral.server.workers.metrics import summed
 
 
 def worker_text(scored: int, unscored: int, calls: list[float], sessions: int) -> str:

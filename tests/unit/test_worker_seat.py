@@ -4,7 +4,7 @@ to refuse as unknown."""
 
 from __future__ import annotations
 
-from corral.server.worker_seat import WorkerSeat
+from corral.server.workers.seat import WorkerSeat
 
 
 def seat(index: int, count: int = 3) -> WorkerSeat:

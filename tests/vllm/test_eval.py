@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.client.record_store import EpisodeStore
+from corral.protocol.record_store import EpisodeStore
 from tests.conftest import BUNDLES
 
 pytestmark = [pytest.mark.vllm, pytest.mark.trl, pytest.mark.timeout(1500)]

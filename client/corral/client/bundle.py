@@ -22,7 +22,6 @@ from corral.client.factory import (
     close_environments,
     environment_class,
 )
-from corral.client.record_store import new_run
 from corral.client.session import refusal
 from corral.client.urls import base_urls
 from corral.errors import (
@@ -34,6 +33,7 @@ from corral.errors import (
 )
 from corral.protocol.catalog import SplitInfo, TaskInfo, Toolset
 from corral.protocol.frames import Limits
+from corral.protocol.record_store import new_run
 from corral.protocol.rewards import RewardRule
 
 HTTP_TIMEOUT_S = 60.0
@@ -139,8 +139,8 @@ class Bundle:
         processes serve envs that give the agent a shell where bubblewrap cannot contain them
         (`corral serve --unsafe-local-shell`; docs/sandboxes.md)."""
         try:  # imported here: the server is optional for a client
-            from corral.server.embedded import EmbeddedServer
-            from corral.server.served import ServeOptions
+            from corral.server.serving.embedded import EmbeddedServer
+            from corral.server.serving.served import ServeOptions
         except ImportError as error:
             raise ImportError(
                 f"Bundle.local serves the bundle in this process and needs corral's server: "

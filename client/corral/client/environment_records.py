@@ -17,8 +17,8 @@ import threading
 
 from corral.client import rollout_place
 from corral.client.episode import Episode
-from corral.client.record_store import RecordWriter
 from corral.protocol.catalog import END_TURN
+from corral.protocol.record_store import RecordWriter
 from corral.protocol.records import RolloutRecord, TrainingContext
 
 _lock = threading.Lock()

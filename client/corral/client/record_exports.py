@@ -19,8 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from corral.client.record_store import EpisodeStore, IndexedRecord
 from corral.protocol.catalog import END_TURN
+from corral.protocol.record_store import EpisodeStore, IndexedRecord
 from corral.protocol.records import EpisodeRecord, RolloutRecord
 
 

@@ -2,7 +2,7 @@
 
 The status travels on the observation that ends the episode, on `state` and on both records;
 the cause, on the server's record (`EpisodeRecord.cause`). Which causes are the agent's and
-which the platform's is the server's decision (corral.server.endings), not the protocol's.
+which the platform's is the server's decision (corral.server.episodes.endings), not the protocol's.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ EpisodeStatus = Literal["scored", "failed", "unscored"]
 STATUSES: tuple[EpisodeStatus, ...] = get_args(EpisodeStatus)
 
 # What ended an episode, in a word: "scored" (its verifiers scored it), or what cut it short
-# (each one's meaning is in corral.server.endings.ENDINGS and docs/bundle-format.md).
+# (each one's meaning is in corral.server.episodes.endings.ENDINGS and docs/bundle-format.md).
 Cause = Literal[
     "scored",
     "tool_timeout",

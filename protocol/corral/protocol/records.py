@@ -8,7 +8,7 @@ Two sides, joined by the episode's id (a client sends its own in the reset, `Res
 - the client's `RolloutRecord`: what only a trainer knows, the token ids the model saw and
   sampled, their logprobs and the loss mask (`CorralRollout(record_dir=DIR)`, `corral eval`).
 
-Both are written by `corral.client.record_store` as JSON lines with an SQLite index, and read
+Both are written by `corral.protocol.record_store` as JSON lines with an SQLite index, and read
 back with its `EpisodeStore`.
 """
 

@@ -2,7 +2,7 @@
 
 Both ends of the link between corral's server and an env process use this module: the env
 runtime (`corral.env.runtime`, inside the sandbox) and the server's client of it
-(`corral.server.envproc`). Standard library only, since it runs in every sandbox.
+(`corral.server.connection.stdio`). Standard library only, since it runs in every sandbox.
 
     line = encode(request("corral-1", "tools/list"))     # b'{"jsonrpc":"2.0","id":"corral-1",...}'
     decode(line)                                          # -> the dict again

@@ -20,7 +20,8 @@ from corral.sandboxes.base import (
     SandboxProvider,
     SandboxSpec,
 )
-from corral.sandboxes.local import LocalProvider
+from corral.sandboxes.local.provider import LocalProvider
+from corral.sandboxes.shared.pristine import starts_code  # the tests' trust base: a format checks its images' ENV
 
 __all__ = [
     "NETWORK_POLICIES",
@@ -38,6 +39,7 @@ __all__ = [
     "SandboxSpec",
     "make_provider",
     "push_image",
+    "starts_code",
 ]
 
 KINDS = ("auto", "docker", "local", "modal", "kubernetes")
@@ -64,7 +66,7 @@ def make_provider(
     if kind == "modal":
         try:
             # The modal extra is optional, as docker's is.
-            from corral.sandboxes.modal_provider import ModalProvider
+            from corral.sandboxes.modal.provider import ModalProvider
         except ImportError as error:
             raise ConfigError(
                 f"--sandbox modal needs the modal package: pip install 'corral[modal]' ({error})"
@@ -77,8 +79,8 @@ def make_provider(
     if kind in ("auto", "docker"):
         try:
             # The docker extra is optional: a laptop serving with local processes needs no docker package.
-            from corral.sandboxes.docker_engine import engine_answers
-            from corral.sandboxes.docker_provider import DockerProvider
+            from corral.sandboxes.docker.engine import engine_answers
+            from corral.sandboxes.docker.provider import DockerProvider
         except ImportError as error:
             if kind == "docker":
                 raise ConfigError(
@@ -118,7 +120,7 @@ def push_image(image: str, registry: str, progress: Progress) -> str:
     try:
         import docker
 
-        from corral.sandboxes.docker_push import push_image as push
+        from corral.sandboxes.docker.push import push_image as push
     except ImportError as error:
         raise ConfigError(f"--push needs the docker package: pip install 'corral[docker]' ({error})") from None
     client = docker.from_env()
@@ -131,7 +133,7 @@ def push_image(image: str, registry: str, progress: Progress) -> str:
 def _kubernetes(instance: str | None, warm_pool: int) -> SandboxProvider:
     try:
         # The kubernetes extra is optional, as docker's is.
-        from corral.sandboxes.kube_provider import KubernetesProvider
+        from corral.sandboxes.kubernetes.provider import KubernetesProvider
     except ImportError as error:
         raise ConfigError(
             f"--sandbox kubernetes needs the kubernetes_asyncio package: pip install 'corral[kubernetes]' ({error})"

@@ -1,7 +1,7 @@
 """The corral server: serves a bundle's tasks as OpenEnv environments.
 
 Its names load on first use, so a process that needs one module of the server (a verifier
-worker, which imports `corral.server.verifiers`) does not import the web app with it.
+worker, which imports `corral.server.bundles.verifiers`) does not import the web app with it.
 """
 
 import importlib
@@ -10,9 +10,9 @@ from typing import Any
 __all__ = ["BundleInvalid", "ServeOptions", "ServedBundle", "create_app"]
 _HOMES = {
     "BundleInvalid": "corral.errors",
-    "create_app": "corral.server.app",
-    "ServedBundle": "corral.server.served",
-    "ServeOptions": "corral.server.served",
+    "create_app": "corral.server.serving.app",
+    "ServedBundle": "corral.server.serving.served",
+    "ServeOptions": "corral.server.serving.served",
 }
 
 

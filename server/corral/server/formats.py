@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from corral.server.bundle import CorralFormat
-from corral.server.bundle_format import Manifest
-from corral.server.bundle_model import LoadedBundle
+from corral.server.bundles.folder import CorralFormat
+from corral.server.bundles.format import Manifest
+from corral.server.bundles.model import LoadedBundle
+from corral.server.bundles.problems import Problem
 from corral.server.harbor.loader import HarborFormat
-from corral.server.problems import Problem
 
 
 class BundleFormat(Protocol):

@@ -12,7 +12,7 @@ masked out of the loss (`env_mask` 0, logprob 0). The episode's reward is the se
 under `episode_reward` for the `episode_reward` reward function. Each step's rollouts, gathered
 from every process, are counted (`accounting.StepAccount`) and logged by that reward function
 through TRL's `log_metric`. With `record_dir`, each rollout's tokens are recorded beside the
-server's record of its episode (`corral.client.record_store`), with its place in the run: the
+server's record of its episode (`corral.protocol.record_store`), with its place in the run: the
 trainer's step, its GRPO group, the policy version and its advantage (`run_context`).
 
 TRL hands `rollout_func` the prompts only, not the dataset rows, so a prompt must say which task
@@ -33,9 +33,9 @@ from typing import Any
 from accelerate.utils import gather_object
 
 from corral.client import Bundle, EnvironmentSpec, Session
-from corral.client.record_store import RecordWriter
 from corral.client.run_headers import end_header, write_header
 from corral.errors import ConfigError
+from corral.protocol.record_store import RecordWriter
 from corral.protocol.records import RunHeader, TrainingContext
 from corral.training.accounting import Outcome, StepAccount
 from corral.training.generation import Generator, episode_on, playing

@@ -5,5 +5,5 @@ instruction.md, environment/, tests/, solution/; older task.yaml folders migrate
 `loader.load_harbor`. Each task runs in its own image, whole and hardened; the agent's tools
 are served from the server through the container's exec (`hosted`, `tools`); its tests run in
 a copy of what the agent left and write the reward the server reads (`RewardFileVerifier`);
-`oracle` plays each task's solution, or nothing, to check the corpus before training on it.
+`cli.oracle` plays each task's solution, or nothing, to check the corpus before training on it.
 """

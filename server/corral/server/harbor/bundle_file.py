@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from corral.sandboxes import NetworkPolicy
-from corral.server.bundle_format import NAME_PATTERN, ServeDefaults
+from corral.server.bundles.format import NAME_PATTERN, ServeDefaults
 
 DEFAULT_SYSTEM_PROMPT = """\
 You are working in a Linux container to complete the task you are given. You have a shell and \

@@ -24,7 +24,7 @@ from typing import Any
 from corral.errors import ImageError
 from corral.sandboxes import Prepared, ProviderStatus, Sandbox, SandboxProvider, SandboxSpec
 from corral.sandboxes.base import Progress
-from corral.server.env_inprocess import InProcessConnection
+from corral.server.connection.inprocess import InProcessConnection
 from corral.server.harbor.images import ImagePlan
 from corral.server.harbor.tools import TOOLS, TerminalTools, call
 

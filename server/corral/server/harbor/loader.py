@@ -25,7 +25,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from corral.sandboxes import NETWORK_POLICIES, Resources, SandboxSpec
-from corral.server.bundle_format import (
+from corral.server.bundles.format import (
     CommandVerifier,
     EnvConfig,
     Manifest,
@@ -33,7 +33,8 @@ from corral.server.bundle_format import (
     ServeDefaults,
     Task,
 )
-from corral.server.bundle_model import RESERVED_SPLIT, TRAIN_SPLIT, BundleEnv, LoadedBundle
+from corral.server.bundles.model import RESERVED_SPLIT, TRAIN_SPLIT, BundleEnv, LoadedBundle
+from corral.server.bundles.problems import Problem
 from corral.server.harbor.bundle_file import HarborManifest
 from corral.server.harbor.hosted import KEEPER
 from corral.server.harbor.images import ImagePlan, read_base_images
@@ -41,7 +42,6 @@ from corral.server.harbor.legacy import is_legacy, read_legacy
 from corral.server.harbor.part import HarborPart
 from corral.server.harbor.task_files import HarborTask, NetworkMode, TaskFileError, read_task
 from corral.server.harbor.tools import MAX_TIMEOUT_S
-from corral.server.problems import Problem
 
 SCORE = "reward"  # the score id of every Harbor task's tests (reward.txt's score; reward.json names its own)
 RUN_TESTS = "if command -v bash >/dev/null 2>&1; then exec bash /tests/test.sh; else exec sh /tests/test.sh; fi"

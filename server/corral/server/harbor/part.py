@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from corral.sandboxes import Sandbox, SandboxProvider
-from corral.server.env_connection import EnvConnection
+from corral.server.bundles.problems import Problem
+from corral.server.connection.base import EnvConnection
 from corral.server.harbor.hosted import HarborProvider, connect
 from corral.server.harbor.images import ImagePlan
 from corral.server.harbor.task_files import HarborTask
-from corral.server.problems import Problem
 
 if TYPE_CHECKING:
-    from corral.server.bundle_model import LoadedBundle
+    from corral.server.bundles.model import LoadedBundle
 
 
 @dataclass

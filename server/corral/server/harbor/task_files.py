@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from corral.sandboxes.pristine import starts_code
+from corral.sandboxes import starts_code
 
 DEFAULT_VERIFIER_TIMEOUT_S = 600.0  # Harbor's
 _CANARY_LINE = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)

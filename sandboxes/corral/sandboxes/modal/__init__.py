@@ -1,0 +1,1 @@
+"""The Modal provider: an episode in a Modal Sandbox, in Modal's cloud (`--sandbox modal`)."""

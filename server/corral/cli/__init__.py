@@ -1,0 +1,1 @@
+"""The `corral` command. It may import every part of corral; nothing imports it."""

@@ -1,0 +1,1 @@
+"""`corral play`: one task played by hand in a terminal."""

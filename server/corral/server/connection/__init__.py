@@ -1,0 +1,1 @@
+"""How an episode speaks to its env: over its sandbox's stdio, or in the server's own process."""

@@ -1,0 +1,1 @@
+"""What the workers of `corral serve --workers N` share: seats, forwarding, metrics."""
