@@ -9,6 +9,9 @@ Each message names the thing, what was wrong and the fix. Where an error used to
 one it still is (`ServerUnreachable` is a `ConnectionError`, `BundleInvalid` a `ValueError`),
 so code that caught the builtin keeps working. Standard library only: the env SDK, which runs
 inside every sandbox, raises `ToolSchemaError` from here too.
+
+These are what a caller catches; how an episode's failure ends it (whose doing, what it scores,
+where it is recorded) is corral.server.episodes.endings' rule, in its docstring.
 """
 
 from __future__ import annotations

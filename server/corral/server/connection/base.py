@@ -1,11 +1,14 @@
 """How an episode speaks to its env, wherever the env runs.
 
 An env answers MCP's tool calls and, when it declares them, corral's hooks (`corral/reset`,
-`corral/end_turn`, `corral/report`). Two connections implement it: `envproc.EnvProcess`, which
+`corral/end_turn`, `corral/report`). Two connections implement it: `stdio.EnvProcess`, which
 speaks JSON-RPC lines over the sandbox's stdio to an env process (corral's runtime or any MCP
-stdio server), and `env_inprocess.InProcessConnection`, whose tools the server itself answers
+stdio server), and `inprocess.InProcessConnection`, whose tools the server itself answers
 for the sandbox (a Harbor task's terminal tools: the container has no env process). The
 episode and the bundle checks hold an `EnvConnection` and never ask which.
+
+What a failure here means for the episode (whose doing it is, what it scores, where it is
+recorded) is decided in one place: corral.server.episodes.endings.
 """
 
 from __future__ import annotations

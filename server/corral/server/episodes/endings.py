@@ -18,6 +18,12 @@ Who caused an ending is decided by evidence, not by the kind of error it raised:
   untouched episode of the same task, played in a fresh sandbox, fails too (`canary.py`): the
   agent controls everything its sandbox holds, so only a platform that shows itself broken
   leaves such an episode unscored.
+
+Where it is recorded: the status travels on the observation that ends the episode and on
+`state` (corral.protocol.outcomes names statuses and causes); the cause and the
+reason go on the server's `EpisodeRecord` and its `corral.episodes` log line. Errors a caller
+catches are corral.errors'; an env connection's failures (corral.server.connection) reach the
+episode as those errors, and the episode asks this module what they mean.
 """
 
 from __future__ import annotations
