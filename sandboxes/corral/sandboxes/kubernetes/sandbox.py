@@ -15,19 +15,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any, cast
 
 import aiohttp
 from kubernetes_asyncio.client.rest import ApiException
 
 from corral.errors import SandboxError
-from corral.sandboxes.base import CommandResult, Sandbox, SandboxSpec
+from corral.sandboxes.base import SandboxSpec
 from corral.sandboxes.kubernetes.cluster import Cluster, failure
 from corral.sandboxes.kubernetes.pods import CONTAINER, why_not_started
 from corral.sandboxes.shared.bootstrap import bootstrapped, sdk_payload
-from corral.sandboxes.shared.exec_verify import Execs, verify_in_fresh_sandbox
-from corral.sandboxes.shared.stream_buffers import OutputBuffers
+from corral.sandboxes.shared.exec_verify import Execs
+from corral.sandboxes.shared.streamed import StreamedSandbox
 
 log = logging.getLogger("corral.sandboxes.kubernetes")
 
@@ -37,9 +37,11 @@ POLL_FIRST_S, POLL_MOST_S = 0.02, 0.5
 STDIN, STDOUT, STDERR, STATUS = 0, 1, 2, 3
 
 
-class KubeSandbox(Sandbox):
+class KubeSandbox(StreamedSandbox):
     """A running pod whose env talks over `ws`; `on_close` is told when it closes (the
     provider counts live sandboxes and deletes the pod); `execs` runs its verifiers."""
+
+    ended_message = "the pod's attach stream ended"
 
     def __init__(
         self,
@@ -49,17 +51,12 @@ class KubeSandbox(Sandbox):
         execs: Execs[str],
         on_close: Callable[[KubeSandbox], None],
     ):
+        super().__init__(spec, on_close)
         self.name = name
-        self.spec = spec
         self._ws = ws
         self._execs = execs
-        self._on_close = on_close
-        self._agent_stopped = False
-        self._output = OutputBuffers()
         self._writing = asyncio.Lock()  # one line's chunks never interleave with another's
-        self.ended = self._output.ended  # the attach stream ended: the env exited (or the pod went)
-        self._closed = False
-        self._reader = asyncio.create_task(self._read())
+        self.readers.append(asyncio.create_task(self._read()))
 
     @classmethod
     async def create(
@@ -108,10 +105,6 @@ class KubeSandbox(Sandbox):
                 raise
         return started
 
-    @property
-    def alive(self) -> bool:
-        return not self._closed and not self.ended.is_set()
-
     async def write(self, data: bytes) -> None:
         """Write to the env's stdin in chunks; EOFError once the stream has ended."""
         async with self._writing:
@@ -123,47 +116,12 @@ class KubeSandbox(Sandbox):
                 except (ConnectionError, aiohttp.ClientError) as error:
                     raise EOFError(f"the pod's attach stream ended ({error})") from None
 
-    async def send_line(self, line: bytes) -> None:
-        await self.write(line + b"\n")
+    def verifier_execs(self) -> tuple[Execs[str], str]:
+        return self._execs, self.name
 
-    async def read_line(self) -> bytes:
-        return await self._output.read_line("the pod's attach stream ended")
-
-    def stderr_tail(self, max_chars: int = 4000) -> str:
-        return self._output.stderr_tail(max_chars)
-
-    async def verify(
-        self,
-        files: Mapping[str, bytes],
-        command: Callable[[str], Sequence[str]],
-        *,
-        timeout_s: float,
-        max_output_chars: int = 20_000,
-    ) -> CommandResult:
-        """In a fresh pod of the same image, once the agent's processes are gone: see exec_verify."""
-        first = not self._agent_stopped
-        self._agent_stopped = True
-        return await verify_in_fresh_sandbox(
-            self._execs,
-            self.name,
-            self.spec,
-            files,
-            command,
-            timeout_s=timeout_s,
-            keep=max_output_chars,
-            stop_agent=first,
-        )
-
-    async def close(self) -> None:
-        """End the stream and hand the pod's deletion to the provider (`on_close`), so a
-        cancelled caller cannot stop it; safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        self._reader.cancel()
+    async def stop_stream(self) -> None:
         with contextlib.suppress(Exception):
             await self._ws.close()
-        self._on_close(self)
 
     async def _read(self) -> None:
         try:
@@ -172,15 +130,15 @@ class KubeSandbox(Sandbox):
                     continue  # the empty message each channel opens with
                 channel, data = message.data[0], message.data[1:]
                 if channel == STDOUT:
-                    await self._output.add_stdout(data)
+                    await self.output.add_stdout(data)
                 elif channel == STDERR:
-                    self._output.add_stderr(data)
+                    self.output.add_stderr(data)
                 elif channel == STATUS and b'"Success"' not in data:
-                    self._output.note(f"the attach stream ended: {data.decode('utf-8', 'replace')}")
+                    self.output.note(f"the attach stream ended: {data.decode('utf-8', 'replace')}")
         except aiohttp.ClientError as error:
-            self._output.note(f"reading the pod's attach stream failed: {error}")
+            self.output.note(f"reading the pod's attach stream failed: {error}")
         finally:
-            self._output.end()
+            self.output.end()
 
 
 async def create_pod(cluster: Cluster, spec: SandboxSpec, manifest: dict[str, Any]) -> str:

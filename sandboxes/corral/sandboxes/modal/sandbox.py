@@ -12,16 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 import modal
 
 from corral.errors import SandboxError
-from corral.sandboxes.base import CommandResult, Sandbox, SandboxSpec
+from corral.sandboxes.base import SandboxSpec
 from corral.sandboxes.modal.verify import ModalExecs
 from corral.sandboxes.shared.bootstrap import bootstrapped, sdk_payload
-from corral.sandboxes.shared.exec_verify import verify_in_fresh_sandbox
-from corral.sandboxes.shared.stream_buffers import OutputBuffers
+from corral.sandboxes.shared.streamed import StreamedSandbox
 
 log = logging.getLogger("corral.sandboxes.modal")
 
@@ -46,22 +45,19 @@ def create_options(spec: SandboxSpec, app: modal.App, image: modal.Image) -> dic
     }
 
 
-class ModalSandbox(Sandbox):
+class ModalSandbox(StreamedSandbox):
     """A started Modal Sandbox whose env process talks over its stdin and stdout; `on_close` is
     told when it closes (the provider's count of live sandboxes and its terminations)."""
+
+    ended_message = "the sandbox's stdout closed"
 
     def __init__(
         self, sandbox: modal.Sandbox, spec: SandboxSpec, options: dict, on_close: Callable[[ModalSandbox], None]
     ):
+        super().__init__(spec, on_close)
         self.sandbox = sandbox
-        self.spec = spec
         self.options = options  # Sandbox.create's keyword arguments: a verifier's sandbox is made like it
-        self._on_close = on_close
-        self._output = OutputBuffers()
-        self.ended = self._output.ended  # stdout reached its end: the env exited
-        self._closed = False
-        self._agent_stopped = False
-        self._readers = [asyncio.create_task(self._read_stdout()), asyncio.create_task(self._read_stderr())]
+        self.readers += [asyncio.create_task(self._read_stdout()), asyncio.create_task(self._read_stderr())]
 
     @classmethod
     async def create(
@@ -92,10 +88,6 @@ class ModalSandbox(Sandbox):
             raise
         return started
 
-    @property
-    def alive(self) -> bool:
-        return not self._closed and not self.ended.is_set()
-
     async def write(self, data: bytes) -> None:
         """Write to the env's stdin, in chunks Modal's buffer takes; EOFError once it is closed."""
         if self.ended.is_set():  # the env closed its stdout: gone, or past answering (Modal may still take stdin)
@@ -108,57 +100,19 @@ class ModalSandbox(Sandbox):
         except (ValueError, modal.exception.Error) as error:  # Modal's "Stdin is closed", a finished sandbox
             raise EOFError(f"the sandbox's stdin is closed ({error})") from None
 
-    async def send_line(self, line: bytes) -> None:
-        await self.write(line + b"\n")
-
-    async def read_line(self) -> bytes:
-        return await self._output.read_line("the sandbox's stdout closed")
-
-    def stderr_tail(self, max_chars: int = 4000) -> str:
-        return self._output.stderr_tail(max_chars)
-
-    async def verify(
-        self,
-        files: Mapping[str, bytes],
-        command: Callable[[str], Sequence[str]],
-        *,
-        timeout_s: float,
-        max_output_chars: int = 20_000,
-    ) -> CommandResult:
-        """In a fresh sandbox of the same image, once the agent's processes are gone: see exec_verify."""
-        first = not self._agent_stopped
-        self._agent_stopped = True
-        return await verify_in_fresh_sandbox(
-            ModalExecs(self.sandbox, self.options),
-            self.sandbox,
-            self.spec,
-            files,
-            command,
-            timeout_s=timeout_s,
-            keep=max_output_chars,
-            stop_agent=first,
-        )
-
-    async def close(self) -> None:
-        """Terminate the sandbox; safe to call twice. The termination is the provider's to finish
-        (`on_close` hands it over), so a cancelled caller cannot stop it."""
-        if self._closed:
-            return
-        self._closed = True
-        for reader in self._readers:
-            reader.cancel()
-        self._on_close(self)
+    def verifier_execs(self) -> tuple[ModalExecs, modal.Sandbox]:
+        return ModalExecs(self.sandbox, self.options), self.sandbox
 
     async def _read_stdout(self) -> None:
         try:
             async for chunk in self.sandbox.stdout:
-                await self._output.add_stdout(chunk.encode() if isinstance(chunk, str) else chunk)
+                await self.output.add_stdout(chunk.encode() if isinstance(chunk, str) else chunk)
         except modal.exception.Error as error:
-            self._output.note(f"reading the sandbox's stdout failed: {error}")
+            self.output.note(f"reading the sandbox's stdout failed: {error}")
         finally:
-            self._output.end()
+            self.output.end()
 
     async def _read_stderr(self) -> None:
         with contextlib.suppress(modal.exception.Error):
             async for chunk in self.sandbox.stderr:
-                self._output.add_stderr(chunk.encode() if isinstance(chunk, str) else chunk)
+                self.output.add_stderr(chunk.encode() if isinstance(chunk, str) else chunk)
