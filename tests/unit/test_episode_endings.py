@@ -41,6 +41,20 @@ def test_an_episode_ends_with_its_verifiers_reward_and_hands_its_record_over_onc
     assert runtime.connections[0].closed
 
 
+def test_the_episode_closes_its_sandbox_once_the_command_verifiers_are_done_before_the_python_ones_run():
+    """Python verifiers may wait for a worker: the sandbox (a container, a uid) is given back first."""
+    runtime = FakeRuntime()
+    closed_when_scored = []
+
+    def said_once_closed(task: dict, report: dict) -> float:
+        closed_when_scored.append(runtime.connections[0].closed)
+        return 1.0
+
+    runtime.verify = said_once_closed
+    *_, ended = play(runtime, ("say", {"text": "polly"}), ("end_turn", {"response": "said it"}))
+    assert (ended.status, ended.reward, closed_when_scored) == ("scored", 1.0, [True])
+
+
 def test_a_call_with_arguments_over_the_limit_is_refused_before_the_env_sees_it():
     runtime = FakeRuntime(max_argument_bytes=100)
     _, refused, ended = play(runtime, ("say", {"text": "polly" * 40}), ("end_turn", {"response": ""}))

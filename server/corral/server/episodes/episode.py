@@ -41,7 +41,7 @@ from corral.server.episodes.canary import judge
 from corral.server.episodes.endings import ENDINGS
 from corral.server.episodes.env_answers import field_of, refused, tool_answer
 from corral.server.episodes.runtime import EpisodeRuntime
-from corral.server.episodes.scoring import Unscorable, score_what_was_left
+from corral.server.episodes.scoring import Unscorable, command_verdicts, scores_of
 from corral.server.metrics import Timed
 
 log = logging.getLogger("corral.server")
@@ -241,15 +241,11 @@ class ServedEpisode:
         """Score what the agent left (`scoring.py`), then pick the reward from the scores."""
         assert self._env is not None
         verifying = time.monotonic()
+        timeout_s = self.limits.reset_timeout_s
         try:
-            scored = await score_what_was_left(
-                self.runtime,
-                self.task,
-                self._env.sandbox,
-                report,
-                timeout_s=self.limits.reset_timeout_s,
-                release=self._close_sandbox,
-            )
+            verdicts = await command_verdicts(self.runtime, self.task, self._env.sandbox, timeout_s=timeout_s)
+            await self._close_sandbox()  # the command verifiers were the last to need it
+            scored = await scores_of(self.runtime, self.task, report, verdicts, timeout_s=timeout_s)
         except Unscorable as failed:
             return await self._end_early(ended, failed.reason, cause=failed.cause, error_type=failed.error_type)
         self.seconds["verify"] = time.monotonic() - verifying
