@@ -55,3 +55,26 @@ def test_links_that_would_take_too_many_queries_stop_the_verifier(tmp_path, monk
     assert found == [
         "the links the agent left take more than 20 paths to resolve; the verifier does not run on what cannot be checked"
     ]
+
+
+def test_links_whose_names_are_not_text_are_read_with_the_agents_rights_by_their_bytes(tmp_path):
+    """Names cross the engine's API as printf formats of ASCII: a name that is not UTF-8, or holds
+    a newline, a % or a backslash, comes back as its bytes (a fix beside such links still scores)."""
+    work = tmp_path / "work"
+    odd = [b"\xc3(", b"line\n", b"50%\\q"]
+    os.makedirs(os.path.join(bytes(work), odd[0]))
+    for name in odd:
+        os.symlink(b"/etc/hostname", os.path.join(bytes(work), odd[0], name))
+    os.symlink("/nowhere", work / "dangling")
+
+    found = asyncio.run(forged_links_under(counting_shell([]), [str(work)], ["/verifier"], agent=counting_shell([])))
+    refused = asyncio.run(shell_links._listed(counting_shell([]), shell_links.UNREADABLE, [bytes(work / "dangling")]))
+    readable = asyncio.run(
+        shell_links._listed(
+            counting_shell([]), shell_links.READABLE, [os.path.join(bytes(work), odd[0], name) for name in odd]
+        )
+    )
+
+    assert found == []  # the agent reads what the tests read: nothing to judge
+    assert refused == [bytes(work / "dangling")]
+    assert readable == [os.path.join(bytes(work), odd[0], name) for name in odd]

@@ -26,28 +26,31 @@ MOST_PATHS = 50_000
 # For each path: N (not a link, or missing, or out of reach) or L<length>:<its target's bytes>.
 # `echo .` keeps trailing newlines of a target, which command substitution would strip.
 TARGET = 't=$(readlink "$p"; echo .); t=${t%?.}; printf "L%s:%s" "${#t}" "$t"'
-QUERY = f'export LC_ALL=C; for p do if [ -L "$p" ]; then {TARGET}; else printf N; fi; done'
+# Paths travel as printf formats of ASCII (`_arguments`: a name need not be UTF-8, and an
+# engine's API carries text), each made bytes again here, its trailing newlines kept.
+EACH = 'export LC_ALL=C; for a do p=$(printf "$a."); p=${p%?}; '
+QUERY = EACH + f'if [ -L "$p" ]; then {TARGET}; else printf N; fi; done'
 # Every link under a folder ($1): P<length>:<its path's bytes>, then its target as above.
 PAIRS = f'export LC_ALL=C; for p do printf "P%s:%s" "${{#p}}" "$p"; {TARGET}; done'
 UNDER = 'find "$1" -xdev -type l -exec /bin/sh -c "$2" corral-links {} +'
-# Each argument `[ -r ]` refuses (run as the agent's user), or `[ -e ]` finds (as the tests'),
+# Each argument `[ -r ]` refuses (run as the agent's user), or reads (as the tests'),
 # NUL-terminated: both follow every link to its end.
-UNREADABLE = 'for p do [ -r "$p" ] || printf "%s\\0" "$p"; done'
-EXISTING = 'for p do [ -e "$p" ] && printf "%s\\0" "$p"; done; exit 0'
+UNREADABLE = EACH + '[ -r "$p" ] || printf "%s\\0" "$p"; done'
+READABLE = EACH + '[ -r "$p" ] && printf "%s\\0" "$p"; done; exit 0'
 
 
 async def unreadable_links(agent: Shell, tests: Shell, links: Sequence[bytes]) -> list[str]:
     """One line for each of `links` (links the agent made) whose end its user (`agent`) cannot
-    read and the tests' user (`tests`) finds: through it the tests would read for the agent
-    what it could not (an answer key of mode 600, /etc/shadow). A link that leads nowhere for
-    both is no read at all, and passes."""
+    read and the tests' user (`tests`) can: through it the tests would read for the agent what
+    it could not (an answer key of mode 600; /etc/shadow, where the tests run as root). A link
+    that neither can read through (nowhere, or /etc/shadow for both) is no read at all, and passes."""
     refused = [path for batch in _batches(links) for path in await _listed(agent, UNREADABLE, batch)]
-    found = [path for batch in _batches(refused) for path in await _listed(tests, EXISTING, batch)]
+    found = [path for batch in _batches(refused) for path in await _listed(tests, READABLE, batch)]
     return [f"{path.decode(errors='replace')}: leads where the agent's user cannot read" for path in found]
 
 
 async def _listed(shell: Shell, script: str, paths: Sequence[bytes]) -> list[bytes]:
-    output, stderr = await shell([script, "corral-links", *(path.decode() for path in paths)])
+    output, stderr = await shell([script, "corral-links", *_arguments(paths)])
     listed = output.split(b"\0")
     if listed.pop() != b"" or not set(listed) <= set(paths):
         raise ValueError(f"the link check's answer cannot be read: {stderr}")
@@ -148,11 +151,19 @@ def _batches(paths: Sequence[bytes]) -> list[Sequence[bytes]]:
 
 
 async def _query(shell: Shell, paths: Sequence[bytes]) -> list[bytes | None]:
-    output, stderr = await shell([QUERY, "corral-links", *(path.decode() for path in paths)])
+    output, stderr = await shell([QUERY, "corral-links", *_arguments(paths)])
     found = [value for _, value in answer_fields(output, b"NL", stderr)]
     if len(found) != len(paths):
         raise ValueError(f"the link check answered {len(found)} of {len(paths)} paths: {stderr}")
     return found
+
+
+_PLAIN = frozenset(range(0x20, 0x7F)) - {ord("%"), ord("\\")}
+
+
+def _arguments(paths: Sequence[bytes]) -> list[str]:
+    """Each path as a printf format of ASCII that prints its bytes (EACH reads them back)."""
+    return ["".join(chr(byte) if byte in _PLAIN else f"\\{byte:03o}" for byte in path) for path in paths]
 
 
 async def links_under(shell: Shell, folder: str) -> dict[bytes, bytes]:
