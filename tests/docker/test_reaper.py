@@ -166,3 +166,19 @@ def test_a_keeper_s_volumes_carry_its_instance_and_go_with_the_reaping(docker_en
 
     assert containers(docker_engine, corral_instance=engine.instance) == []
     assert docker_engine.api.volumes(filters=mine)["Volumes"] in (None, [])
+
+
+def test_a_removed_container_takes_its_images_anonymous_volumes_with_it(docker_engine, tmp_path):
+    """An image may declare a VOLUME (a Harbor task's often does): the engine gives each container
+    an anonymous volume there, on this machine's disk, which outlived the container (a fresh
+    adversary left 101 MB behind per episode)."""
+    (tmp_path / "Dockerfile").write_text("FROM debian:bookworm-slim\nVOLUME /data\n")
+    tag = f"corral-test-volume:{uuid.uuid4().hex[:8]}"
+    docker_engine.images.build(path=str(tmp_path), tag=tag, rm=True)
+    try:
+        container = docker_engine.api.create_container(tag, command=["true"])["Id"]
+        [volume] = [mount["Name"] for mount in docker_engine.api.inspect_container(container)["Mounts"]]
+        remove_container(docker_engine.api, container)
+        assert volume not in {found["Name"] for found in docker_engine.api.volumes()["Volumes"] or []}
+    finally:
+        docker_engine.images.remove(tag, force=True)

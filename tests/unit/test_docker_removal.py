@@ -28,7 +28,7 @@ class Engine:
         self.listed = True
         self.calls = 0
 
-    def remove_container(self, container: str, force: bool) -> None:
+    def remove_container(self, container: str, force: bool, v: bool) -> None:
         self.calls += 1
         status = self.answers.pop(0)
         if status in (None, 404):

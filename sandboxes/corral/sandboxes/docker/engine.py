@@ -160,7 +160,7 @@ def remove_container(api: docker.APIClient, container: str, attempts: int = 3) -
     attempt = 1
     while True:
         try:
-            api.remove_container(container, force=True)
+            api.remove_container(container, force=True, v=True)  # its anonymous volumes too
             return
         except docker.errors.NotFound:
             return
