@@ -96,15 +96,15 @@ class Relay:
                     if not ready:
                         return  # idle both ways
                     for key, _ in ready:
-                        side = key.fileobj
-                        assert isinstance(side, socket.socket)
-                        data = side.recv(CHUNK)
+                        source = key.fileobj
+                        assert isinstance(source, socket.socket)
+                        data = source.recv(CHUNK)
                         if data:
-                            peers[side].sendall(data)
+                            peers[source].sendall(data)
                             continue
-                        selector.unregister(side)
-                        reading.discard(side)
-                        peers[side].shutdown(socket.SHUT_WR)
+                        selector.unregister(source)
+                        reading.discard(source)
+                        peers[source].shutdown(socket.SHUT_WR)
             except OSError:
                 return  # either side went away
             finally:
