@@ -82,7 +82,7 @@ EXPLAINED = {
         "sandboxes/corral/sandboxes/modal/sandbox.py",
         "for reader in self._readers:",
     ): "the readers end on their own a moment later: the termination that on_close starts ends both streams",
-    # The buffers every provider but the local one reads its env's output into (moved from modal_sandbox.py).
+    # The buffers every provider but the local one reads its env's output into (moved from the modal sandbox).
     (
         "sandboxes/corral/sandboxes/shared/stream_buffers.py",
         "self._stderr_size = 0",

@@ -1,4 +1,4 @@
-"""Attacks on the three identities of a docker sandbox (docker_users.py): the agent's commands
+"""Attacks on the three identities of a docker sandbox (shared/users.py): the agent's commands
 run as a user of their own, the env as another, the verifier in a fresh container. Each must
 end the episode scored at the failure score (never null, never above it).
 
@@ -9,7 +9,7 @@ end the episode scored at the failure score (never null, never above it).
   in again: Python's importer cache remembers it as missing; the rule covers it all the same,
   tests/unit/test_agent_reach.py.)
 - A Harbor task's root filled with empty files, which the engine's size (bytes only) counted as
-  nothing: docker_disk now counts each changed path at 4 KB at least. Fixed.
+  nothing: docker.whole_image.disk now counts each changed path at 4 KB at least. Fixed.
 - A Harbor task's tests made to fill their own container's root (their python3 replaced by
   the agent, root there): the tests' container is watched as the agent's was. Fixed.
 
@@ -31,10 +31,10 @@ Held, as found (a fresh adversary's, beyond tests/attacks.py and test_adversary_
   the same path every episode), or to /proc/self/fd/3 (the expected file, which the verifier
   opened first), directly or through another link: each read as the expected answer, 1.0.
   The files' folder is now named anew for each verification, and a link among the agent's
-  files that leads into it, the verifier's HOME or /proc stops the verifier (docker_links).
+  files that leads into it, the verifier's HOME or /proc stops the verifier (docker.whole_image.links).
   Fixed.
 - A Harbor task's tests made to fill their HOME, results and tests folders (engine volumes on
-  this machine's disk, which docker_disk does not see): each is now a tmpfs of bounded size
+  this machine's disk, which docker.whole_image.disk does not see): each is now a tmpfs of bounded size
   (docker_snapshot_mounts). Fixed.
 """
 

@@ -43,7 +43,7 @@ def test_the_env_talks_over_its_own_socket_in_a_container_as_hardened_as_ever(do
             assert [(m["Source"], m["Target"], m["ReadOnly"]) for m in host["Mounts"]] == [
                 (str(folder), "/run/corral", True)
             ]
-            # Root with only the capabilities to become the env's user and start the agent's (docker_users).
+            # Root with only the capabilities to become the env's user and start the agent's (shared.users).
             assert (
                 host["NetworkMode"],
                 host["ReadonlyRootfs"],

@@ -1,4 +1,4 @@
-"""What an agent writes to a Harbor task's container root is bounded (docker_disk.py): past the
+"""What an agent writes to a Harbor task's container root is bounded (docker/whole_image/disk.py): past the
 limit the container is stopped and the episode ends at the failure score, saying why; under it
 the solution still scores 1. What it leaves at the turn's end, before the watch sees it, is
 measured once more before any commit: a sparse file is never written out to the engine's disk."""

@@ -149,7 +149,7 @@ def test_a_lease_whose_first_start_the_engine_fails_is_taken_on_a_new_container(
 
 
 def test_a_keeper_s_volumes_carry_its_instance_and_go_with_the_reaping(docker_engine):
-    # A Harbor task's tests get tmpfs volumes held by a keeper container (docker_keeper); a
+    # A Harbor task's tests get tmpfs volumes held by a keeper container (docker.whole_image.keeper); a
     # killed server leaves both, and a server of its instance starting reaps them.
     engine = Engine(instance=f"keeper-{uuid.uuid4().hex[:8]}", client=docker_engine)
     config = {"image": "debian:bookworm-slim", "host_config": {}, "labels": engine.labels}

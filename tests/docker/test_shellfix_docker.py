@@ -46,7 +46,7 @@ def test_the_agent_works_in_its_repository_as_a_user_who_cannot_touch_the_image_
 
     seen = environment.bash(command="pwd; ls; id -u; touch /env/planted 2>/dev/null || echo read-only")
 
-    assert seen == "/repo\nstats.py\n1001\nread-only\n[exit status 0]"  # the agent's own user (docker_users)
+    assert seen == "/repo\nstats.py\n1001\nread-only\n[exit status 0]"  # the agent's own user (shared.users)
     assert environment.get_reward() == 0.0
 
 

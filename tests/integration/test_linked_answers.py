@@ -1,6 +1,6 @@
 """An answer linked to what a command verifier reads scores 0 in the local sandbox too: the
 verifier's files sit beside the copy of the agent's folder (`../files/`), and /proc/self/fd/3
-is the file a verifier opened first (local_verify, links.py; the docker side is played in
+is the file a verifier opened first (local.verify, links.py; the docker side is played in
 tests/docker/test_adversary_identity.py). Each of these scored 1.0 before."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ stdio pipes as the env's own user. In bubblewrap's namespaces the first process 
 those pipes and, unlike the env (corral.env.runtime makes itself non-dumpable), can be opened
 under /proc by the agent's processes: a line written to /proc/1/fd/1 reached the server as the
 env's answer, and a report of `{"solved": true}` scored 1 without the work. The env is now the
-namespace's first process itself (local_namespace, `as_pid_1`).
+namespace's first process itself (local.namespace, `as_pid_1`).
 """
 
 from __future__ import annotations

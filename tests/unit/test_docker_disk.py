@@ -1,4 +1,4 @@
-"""The disk watch's own cost (docker_disk.py): each ask makes the engine walk the container's
+"""The disk watch's own cost (docker/whole_image/disk.py): each ask makes the engine walk the container's
 layer, which an agent makes long with many small files; the watch spaces its asks by what the
 last one took, so it holds the engine a bounded share of the time, and it still stops a
 container whose paths, each counted at a block, pass the limit."""

@@ -1,4 +1,4 @@
-"""docker_links' resolution, played on a map of links as the container would answer: each
+"""docker.whole_image.links' resolution, played on a map of links as the container would answer: each
 step is judged before it is looked at, through any chain, so nothing reaches the verifier's
 folders or /proc; what does not lead there resolves where the kernel would."""
 

@@ -1,4 +1,4 @@
-"""docker_search_path: which of a Harbor task's search lists are judged for the agent's reach
+"""docker.whole_image.search_path: which of a Harbor task's search lists are judged for the agent's reach
 (the image's), which are kept as the task chose them (its `[verifier] env`), and where the agent
 is root, none (tests/docker/test_harbor_attacks.py plays the attacks)."""
 

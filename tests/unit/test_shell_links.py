@@ -1,4 +1,4 @@
-"""shell_links, through a real `/bin/sh` on this machine: links that lead through each other are
+"""shared.shell_links, through a real `/bin/sh` on this machine: links that lead through each other are
 resolved with each path asked of the sandbox once, and a check that would ask more paths than
 MOST_PATHS stops the verifier (the agent's doing) instead of running for minutes."""
 

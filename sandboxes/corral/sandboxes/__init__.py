@@ -116,7 +116,7 @@ def make_provider(
 def push_image(image: str, registry: str, progress: Progress) -> str:
     """Push the local env image `image` (built by `corral build`) to `registry` with this
     machine's Docker engine, under the name the kubernetes provider pulls; that name. Blocking.
-    Raises ImageError (docker_push says why and the fix), ConfigError without the docker package."""
+    Raises ImageError (docker.push says why and the fix), ConfigError without the docker package."""
     try:
         import docker
 

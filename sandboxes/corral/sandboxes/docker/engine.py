@@ -6,7 +6,7 @@ container removals started in the background, and this server's labels.
 
 Every container carries labels naming its server instance (`corral.instance`, stable across
 restarts of one server, e.g. `host-8000`) and run (`corral.run`, new each start). The reaper:
-a starting server takes its instance's lease (docker_lease) and removes every container of
+a starting server takes its instance's lease (docker.lease) and removes every container of
 its instance (what a killed run left), a stopping one removes its run's, and closing a sandbox
 force-removes its container at once.
 """
@@ -113,7 +113,7 @@ class Engine:
 
     def reap(self, labels: Mapping[str, str]) -> int:
         """Force-remove every container carrying all of `labels`, then every volume (a Harbor
-        task's keeper's, docker_keeper) no container uses any more (blocking); how many
+        task's keeper's, docker.whole_image.keeper) no container uses any more (blocking); how many
         containers went."""
         filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
         found = self.api.containers(all=True, filters=filters)

@@ -2,7 +2,7 @@
 
 An exec's exit code comes from the engine (`exec_inspect`), never from anything the command
 prints: what runs inside cannot forge it. Its output arrives on a multiplexed stream
-(docker_stream) whose stdout is kept to a bounded tail and whose stderr tail is kept apart.
+(docker.stream) whose stdout is kept to a bounded tail and whose stderr tail is kept apart.
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ def _an_image(api: docker.APIClient) -> str:
     (blocking). A server has one of them once it has built an env; none is pulled."""
     for image in api.images(filters={"label": "corral.env"}):
         if (image.get("Labels") or {}).get("corral.purpose") == "verify":
-            continue  # a commit a verifier removes as soon as its tests have run (docker_snapshot)
+            continue  # a commit a verifier removes as soon as its tests have run (docker.whole_image.snapshot)
         # An image a rebuild left untagged is listed as `<none>:<none>`, which no create accepts.
         tags = [tag for tag in image.get("RepoTags") or [] if tag != "<none>:<none>"]
         if tags:

@@ -1,9 +1,9 @@
 """The docker provider: each episode in its own hardened container on this machine's engine.
 
 The provider decides which container an episode gets (a warm one, else a cold start) and
-which image it runs; the `Engine` (docker_engine) that it shares with its sandboxes and pools
+which image it runs; the `Engine` (docker.engine) that it shares with its sandboxes and pools
 does the engine's work: blocking calls on its threads, removals, and the reaper's labels.
-Streams run on the event loop (docker_stream).
+Streams run on the event loop (docker.stream).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ log = logging.getLogger("corral.sandboxes.docker")
 
 
 class DockerProvider(SandboxProvider):
-    """Starts each sandbox as a hardened container; see docker_engine for the reaper."""
+    """Starts each sandbox as a hardened container; see docker.engine for the reaper."""
 
     kind = "docker"
     isolated = True
@@ -43,7 +43,7 @@ class DockerProvider(SandboxProvider):
 
     def __init__(self, *, instance: str | None = None, warm_pool: int = 0, client: docker.DockerClient | None = None):
         self.engine = Engine(instance=instance, client=client)
-        self.channels = Channels(self.engine.instance)  # the envs' sockets (docker_channel)
+        self.channels = Channels(self.engine.instance)  # the envs' sockets (docker.channel)
         self._tags: dict[SandboxSpec, str] = {}  # the image each spec runs, fixed when first known
         self._running: set[DockerSandbox] = set()  # handed to episodes, not yet closed
         self._pools: WarmPools[DockerSandbox] = WarmPools(warm_pool, self._start_warm)

@@ -2,14 +2,14 @@
 
 The container is created with its stdin open, attached before it starts (so no byte of output
 is missed), then started; corral's SDK goes in over stdin. The protocol then runs over a Unix
-socket the server listens on in a folder shared with this container only (docker_channel),
+socket the server listens on in a folder shared with this container only (docker.channel),
 which skips the engine for every line; the attach stream keeps the env's stderr. An env with
 its own command (any MCP stdio server) speaks over the attach stream's stdin and stdout, as
 does every env when the engine cannot see the server's socket folders. Nothing connects to
 the container over IP: its network is off unless the env opts in. Containers are created with
 AutoRemove, and their env reads end-of-file when the server's socket or attach stream closes,
 so a killed server's containers end and vanish on their own. Command verifiers run in a fresh
-container of their own (docker_verify).
+container of their own (docker.verify).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def container_config(
         # stderr). The server reads both over the attach stream, keeping a bounded tail.
         log_config={"Type": "none", "Config": {}},
         # An image run whole (a Harbor task's) keeps its root writable and its /tmp in it, so a
-        # verifier's copy (a commit, docker_snapshot) holds everything the agent left.
+        # verifier's copy (a commit, docker.whole_image.snapshot) holds everything the agent left.
         # Its first process is docker's init, which reaps the orphans of the agent's commands, and
         # the image's ENTRYPOINT is not run: `command` must be what keeps the container up.
         read_only=not spec.writable_root,
@@ -253,8 +253,8 @@ class DockerSandbox(Sandbox):
         max_output_chars: int = 20_000,
         **placement: Any,
     ) -> CommandResult:
-        """In a fresh container, once the agent's processes are gone: see docker_verify, and
-        docker_snapshot for an image run whole (`writable_root`), which also takes `placement`
+        """In a fresh container, once the agent's processes are gone: see docker.verify, and
+        docker.whole_image.snapshot for an image run whole (`writable_root`), which also takes `placement`
         (files_dir, results, user, environment: see Sandbox.verify)."""
         if self.spec.writable_root:
             result = await verify_snapshot(

@@ -243,7 +243,7 @@ async def copy_writable(
 
 async def _links_judged(engine: Engine, spec: SandboxSpec, container: str, user: str, files_dir: str) -> str | None:
     """None when no link among the agent's copied files leads into the verifier's files, its
-    HOME or /proc (docker_links), else why the verifier does not run: an answer linked to an
+    HOME or /proc (docker.whole_image.links), else why the verifier does not run: an answer linked to an
     expected one (or to /proc/self/fd/3, the file the verifier opened first) would read as it;
     nor, where the agent has a user of its own, one whose end that user cannot read (an env's
     0600 file, which the verifier, as the env's user, would read for it)."""

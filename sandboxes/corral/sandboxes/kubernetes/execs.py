@@ -1,7 +1,7 @@
 """Commands in a pod over the API server's exec stream, and the fresh pods command verifiers
-run in (exec_verify's steps, on Kubernetes).
+run in (shared.exec_verify's steps, on Kubernetes).
 
-Exec is a WebSocket in the `v4.channel.k8s.io` subprotocol, as attach is (kube_sandbox): each
+Exec is a WebSocket in the `v4.channel.k8s.io` subprotocol, as attach is (kubernetes.sandbox): each
 message's first byte names its channel, 0 stdin, 1 stdout, 2 stderr, 3 the command's end, a
 Status object: `{"status": "Success"}`, or `{"status": "Failure", "reason": "NonZeroExitCode",
 "details": {"causes": [{"reason": "ExitCode", "message": "3"}]}}` (client-go's errorDecoderV4
@@ -12,7 +12,7 @@ v4 cannot end a command's stdin without ending the stream, and with it the statu
 signal came with Kubernetes 1.30 and is not in the client): a command given stdin reads
 exactly its size, through the image's `head -c`.
 
-A verifier's pod is the agent's pod with an idle command (kube_pods), labelled like it with
+A verifier's pod is the agent's pod with an idle command (kubernetes.pods), labelled like it with
 `corral.purpose=verify` and `corral.network=none` under the run's NetworkPolicy, and deleted
 with no grace when the verification ends, whatever happened.
 """
@@ -42,7 +42,7 @@ STDIN, STATUS = 0, 3
 
 class KubeExecs(Execs[str]):
     """Fresh pods of `spec` from `image`, labelled `labels`; `isolate` makes the run's
-    NetworkPolicy before the first (kube_network). A sandbox is a pod's name."""
+    NetworkPolicy before the first (kubernetes.network). A sandbox is a pod's name."""
 
     where = "on Kubernetes"
     errors = (ApiException, aiohttp.ClientError)

@@ -5,10 +5,10 @@ non-root user, a read-only root, no privilege escalation, every capability dropp
 runtime's default seccomp profile, the env's `[resources]` as limits (and as requests, so the
 pod is never squeezed below them), no service-account token, no restarts, a lifetime, and
 size-limited memory-backed emptyDirs for /tmp and the env's writable folders. A pod a command
-verifier runs in (kube_exec) is the same pod with an idle command in place of the env's, no
+verifier runs in (kubernetes.execs) is the same pod with an idle command in place of the env's, no
 stdin, and one more memory-backed emptyDir where the verifier's files go. Not expressed here:
 a pids limit (a kubelet setting, `podPidsLimit`) and `network = "none"` (a NetworkPolicy:
-kube_network).
+kubernetes.network).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def pod_manifest(
         "name": CONTAINER,
         "image": image,
         # The env's `args`, as docker's `command`: the image's ENTRYPOINT, if any, still runs it;
-        # an idle `command` replaces the ENTRYPOINT, as docker_verify's does.
+        # an idle `command` replaces the ENTRYPOINT, as docker.verify's does.
         **({"command": list(idle)} if idle is not None else {"args": list(bootstrapped(spec.command) or spec.command)}),
         "stdin": idle is None,
         "stdinOnce": idle is None,  # the env reads end-of-file when the server's attach stream ends

@@ -1,21 +1,21 @@
 """The kubernetes provider: each episode's env in a hardened pod of a cluster.
 
 - The cluster is the kubeconfig's (or the service account's of a server in a pod); pods go to
-  `CORRAL_K8S_NAMESPACE`, optionally under `CORRAL_K8S_RUNTIME_CLASS` (kube_cluster).
+  `CORRAL_K8S_NAMESPACE`, optionally under `CORRAL_K8S_RUNTIME_CLASS` (kubernetes.cluster).
 - Images are pulled, never built: an env folder's image is `CORRAL_REGISTRY/corral-env/<env>:<digest>`,
   the docker provider's content tag (env_digest.image_tag) under the registry, which the
-  operator pushed (`corral build --push REGISTRY`, docker_push); a prebuilt `image` is pulled
+  operator pushed (`corral build --push REGISTRY`, docker.push); a prebuilt `image` is pulled
   as named. A pod that cannot pull says so.
-- Pods get the hardening of kube_pods, and the server speaks to the env over the API server's
-  attach stream (kube_sandbox), never over the pod's IP. Before the run's first pod of an env
-  without `network = "egress"`, a NetworkPolicy that takes their network (kube_network).
+- Pods get the hardening of kubernetes.pods, and the server speaks to the env over the API server's
+  attach stream (kubernetes.sandbox), never over the pod's IP. Before the run's first pod of an env
+  without `network = "egress"`, a NetworkPolicy that takes their network (kubernetes.network).
 - Labels: every pod carries `corral.instance`, `corral.run`, `corral.env` and
   `corral.purpose` (episode or warm), `corral.network`, and an episode's its session and
   episode. A starting server takes its instance's Lease (a live server of the same name
   refuses the second) and deletes every pod and NetworkPolicy labelled with its instance:
   what a killed server left.
 - Command verifiers run in a fresh pod of the env's image and hardening, with what the agent
-  left copied in over the API server's exec stream (exec_verify, kube_exec).
+  left copied in over the API server's exec stream (shared.exec_verify, kubernetes.execs).
 - Not in this slice: images run whole (Harbor tasks), refused with what to do instead.
 """
 
@@ -74,7 +74,7 @@ class KubernetesProvider(SandboxProvider):
         )
         self._lease: InstanceLease | None = None
         self._policy_lock = asyncio.Lock()
-        self._policy_asked = self._policy_made = False  # the run's NetworkPolicy (kube_network)
+        self._policy_asked = self._policy_made = False  # the run's NetworkPolicy (kubernetes.network)
 
     @property
     def labels(self) -> dict[str, str]:

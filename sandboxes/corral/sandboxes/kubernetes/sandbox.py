@@ -7,7 +7,7 @@ first byte names its channel, 0 stdin, 1 stdout, 2 stderr, 3 the stream's status
 env corral's SDK over stdin (bootstrap), and speaks the protocol over the same stream. Nothing
 reaches the pod over its IP. Closing deletes the pod; a pod that does not start is deleted
 before the error that says why. Command verifiers run in a fresh pod of the same image, through
-the API server's exec stream (exec_verify, kube_exec).
+the API server's exec stream (shared.exec_verify, kubernetes.execs).
 """
 
 from __future__ import annotations

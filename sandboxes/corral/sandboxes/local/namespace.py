@@ -12,7 +12,7 @@ What a process started here sees (`Bubblewrap.command`):
   files) and writable ones (its work folder), each at its own path. Nothing else of this
   machine's files: not the bundle, not another episode's folder, not the server's home;
 - no privileges (`--new-session`, no capabilities, `no_new_privs`) and a seccomp filter that
-  refuses what docker's default profile refuses (local_seccomp: keyrings, new namespaces,
+  refuses what docker's default profile refuses (local.seccomp: keyrings, new namespaces,
   mounts, bpf, userfaultfd...); `--die-with-parent`: it dies with the server. Run by any user, bwrap maps that user alone into a user namespace of
   its own, which may make no other (`--disable-userns`). Run by root for an env whose agent
   gets a uid of its own (`capabilities`), bwrap makes no user namespace: the env starts as
@@ -77,7 +77,7 @@ class Bubblewrap:
         and `read_only` read-only, `writable` writable, and nothing else; `network` shares this
         machine's network (an env that asks for egress); `as_pid_1`: `command` is the
         namespace's first process (no init); bwrap writes that first process's pid to `info_fd`
-        and installs the seccomp program it reads from `seccomp_fd` (local_seccomp).
+        and installs the seccomp program it reads from `seccomp_fd` (local.seccomp).
         `capabilities` (bwrap run by root): no user namespace, `command` starts as root with
         only these (such as CAP_SETUID) in all its sets; None: a user namespace, none."""
         argv = [self.path, "--die-with-parent", "--new-session"]
@@ -215,7 +215,7 @@ class Contained:
     ) -> Contained:
         """Start `command` as `uid` in namespaces (Bubblewrap.command; with `capabilities`,
         `uid` is None: as root holding only those), through `limits` (a command prefix, such
-        as local_quota.file_size_limit's); `popen` goes to create_subprocess_exec. OSError when
+        as local.quota.file_size_limit's); `popen` goes to create_subprocess_exec. OSError when
         bwrap, or `command` within it, cannot be started."""
         if not bubblewrap.finds(command[0], popen["env"].get("PATH", ""), read_only):
             raise FileNotFoundError(errno.ENOENT, "No such file or directory in the sandbox's view", command[0])

@@ -11,7 +11,7 @@ from a machine-wide range by locking a file per uid in one root-owned folder of 
 /run/corral/uids (so two servers never share one, whatever their TMPDIRs), and
 `kill -9 -1` run as that uid ends every process it has, whatever its environment says. Where
 the episode's env is corral's runtime in bubblewrap's namespaces, it takes three (`Users`): the
-env's, the agent's and the verifier's, as the docker sandbox's three users (docker_users),
+env's, the agent's and the verifier's, as the docker sandbox's three users (shared.users),
 each from the same range rather than docker's fixed 1000 and 1001, which may be accounts of
 this machine: a uid no account has, and no other episode holds, is no one's but the episode's.
 """

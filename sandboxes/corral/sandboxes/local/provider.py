@@ -1,14 +1,14 @@
 """The local provider: one child process per episode, on this machine.
 
-The embedded default for laptops and CI. Where bubblewrap runs (local_namespace), each
+The embedded default for laptops and CI. Where bubblewrap runs (local.namespace), each
 episode is an isolation boundary for files, processes and the network: its env and all it
 starts see no network (loopback included: not corral's own API), their own processes alone,
 a fresh root with the system read-only, private /tmp, /var/tmp and /dev/shm, the env's folder
 and corral's SDK read-only and its work folder writable; nothing else of this machine's files
 (not the bundle's tests, not other episodes); and every process goes with the namespace when
 the episode ends, and a seccomp filter refuses the kernel calls docker's profile refuses
-(local_seccomp). Not isolated even then: the kernel, CPU (no limit), memory summed over the
-episode's processes (each process maps at most the env's `memory_mb`: local_quota), and what
+(local.seccomp). Not isolated even then: the kernel, CPU (no limit), memory summed over the
+episode's processes (each process maps at most the env's `memory_mb`: local.quota), and what
 the system's folders and /etc show its user. Where bubblewrap cannot run, an env shares this
 machine's network and every file its user may read, so an env whose tools give the agent a
 shell (`SandboxSpec.agent_shell`) is refused unless the operator opts out
@@ -17,25 +17,25 @@ shell (`SandboxSpec.agent_shell`) is refused unless the operator opts out
 - Each episode gets a folder of its own under the instance's root,
   `$TMPDIR/corral-<instance>/<env>-<id>/` (the root made or checked by runtime_dirs), and its
   env runs in `work/` there (also its HOME) with a minimal environment: PATH, LANG, the
-  PYTHONPATH the SDK needs, and a marker (`CORRAL_SANDBOX`, see local_procs); never the
+  PYTHONPATH the SDK needs, and a marker (`CORRAL_SANDBOX`, see local.procs); never the
   server's own variables (CORRAL_TOKEN...).
-- A server running as root runs each episode's env as a uid of its own (local_procs), whose
+- A server running as root runs each episode's env as a uid of its own (local.procs), whose
   folder (mode 0700) no other episode can read; bwrap runs as that uid. Where bwrap runs and
   the env is corral's runtime (`python3 -m corral.env`), three uids of its own instead, as in
   a docker container: bwrap, run as root, starts the env as root with only the capabilities
   to change users and to signal, corral's runtime takes the env's uid, the agent's processes
   run as the agent's (corral.env.agent) with none and cannot signal, trace, read or write the
-  env, and the verifier runs as the third (local_verify). The work folder is the agent's.
+  env, and the verifier runs as the third (local.verify). The work folder is the agent's.
   A server running as another user runs every env, its agent and its verifier as itself.
 - A server running as root mounts a tmpfs of the env's share (`scratch_mb` per writable
   folder) over its work folder, as docker mounts its writable folders: the kernel refuses a
   write past it, and this machine's disk is out of the agent's reach. Another user cannot
-  (local_quota says what is left uncovered then). Either way no file the env or the agent's
+  (local.quota says what is left uncovered then). Either way no file the env or the agent's
   processes write may pass that size (RLIMIT_FSIZE): the env's stderr, a file of the
   server's on this machine's disk that a tool's error message grows, among them.
 - When the episode ends, or before its command verifiers run, every process of the episode
   goes: its namespace; without one, its process group and every process carrying its marker
-  (or, as root, its uid). Command verifiers run on a copy, in fresh namespaces (local_verify).
+  (or, as root, its uid). Command verifiers run on a copy, in fresh namespaces (local.verify).
 - A server holds its instance's root with a lock while it serves; a second server of the same
   instance refuses, and a restarted one removes what a killed one left (`reap_leftovers`).
 - With a warm pool (`warm_pool`), started envs that have answered `ping` wait for their

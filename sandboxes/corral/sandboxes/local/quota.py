@@ -12,7 +12,7 @@ Only a server running as root with CAP_SYS_ADMIN (as CI runs, and as a root serv
 uids already require) can mount. A server running as another user cannot: a tmpfs that
 bubblewrap makes in a user namespace lives and dies with that namespace, and the work folder
 must outlive the env's to be verified; so there the work folder stays on this machine's disk
-without a bound during the turn, and only the verifier's size check (local_verify) fails an
+without a bound during the turn, and only the verifier's size check (local.verify) fails an
 episode that wrote more than its share, after the fact. `Quotas.why_not` says which applies.
 """
 

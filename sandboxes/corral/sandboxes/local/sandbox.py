@@ -146,7 +146,7 @@ class LocalSandbox(Sandbox):
     ) -> Contained:
         """`command` as `uid` (one of the episode's `users`; None: the server's user): where bwrap
         runs, in namespaces of its own that see the system, `read_only` and `writable` alone
-        (local_namespace; `as_pid_1`: as their first process; `capabilities`: as root holding
+        (local.namespace; `as_pid_1`: as their first process; `capabilities`: as root holding
         only those); else in a process group of its own. Its files may not pass `file_mb`, and
         where the episode's uids are its own, each holds at most the env's `pids` processes
         (process_limits); each maps at most the env's `memory_mb`. `popen` goes to
@@ -262,7 +262,7 @@ class LocalSandbox(Sandbox):
         timeout_s: float,
         max_output_chars: int = 20_000,
     ) -> CommandResult:
-        """On a copy of the env's folder, once every process of the episode is gone: see local_verify."""
+        """On a copy of the env's folder, once every process of the episode is gone: see local.verify."""
         if not self._agent_stopped:
             if self._env is not None:
                 await self.end(self._env, self.marker)

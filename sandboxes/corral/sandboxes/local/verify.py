@@ -12,17 +12,17 @@
   `cp` cannot read (a folder the agent made mode 000) is left out, and the tests say so.
 - `tmp/`: the command's TMPDIR; `home/`: its HOME.
 
-Where the server can (root: local_quota), `verify-N/` is a tmpfs sized for the files, the copy
+Where the server can (root: local.quota), `verify-N/` is a tmpfs sized for the files, the copy
 and as much again, so what the tests (and the agent's code they run) write is bounded too.
 
 Bytecode is removed from the copy (pristine.BYTECODE), and a link in it that leads into
 `files/`, `home/` or /proc stops the verifier (links.py): it would read as the verifier's own.
 The copy runs as the agent's user (it reads what the agent could, and nothing more), the
 command as the verifier's, with the minimal environment envs get, made pristine (pristine.py);
-where the episode has three users (local_procs.Users) the server gives the copy to the
+where the episode has three users (local.procs.Users) the server gives the copy to the
 verifier's user before the command runs, so the verifier runs as no user any process of the
 agent's or the env's ever ran as. Elsewhere all three are the env's user.
-Where bwrap runs (local_namespace), each in fresh namespaces that see the system read-only
+Where bwrap runs (local.namespace), each in fresh namespaces that see the system read-only
 and nothing of this machine's files but what it needs: the copy, the agent's `work/`
 (read-only) and the new `work/`; the command, `files/` (read-only), the new `work/` and
 `tmp/` and `home/`; so nothing the agent left can reach them, and when each ends its namespace goes with

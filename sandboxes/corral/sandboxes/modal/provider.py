@@ -13,7 +13,7 @@
   episode's its session and episode. A starting server takes its instance's lease (a heartbeat
   in a Modal Dict: a live server of the same name refuses the second) and terminates every
   sandbox tagged with its instance: what a killed server left. A killed server's sandboxes
-  otherwise end at their lifetime (modal_sandbox.LIFETIME_S).
+  otherwise end at their lifetime (modal.sandbox.LIFETIME_S).
 """
 
 from __future__ import annotations

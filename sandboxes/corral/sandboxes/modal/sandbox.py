@@ -1,10 +1,10 @@
 """One episode's env in a Modal Sandbox, reached over the sandbox's stdin and stdout.
 
 The sandbox runs the env's command (corral's runtime gets the SDK over stdin first, as in a
-docker container: modal_provider builds the image from the env folder alone). Modal carries
+docker container: modal.provider builds the image from the env folder alone). Modal carries
 stdout and stderr as text; they are read by two tasks of this object into a bounded line
 buffer and a bounded tail, so the protocol reads lines exactly as it does from a local pipe.
-Command verifiers run in a fresh sandbox of the same image (exec_verify, modal_verify).
+Command verifiers run in a fresh sandbox of the same image (shared.exec_verify, modal.verify).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Command verifiers on Modal: exec_verify's steps through Modal's exec, in a fresh sandbox
+"""Command verifiers on Modal: shared.exec_verify's steps through Modal's exec, in a fresh sandbox
 made like the agent's (the same app, image and limits, no network), tagged like it with
 `corral.purpose=verify`, and terminated at the end.
 

@@ -1,7 +1,7 @@
 """Command verifiers in a fresh sandbox, for a provider that can only start sandboxes and run
 commands in them (Modal, Kubernetes): what the agent left, none of its processes.
 
-The steps are docker's (docker_verify), each a command run through the provider (`Execs`):
+The steps are docker's (docker.verify), each a command run through the provider (`Execs`):
 
 1. Every process the agent started in its sandbox is killed (`kill -9 -1`, which spares the
    sandbox's PID 1, the env, and the caller), once.
@@ -13,7 +13,7 @@ The steps are docker's (docker_verify), each a command run through the provider 
    size in bytes (more fails the verifier), spooled here, and unpacked by `tar` in the fresh one.
 5. A link among them that leads into the verifier's files or /proc (an answer linked to
    /proc/self/fd/3 reads as the file the verifier opened first) fails the verifier, resolved
-   step by step in the fresh sandbox (shell_links).
+   step by step in the fresh sandbox (shared.shell_links).
 6. The command runs in the image's working directory, its output kept to its end and its exit
    code reported by the provider; past its deadline its exit code is None. The fresh sandbox is
    removed, whatever happened, and everything the command started goes with it.

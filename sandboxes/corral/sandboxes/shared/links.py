@@ -5,7 +5,7 @@ answer linked to the verifier's expected one (`../files/expected.txt`, `/verifie
 `/proc/self/fd/3` (the file the verifier opened first) reads as the expected answer. `walk`
 resolves one link's target a step at a time, asking its caller what each step is (a link, and
 its target, or not), and stops at a step into a forbidden folder or into /proc, whose paths
-depend on who reads them. docker_links asks a container; `forged_links_here` asks this machine.
+depend on who reads them. docker.whole_image.links asks a container; `forged_links_here` asks this machine.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ PYTHON_SETTINGS = {
 }
 # Variables a loader, an interpreter or a shell reads code or settings from as it starts: set
 # by an image, one names a file the agent may have written (nvm's BASH_ENV in its home), run
-# before any test. The tests get them only from the task itself (docker_search_path).
+# before any test. The tests get them only from the task itself (docker.whole_image.search_path).
 STARTUP = (
     "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PROMPT_COMMAND", "PS4", "GCONV_PATH",
     "PYTHONHOME", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONWARNINGS", "PYTHONEXECUTABLE",

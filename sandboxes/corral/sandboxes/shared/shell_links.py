@@ -4,7 +4,7 @@ the arguments it is given, as the verifier's user, and returns its stdout and st
 
 Resolution is done here, in Python, one step at a time, like the kernel's (links.walk): each
 path it reaches is lstat'ed in the sandbox by `/bin/sh` and `readlink` of the image, in
-batches, before the verifier starts. docker_links and modal_verify give it their shell.
+batches, before the verifier starts. docker.whole_image.links and modal.verify give it their shell.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ WebSocket, a Modal sandbox's stdio) and whose verifiers run through the provider
 What such a sandbox does is the same on every provider but for two things: how bytes reach the
 env's stdin (`write`) and which tasks read its output (`readers`). The rest is here, once: the
 protocol's lines through `OutputBuffers`, the stderr tail, whether it is alive, the command
-verifiers in a fresh sandbox of the same image (exec_verify), and a close that hands the
+verifiers in a fresh sandbox of the same image (shared.exec_verify), and a close that hands the
 removal to the provider (`on_close`), so that a cancelled caller cannot stop it.
 """
 
@@ -65,7 +65,7 @@ class StreamedSandbox(Sandbox):
         timeout_s: float,
         max_output_chars: int = 20_000,
     ) -> CommandResult:
-        """In a fresh sandbox of the same image, once the agent's processes are gone: see exec_verify."""
+        """In a fresh sandbox of the same image, once the agent's processes are gone: see shared.exec_verify."""
         first = not self._agent_stopped
         self._agent_stopped = True
         execs, target = self.verifier_execs()

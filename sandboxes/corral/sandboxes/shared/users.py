@@ -8,7 +8,7 @@ holds none. So the agent's processes can neither signal, trace nor open the env,
 files, while the env can stop theirs (a shell tool's timeout); the env's writable folders are
 the agent's (the env writes what the agent will work on as the agent, with `agent.files()`).
 The verifier runs as ENV_USER in a fresh container that no process of either ever ran in
-(docker_verify). Any other env (its own command, a named user, an image run whole) runs as one
+(docker.verify). Any other env (its own command, a named user, an image run whole) runs as one
 user, as before: there is no runtime in it to make the split.
 """
 

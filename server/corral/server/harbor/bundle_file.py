@@ -47,7 +47,7 @@ class HarborResources(_Strict):
     memory_mb: int = Field(default=2048, ge=16)
     pids: int = Field(default=1024, ge=8)
     # What an agent may write to its container's root, where a task's storage_mb says nothing:
-    # the env host's disk is shared by every episode (docker_disk.py).
+    # the env host's disk is shared by every episode (docker/whole_image/disk.py).
     disk_mb: int = Field(default=10240, ge=16)
 
 

@@ -8,7 +8,7 @@ Each task folder (task.toml, or an older task.yaml: legacy.py) becomes:
   time budget `[agent] timeout_sec`;
 - a `RewardFileVerifier`: after the agent's turn, tests/ goes to /tests in a copy of what the
   agent left, `test.sh` runs within `[verifier] timeout_sec`, and the reward file it writes
-  in /logs/verifier is the score (docker_snapshot, verifiers.reward_file_score).
+  in /logs/verifier is the score (docker.whole_image.snapshot, verifiers.reward_file_score).
 
 What corral cannot serve (several containers, a GPU, several steps, a network the operator
 has not allowed...) is left out of the bundle with the reason (`HarborPart.left_out`), which

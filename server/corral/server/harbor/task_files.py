@@ -191,7 +191,7 @@ class HarborTask:
     def image_startup_variables(self) -> list[str]:
         """The variables the Dockerfile's `ENV` sets that make a program load or run code as it
         starts (BASH_ENV, LD_PRELOAD, PYTEST_ADDOPTS: pristine.STARTUP), and `[verifier] env`
-        does not: the tests get them empty (docker_search_path), so a task needing one sets it there."""
+        does not: the tests get them empty (docker.whole_image.search_path), so a task needing one sets it there."""
         dockerfile = self.environment_dir / "Dockerfile"
         lines = dockerfile.read_text(errors="replace").splitlines() if dockerfile.is_file() else []
         names = []

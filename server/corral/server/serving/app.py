@@ -132,7 +132,7 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
     @app.post("/mcp")
     async def mcp(request: Request) -> Response:
         """JSON-RPC 2.0 (always HTTP 200, as OpenEnv answers): see corral.server.serving.mcp. A request for
-        a session another worker holds is answered by that worker (worker_forward)."""
+        a session another worker holds is answered by that worker (workers.forward)."""
         raw = await request.body()
         try:
             body = surrogates.loads(raw)

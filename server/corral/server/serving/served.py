@@ -215,7 +215,7 @@ class ServedBundle:
         self.provider.start_pools([sandbox_spec(env) for env in self.bundle.envs.values()])
         await self.verifiers.ready()
 
-    # What its episodes ask of it (episode_runtime.EpisodeRuntime, where each is said why).
+    # What its episodes ask of it (episodes.runtime.EpisodeRuntime, where each is said why).
 
     @property
     def max_argument_bytes(self) -> int:

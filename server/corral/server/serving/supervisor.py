@@ -5,10 +5,10 @@ and the hold on the server's instance: a second host of the instance refuses), t
 N workers that accept on the same listening socket; the kernel hands each new connection to
 one of them. Worker K is a whole server of its own: it opens the bundle as instance
 `INSTANCE-wK`, so its sandboxes, local folders and container labels are its own, and the
-worker that replaces it reaps what it left. The session limit is the host's (worker_seat); so
-is /metrics, which the worker asked sums over every worker's private Unix socket (worker_metrics).
+worker that replaces it reaps what it left. The session limit is the host's (workers.seat); so
+is /metrics, which the worker asked sums over every worker's private Unix socket (workers.metrics).
 A session created over HTTP is reached from every worker: its id names its worker, and a request
-for it that reaches another is passed on over that same socket (worker_forward).
+for it that reaches another is passed on over that same socket (workers.forward).
 
 A worker that dies costs only the episodes it held (their sockets close) and is replaced;
 one that dies before it ever served stops the host, since its replacement would fail alike.

@@ -62,7 +62,7 @@ class Forwarder:
         return Response(answer.content, answer.status_code, headers=kept)
 
     def peer_client(self, holder: int) -> httpx.AsyncClient:
-        """The pooled client of worker `holder`'s private socket (also /metrics', worker_metrics)."""
+        """The pooled client of worker `holder`'s private socket (also /metrics', workers.metrics)."""
         if holder not in self._clients:  # a connection left by a worker that died is dropped from the pool, not reused
             transport = httpx.AsyncHTTPTransport(uds=self.seat.socket_path(holder))
             self._clients[holder] = httpx.AsyncClient(

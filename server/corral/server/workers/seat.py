@@ -1,7 +1,7 @@
 """What one worker of `corral serve --workers N` shares with the others: the host's session
 count (each worker writes its own slot, every worker reads them all), each worker's pid, and
 the folder of their private Unix sockets (how one asks the others for their /metrics, and
-passes on a request for a session another holds: worker_forward), and the session ids that
+passes on a request for a session another holds: workers.forward), and the session ids that
 name the worker holding them.
 
 Shared memory the supervisor made (workers.py), not a lock: a worker killed while holding a

@@ -9,7 +9,7 @@ as a commit writes it out) and for the paths it changed, each counted at PATH_BY
 past the spec's `disk_mb` it kills the container and says why in its stderr tail. The agent's
 episode then ends as any container killed for a limit does (its own doing: the task's failure
 score). A watch can let an agent write up to what the disk takes between two asks past the
-limit; the verifier measures once more after its pause, before any commit (docker_snapshot).
+limit; the verifier measures once more after its pause, before any commit (docker.whole_image.snapshot).
 
 Each ask makes the engine walk the layer, which an agent can make long (a million small
 files: 200,000 empty ones took 0.6 s for the size and 2.3 s for the diff here): the next ask

@@ -1,4 +1,4 @@
-"""The fresh container a Harbor task's tests run in (docker_snapshot): its configuration, made
+"""The fresh container a Harbor task's tests run in (docker.whole_image.snapshot): its configuration, made
 from the agent's container's, and whether the tests in it run as root."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The folders a Harbor task's tests get from corral (the tests' files, their HOME, the folder of
 each result file): tmpfs volumes of bounded size, held mounted by a keeper container.
 
-Why: as plain engine volumes they were folders on this machine's disk that docker_disk does
+Why: as plain engine volumes they were folders on this machine's disk that docker.whole_image.disk does
 not watch, and the tests run the agent's programs (as root, where the task's agent is root),
 which filled them without bound. A volume of the engine's `local` driver made as a tmpfs is
 bounded by its size (and its pages count against the memory of the container that wrote

@@ -10,7 +10,7 @@ resolution, step by step and through any chain of links, absolute or relative, e
 those folders, or /proc at all: a path through /proc (/proc/self/cwd, /proc/self/fd/3,
 /proc/2/root, /dev/fd/...) depends on the process that reads it, so it cannot be judged here.
 
-The resolution is shell_links', each step lstat'ed in the verifier's container by the tests'
+The resolution is shared.shell_links', each step lstat'ed in the verifier's container by the tests'
 own user (what those tests could reach), through `docker exec`. And every link the agent made
 is followed by the agent's own user there: one whose end that user cannot read, but the tests
 find, would have the tests read for the agent what it could not (its link to /root/answer-key.txt
@@ -47,7 +47,7 @@ async def forged_links(
 async def forged_links_under(
     engine: Engine, container: str, user: str, folders: Sequence[str], forbidden: Sequence[str], agent: str | None
 ) -> list[str]:
-    """shell_links.forged_links_under, in `container` as `user`, each link also followed by
+    """shared.shell_links.forged_links_under, in `container` as `user`, each link also followed by
     `agent` (the agent's own user; None where it has none)."""
     agent_shell = exec_shell(engine, container, agent) if agent is not None else None
     return await shell_links.forged_links_under(exec_shell(engine, container, user), folders, forbidden, agent_shell)

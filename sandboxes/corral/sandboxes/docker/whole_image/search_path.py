@@ -5,7 +5,7 @@ PYTHONPATH, both as the task's image sets them. An image may list a folder there
 non-root agent can write (`ENV PATH=/home/worker/.local/bin:$PATH`, for tools installed as
 that user): the agent's own `python3` there, exiting 0, would then be the tests' verdict. So
 before the tests start, each folder of those two lists is checked in the keeper (the task's
-image as built, docker_keeper) by the agent's user: a folder it could write in, or make, or
+image as built, docker.whole_image.keeper) by the agent's user: a folder it could write in, or make, or
 replace (it or a folder above it is writable by that user), is left off the tests' list, and
 the tests' output says so. A task's `[verifier] env` that sets either list chooses on purpose
 (`PYTHONPATH=/app` for tests that import the agent's code): that list is kept as it is.

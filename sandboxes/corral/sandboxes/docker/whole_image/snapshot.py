@@ -2,12 +2,12 @@
 commit of what the agent left.
 
 A Harbor task's agent may write anywhere in its container, so a copy of a few folders
-(docker_verify) would not hold what it did. `DockerSandbox.verify`, for a spec with a
+(docker.verify) would not hold what it did. `DockerSandbox.verify`, for a spec with a
 `writable_root`, does this instead:
 
 1. The agent's container is paused, and stays paused until it is removed: every process the
    agent started stops where it is, and none of them ever runs again.
-2. Its writable layer is measured once, paused (docker_disk.written: a sparse file counts
+2. Its writable layer is measured once, paused (docker.whole_image.disk.written: a sparse file counts
    at its length, as a commit writes it out); past the task's disk bound the agent's doing
    fails the tests and nothing is committed. Else the container is committed: an image of the
    task's image and everything the agent changed (labelled `corral.purpose=verify`, removed
@@ -20,7 +20,7 @@ A Harbor task's agent may write anywhere in its container, so a copy of a few fo
    HOME (VERIFIER_HOME): writable by root only when the command runs as root (which may then
    run the agent's programs as another user: it alone keeps SETUID and SETGID), else by all.
    Each is a tmpfs of bounded size, held by a keeper container of the task's image as built
-   (docker_keeper: the tests run the agent's programs, which would otherwise fill this
+   (docker.whole_image.keeper: the tests run the agent's programs, which would otherwise fill this
    machine's disk there). The volumes are made without the image's content there (`nocopy`),
    so nothing the agent left at those paths is seen, and the engine writes the files (its
    archive API, through the keeper): no program of the image, which the agent may have
@@ -28,12 +28,12 @@ A Harbor task's agent may write anywhere in its container, so a copy of a few fo
 5. Its PATH and PYTHONPATH lose every folder the agent could write in, the image's start-up
    variables (LD_PRELOAD, BASH_ENV, ...) and those naming such a folder are set empty, and
    where the agent changed a folder its Python imports from by itself, it does not run
-   (docker_search_path).
+   (docker.whole_image.search_path).
    Before the command starts (it waits at a gate: a line on its stdin), every link the agent
    made is resolved, and one that leads into those folders or through /proc fails the tests
-   (docker_links): an answer linked to /tests/data/expected.json would read as the answer.
+   (docker.whole_image.links): an answer linked to /tests/data/expected.json would read as the answer.
 6. The command runs to its end or its deadline (then the container is killed), or until it has
-   written more than the agent could to the container's root (docker_disk: it runs the agent's
+   written more than the agent could to the container's root (docker.whole_image.disk: it runs the agent's
    programs), with a pristine environment (pristine.py: no user site, no cwd on Python's path,
    no bytecode cache); its output comes over the attach stream (the container keeps no log),
    its exit code from the engine, and the result files are read by the engine out of their
@@ -229,7 +229,7 @@ async def _links_checked(
     engine: Engine, container: str, user: str, changed: list[dict] | None, brought_in: list[str], agent: str
 ) -> str | None:
     """None when no link the agent made leads into what the verifier brought in, or where the
-    agent's user cannot read (docker_links), else why the tests do not run: that is the
+    agent's user cannot read (docker.whole_image.links), else why the tests do not run: that is the
     agent's doing, and its tests fail."""
     try:
         found = await forged_links(engine, container, user, changed or [], brought_in, agent)
@@ -293,7 +293,7 @@ async def _watched_run(
     engine: Engine, spec: SandboxSpec, container: str, stream: MuxStream, *, timeout_s: float, keep: int
 ) -> tuple[int | None, str]:
     """`_run`, with what the tests write to the container's root bounded as the agent's was
-    (docker_disk): they run the agent's programs, which may fill it. Past the bound the tests
+    (docker.whole_image.disk): they run the agent's programs, which may fill it. Past the bound the tests
     are killed and fail, saying why: that is the agent's doing."""
     if spec.resources.disk_mb is None:
         return await _run(engine, container, stream, timeout_s=timeout_s, keep=keep)
