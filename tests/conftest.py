@@ -71,6 +71,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         skip_or_fail_under_ci(NEEDS_BWRAP)
 
 
+@pytest.fixture(scope="session")
+def as_root() -> None:
+    """Tests of the host uids a local server gives its agents: only a root server gives them."""
+    if os.geteuid() != 0:
+        skip_or_fail_under_ci(
+            "a local server gives the agent a host uid of its own only as root (CI runs the tests as root)"
+        )
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """What the run skipped, grouped by reason: each reason names what would un-skip it."""
     reasons: dict[str, int] = {}

@@ -11,7 +11,6 @@ allocated 1.5 GB in the verifier). Attacks of the same classes, neighbours of th
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -21,18 +20,10 @@ import pytest
 
 from corral.sandboxes.local.procs import UIDS_DIR, as_uid
 from tests.attacks import BUG, TASK, play, write
-from tests.conftest import BUNDLES, serving, skip_or_fail_under_ci
+from tests.conftest import BUNDLES, serving
 from tests.wire import called, opened, ws
 
-pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def root_with_bubblewrap() -> None:
-    if shutil.which("bwrap") is None:
-        skip_or_fail_under_ci("bubblewrap is not installed (apt-get install bubblewrap; .ci/run installs it)")
-    if os.geteuid() != 0:
-        skip_or_fail_under_ci("a local server gives the agent a host uid of its own only as root (CI runs as root)")
+pytestmark = [pytest.mark.bwrap, pytest.mark.usefixtures("no_leftover_env_processes", "as_root")]
 
 
 @pytest.fixture

@@ -13,8 +13,6 @@ every other episode and of the server.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ import pytest
 from corral.client import Bundle
 from corral.sandboxes.local.procs import UID_BASE, UID_COUNT
 from tests.attacks import BUG, FIX, TASK, bash, play, write
-from tests.conftest import BUNDLES, serving, skip_or_fail_under_ci
+from tests.conftest import BUNDLES, serving
 from tests.env_attacks import ATTACKS_ON_THE_ENV as ENV_ATTACKS
 from tests.env_attacks import ENV_UID, config_planted_in_the_env_s_home
 from tests.episode_processes import bash as episode_bash
@@ -33,17 +31,7 @@ ATTACKS_ON_THE_ENV = {
     **ENV_ATTACKS,
     "its program": 'echo "raise SystemExit" > "${PYTHONPATH%%:*}/env.py"',  # the env's folder, first on its path
 }
-pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def root_with_bubblewrap() -> None:
-    if shutil.which("bwrap") is None:
-        skip_or_fail_under_ci("bubblewrap is not installed (apt-get install bubblewrap; .ci/run installs it)")
-    if os.geteuid() != 0:
-        skip_or_fail_under_ci(
-            "a local server gives the agent a uid of its own only as root (CI runs the tests as root)"
-        )
+pytestmark = [pytest.mark.bwrap, pytest.mark.usefixtures("no_leftover_env_processes", "as_root")]
 
 
 @pytest.fixture(scope="module")

@@ -30,13 +30,7 @@ from tests.servers import NOBODY, corral_command, free_port, stop, wait_until_se
 from tests.wire import called, opened, ws
 
 SHELLFIX = BUNDLES / "shellfix"
-pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def bubblewrap() -> None:
-    if shutil.which("bwrap") is None:
-        skip_or_fail_under_ci("bubblewrap is not installed: run .ci/setup-machine (or apt-get install bubblewrap)")
+pytestmark = [pytest.mark.bwrap, pytest.mark.usefixtures("no_leftover_env_processes")]
 
 
 @pytest.fixture(scope="module")
