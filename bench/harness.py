@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' stand-in engine
-from corral.protocol.traces import training_sampling
+from corral.protocol.harness.calls import training_sampling
 from corral.server.harness.capture import CaptureProxy, HttpUpstream, create_capture_app
 from corral.server.harness.request import upstream_body
 from tests.harness_engine import MODEL, StandInEngine, serving

@@ -27,7 +27,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from corral.protocol.trace_capture import HarnessCapture
+from corral.protocol.harness.capture import HarnessCapture
 
 ROLES = {"system": 1, "user": 2, "assistant": 3, "tool": 4}
 END, TOOLS, CALL = 5, 6, 7

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from corral.protocol.trace_capture import HarnessCapture
-from corral.protocol.traces import CapturedCall
+from corral.protocol.harness.calls import CapturedCall
+from corral.protocol.harness.capture import HarnessCapture
 from tests.harness_engine import StandInEngine
 
 SYSTEM = {"role": "system", "content": "you fix shell scripts"}

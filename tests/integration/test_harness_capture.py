@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from corral.errors import CaptureNotTrainable
-from corral.protocol.trace_capture import HarnessCapture, training_trace
+from corral.protocol.harness.capture import HarnessCapture, training_trace
 from corral.server.harness import capture as harness_capture
 from corral.server.harness.capture import CaptureProxy, EpisodeCapture, HttpUpstream, create_capture_app
 from tests.harness_engine import MODEL, StandInEngine, assert_paths_are_what_was_sampled, serving

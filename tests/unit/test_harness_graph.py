@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from corral.errors import CaptureNotTrainable
-from corral.protocol.trace_capture import HarnessCapture, training_trace
+from corral.protocol.harness.capture import HarnessCapture, training_trace
 from tests.harness_engine import StandInEngine, assert_paths_are_what_was_sampled
 from tests.harness_episodes import SYSTEM, Episode, chain, tool_result
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from corral.protocol.trace_capture import training_trace
+from corral.protocol.harness.capture import training_trace
 from tests.harness_engine import StandInEngine
 from tests.harness_episodes import SYSTEM, Episode, chain, tool_result
 

@@ -6,9 +6,9 @@
     records     the episode records the server writes and a trainer joins with its own
     rewards     from an episode's scores to one reward
     surrogates  reading JSON from outside without lone surrogates
-    traces      a harness episode's captured model call, its capture level, the training sampling
-    trace_graph the token-prefix graph of an episode's calls: retries, side calls, training paths
-    trace_capture an episode's capture, in numbers and as OpenEnv's `TrainingTrace`
+    harness/    a harness episode's captured model calls (calls), their token-prefix graph of
+                retries, side calls and training paths (graph), and the episode's capture as
+                OpenEnv's `TrainingTrace` (capture)
 
 Nothing here presents anything (the client's display adapts the frames from outside), and
 nothing imports any other part of corral but `corral.errors`.

@@ -5,7 +5,7 @@ An agent in the sandbox reaches its episode's OpenAI-compatible route here
 key as its API key (another episode's key, or none: 401, as is a closed episode). Each call is
 pinned to the training policy's sampling, capped in length, sent to the episode's upstream
 without streaming, and kept with the engine's own token ids and logprobs
-(`corral.protocol.traces`); the agent gets the answer as JSON or, if it asked, as SSE. Past
+(`corral.protocol.harness.calls`); the agent gets the answer as JSON or, if it asked, as SSE. Past
 the episode's step limit the proxy answers by itself with a stop message, counted, never
 recorded. An engine that returns no ids lowers the capture's level (`text`: an eval episode),
 with a warning in the log and the reason in the capture, never silently.
@@ -37,8 +37,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from corral.errors import ConfigError
-from corral.protocol.trace_capture import HarnessCapture
-from corral.protocol.traces import CaptureLevel, training_sampling, weakest
+from corral.protocol.harness.calls import CaptureLevel, training_sampling, weakest
+from corral.protocol.harness.capture import HarnessCapture
 from corral.server.harness import sse as harness_sse
 from corral.server.harness.request import (
     RequestRefused,

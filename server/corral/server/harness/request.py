@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from corral.protocol.traces import CapturedCall, CaptureLevel
+from corral.protocol.harness.calls import CapturedCall, CaptureLevel
 
 # What an agent may ask for that would sample from another policy than the one trained.
 SAMPLING_KEYS = (

@@ -12,8 +12,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from corral.errors import CaptureNotTrainable
-from corral.protocol.trace_graph import CallGraph
-from corral.protocol.traces import CapturedCall, CaptureLevel
+from corral.protocol.harness.calls import CapturedCall, CaptureLevel
+from corral.protocol.harness.graph import CallGraph
 
 
 class CaptureSummary(BaseModel):

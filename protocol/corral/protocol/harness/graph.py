@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from corral.protocol.traces import CapturedCall
+from corral.protocol.harness.calls import CapturedCall
 
 CallKind = Literal["main", "side_call", "retry"]
 

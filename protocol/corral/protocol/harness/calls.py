@@ -3,8 +3,8 @@
 A harness (a CLI agent in the sandbox) owns its loop; only its model calls leave the sandbox,
 through the server's capture proxy, which keeps each call's engine token ids and logprobs
 (never re-tokenized: a local chat template matched the engine on 0 of 28 turns, trl#6947).
-Here: one call, and the levels a capture reaches. `corral.protocol.trace_graph` places the calls
-in a token-prefix graph; `corral.protocol.trace_capture` holds an episode's calls and turns them
+Here: one call, and the levels a capture reaches. `corral.protocol.harness.graph` places the calls
+in a token-prefix graph; `corral.protocol.harness.capture` holds an episode's calls and turns them
 into OpenEnv 0.10's `TrainingTrace`.
 """
 
