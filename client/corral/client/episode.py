@@ -8,6 +8,7 @@ episodes through this class.
     episode.finish()                                          # end the turns left open
     episode.reward, episode.scores, episode.reason
     episode.calls                                             # the transcript: every call, answered
+    copies = episode.fork(3)                                  # three more at this turn, each on its own session
 
 In Jupyter an episode shows its transcript (`corral.client.display`); `str(episode)` is the same
 as plain text.
@@ -35,10 +36,15 @@ from corral.errors import (
 from corral.protocol.catalog import END_TURN, ToolSpec
 from corral.protocol.frames import (
     EPISODE_ENDED,
+    FORK_METHOD,
     REPLAY_RESET_DEADLINES,
     CallTool,
     CallToolObservation,
+    ForkRefusal,
+    JsonRpcRequest,
     Limits,
+    McpReply,
+    McpRequest,
     ObservationReply,
     ResetData,
     ResetObservation,
@@ -165,6 +171,43 @@ class Episode(Displayed):
         failure = self.opened.failure_score if self.opened is not None else None
         self.status, self.reward = "failed", 0.0 if failure is None else failure
         self.reason = f"the episode did not end after {closing} empty turns, the server's turn budget"
+
+    def fork(self, n: int) -> list[Episode]:
+        """n copies of this episode at its current turn, each on a session of its own that plays,
+        ends and is scored on its own; this one is untouched. The server makes them as the
+        task's env declares (replay: its calls again in a fresh env, each answer checked), and
+        refuses (ServerError, or CapacityError past its session limit) an env that declares no
+        way, or a fork that would pass its limit. Close each copy's session when done with it."""
+        if self.opened is None or not self.open:
+            raise NoEpisode("fork needs an episode in play: reset, and fork before it ends")
+        request = JsonRpcRequest(jsonrpc="2.0", method=FORK_METHOD, params={"n": n}, id=1)
+        # A copy is a reset and the episode's calls again, each within its deadline.
+        per_call = max(self.limits.tool_timeout_s, self.limits.reset_timeout_s)
+        wait = self.limits.reset_timeout_s + per_call * len(self.calls) + REPLY_MARGIN_S
+        reply = self.session.request(McpRequest(data=request.model_dump()), wait)
+        if not isinstance(reply, McpReply):
+            raise ServerError(
+                "INVALID_REPLY", f"expected an mcp reply to the fork, the server sent a {reply.type} frame"
+            )
+        if (error := reply.data.error) is not None:
+            data = error.data if isinstance(error.data, dict) else {}
+            code = str(data.get("code", error.code))
+            refused = CapacityError if code == ForkRefusal.CAPACITY_REACHED else ServerError
+            raise refused(code, error.message, data)
+        result = reply.data.result
+        return [
+            self._copy(self.session.attached(session_id), episode_id)
+            for session_id, episode_id in zip(result["session_ids"], result["episode_ids"], strict=True)
+        ]
+
+    def _copy(self, session: Session, episode_id: str) -> Episode:
+        """This episode as a fork's copy on `session` sees it: the transcript so far, its own id."""
+        copy = Episode(session, self.limits, reward=self._rule, capacity_wait_s=self._capacity_wait_s)
+        assert self.opened is not None
+        copy.opened = self.opened.model_copy(update={"episode_id": episode_id})
+        copy.open = True
+        copy.calls = list(self.calls)
+        return copy
 
     def _doc(self) -> Doc:
         return episode_doc(self)

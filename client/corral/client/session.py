@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+import httpx
 from pydantic import BaseModel, ValidationError
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
@@ -35,12 +37,15 @@ from corral.protocol.frames import (
     CloseRequest,
     ErrorCode,
     ErrorReply,
+    JsonRpcRequest,
     ResetRequest,
     ServerFrame,
 )
 
 T = TypeVar("T")
 MAX_MESSAGE_BYTES = 100 * 1024 * 1024
+CLOSE_TIMEOUT_S = 30.0
+log = logging.getLogger("corral.client")
 
 
 class _LoopThread:
@@ -68,15 +73,23 @@ class Session:
 
     `url` may name several env hosts serving the same bundle, separated by commas: the session
     then opens on the one with the most room, and may move at a reset (see hosts.py); `url`
-    is then the host it is on."""
+    is then the host it is on.
 
-    def __init__(self, url: str, *, token: str | None = None, keepalive_s: float = 20.0):
+    `session_id` attaches to a session the server already holds (a fork's copy, or one made by
+    `openenv/session/create`): it outlives a dropped socket, and `close` ends it over `POST /mcp`."""
+
+    def __init__(self, url: str, *, token: str | None = None, keepalive_s: float = 20.0, session_id: str | None = None):
         urls = base_urls(url)
         self.url = urls[0]
-        self._hosts = Hosts.of(urls, token) if len(urls) > 1 else None
+        self._hosts = Hosts.of(urls, token) if len(urls) > 1 and session_id is None else None
         self._token = token
         self._keepalive_s = keepalive_s
+        self.session_id = session_id
         self._socket: ClientConnection | None = None
+
+    def attached(self, session_id: str) -> Session:
+        """A session on this one's host, with its token, attached to the server's `session_id`."""
+        return Session(self.url, token=self._token, keepalive_s=self._keepalive_s, session_id=session_id)
 
     def request(self, frame: BaseModel, timeout_s: float) -> ServerFrame:
         """Send one frame and return the server's reply.
@@ -88,12 +101,12 @@ class Session:
 
     def close(self) -> None:
         """Tell the server to end the session (it tears the episode down) and drop the socket."""
-        if self._socket is not None:
+        if self._socket is not None or self.session_id is not None:
             _LoopThread.run(self._close())
 
     def close_in_background(self) -> None:
         """Like close, without waiting: for an environment being garbage-collected."""
-        if self._socket is not None:
+        if self._socket is not None or self.session_id is not None:
             _LoopThread.submit(self._close())
 
     async def _request(self, frame: BaseModel, timeout_s: float) -> ServerFrame:
@@ -164,9 +177,10 @@ class Session:
             await self._drop()  # the far end closed it while idle (a restart, a keepalive timeout): open another
         if self._socket is None:
             headers = {"Authorization": f"Bearer {self._token}"} if self._token else None
+            query = "" if self.session_id is None else f"?session_id={self.session_id}"
             try:
                 self._socket = await connect(
-                    ws_url(self.url),
+                    ws_url(self.url) + query,
                     additional_headers=headers,
                     max_size=MAX_MESSAGE_BYTES,
                     ping_interval=self._keepalive_s,
@@ -183,11 +197,28 @@ class Session:
         return self._socket
 
     async def _close(self) -> None:
+        if self.session_id is not None:  # a close frame would only detach it: the server ends it on close
+            await self._close_attached(self.session_id)
+            return
         if self._socket is not None:
             try:
                 await self._socket.send(CloseRequest().model_dump_json())
             except ConnectionClosed:
                 pass
+            await self._drop()
+
+    async def _close_attached(self, session_id: str) -> None:
+        """`openenv/session/close` over `POST /mcp`, then the socket dropped: the server ends
+        the session once its socket has left (at once when none is attached)."""
+        request = JsonRpcRequest(jsonrpc="2.0", method="openenv/session/close", params={"session_id": session_id})
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else None
+        try:
+            async with httpx.AsyncClient(headers=headers, timeout=CLOSE_TIMEOUT_S, trust_env=False) as client:
+                await client.post(f"{self.url}/mcp", json=request.model_dump())
+        except httpx.HTTPError as error:  # the server is gone, and the session with it, or it ends it unattached
+            log.info("closing session %s at %s: %s", session_id, self.url, error)
+        finally:
+            self.session_id = None
             await self._drop()
 
     async def _drop(self) -> None:

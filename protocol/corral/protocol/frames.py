@@ -338,6 +338,21 @@ class JsonRpcResponse(BaseModel):
         return dumped
 
 
+# corral's JSON-RPC method: copies of the caller's episode at its current turn, each on a new
+# session (`params.n` of them); the result is `{"session_ids": [...], "episode_ids": [...]}`.
+FORK_METHOD = "corral/episode/fork"
+
+
+class ForkRefusal(StrEnum):
+    """Why a fork was refused: the `code` in its JSON-RPC error's `data` (docs/protocol.md)."""
+
+    FORK_UNSUPPORTED = "FORK_UNSUPPORTED"  # the task's env declares no fork mode
+    REPLAY_MISMATCH = "REPLAY_MISMATCH"  # a replayed call answered otherwise than the record
+    CAPACITY_REACHED = "CAPACITY_REACHED"  # fewer sessions free than copies asked
+    NO_EPISODE = "NO_EPISODE"  # nothing to fork: no episode, or one that has ended
+    FORK_FAILED = "FORK_FAILED"  # a copy's sandbox could not start (the platform's failure)
+
+
 ServerFrame = Annotated[ObservationReply | StateReply | McpReply | ErrorReply, Field(discriminator="type")]
 SERVER_FRAMES: TypeAdapter[ServerFrame] = TypeAdapter(ServerFrame)
 

@@ -4,7 +4,7 @@ folder into them."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -57,6 +57,10 @@ class EnvConfig(_Strict):
     # an editor). corral cannot tell what a tool does, so it assumes so unless told otherwise;
     # where the local sandbox cannot contain such an env, it refuses to serve it (docs/sandboxes.md).
     agent_shell: bool = True
+    # How an episode of this env may be forked (corral/episode/fork); None: it cannot be.
+    # "replay": the env's state lives in its process's memory and follows from its task and the
+    # calls made, so a copy is a fresh env given the same task and the episode's calls again.
+    fork: Literal["replay"] | None = None
 
 
 class Task(_Strict):

@@ -122,6 +122,7 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
             "documentation_url": None,
             "sandbox": served.provider.kind,
             "max_concurrent_envs": registry.limit,
+            "fork_modes": served.fork_modes(),  # {env: mode}: corral/episode/fork (docs/protocol.md)
             **served.limits.model_dump(),  # a client may ask for lower limits, never higher
         }
 

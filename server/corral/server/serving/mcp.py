@@ -1,7 +1,8 @@
 """JSON-RPC 2.0 for clients: `mcp` frames on a socket, and `POST /mcp`, as OpenEnv serves them.
 
-Methods: MCP's `initialize`, `ping`, `tools/list` and `tools/call`, and OpenEnv's
-`openenv/session/create` and `openenv/session/close`. Over a socket a request acts on that
+Methods: MCP's `initialize`, `ping`, `tools/list` and `tools/call`, OpenEnv's
+`openenv/session/create` and `openenv/session/close`, and corral's `corral/episode/fork`
+(`forks.py`). Over a socket a request acts on that
 socket's session; over HTTP on the session its `params.session_id` names (`tools/list`
 without one lists every tool the bundle offers). A malformed request gets its JSON-RPC error
 (-32600, -32601, -32602); an internal failure gets -32603 with no internals in it.
@@ -17,10 +18,14 @@ from pydantic import ValidationError
 
 from corral.env import jsonrpc
 from corral.protocol.frames import (
+    FORK_METHOD,
+    ForkRefusal,
     JsonRpcError,
     JsonRpcRequest,
     JsonRpcResponse,
 )
+from corral.server.episodes.fork import ForkFailed
+from corral.server.serving.forks import fork_session
 from corral.server.serving.sessions import CapacityReached, FrameError, ServedSession, SessionRegistry
 
 log = logging.getLogger("corral.server")
@@ -91,10 +96,12 @@ async def _dispatch(request: JsonRpcRequest, registry: SessionRegistry, own: Ser
         return {"tools": [tool.as_mcp() for tool in tools]}
     if method == "tools/call":
         return await _call(_session(registry, own, params, required=True), params)
+    if method == FORK_METHOD:
+        return await _fork(registry, _session(registry, own, params, required=True), params)
     raise _Refusal(
         jsonrpc.METHOD_NOT_FOUND,
-        f"Method not found: {method}; corral answers initialize, ping, "
-        "tools/list, tools/call, openenv/session/create and openenv/session/close",
+        f"Method not found: {method}; corral answers initialize, ping, tools/list, tools/call, "
+        f"openenv/session/create, openenv/session/close and {FORK_METHOD}",
     )
 
 
@@ -105,6 +112,29 @@ def _create(registry: SessionRegistry) -> ServedSession:
         raise _Refusal(
             jsonrpc.SERVER_ERROR, str(full), {"active_sessions": full.active, "max_sessions": full.limit}
         ) from None
+
+
+async def _fork(registry: SessionRegistry, session: ServedSession, params: dict[str, Any]) -> dict[str, Any]:
+    n = params.get("n")
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= registry.limit:
+        raise _Refusal(
+            jsonrpc.INVALID_PARAMS,
+            f"Invalid params: {FORK_METHOD} takes {{n: the number of copies, 1 to {registry.limit}}}",
+        )
+    try:
+        copies = await fork_session(registry, session, n)
+    except ForkFailed as refused:
+        raise _Refusal(jsonrpc.SERVER_ERROR, str(refused), {"code": refused.code}) from None
+    except CapacityReached as full:
+        raise _Refusal(
+            jsonrpc.SERVER_ERROR,
+            str(full),
+            {"code": ForkRefusal.CAPACITY_REACHED, "active_sessions": full.active, "max_sessions": full.limit},
+        ) from None
+    return {
+        "session_ids": [each.session_id for each in copies],
+        "episode_ids": [each.episode.episode_id for each in copies if each.episode is not None],
+    }
 
 
 async def _close(registry: SessionRegistry, own: ServedSession | None, params: dict[str, Any]) -> dict[str, Any]:

@@ -202,6 +202,11 @@ class ServedBundle:
         """The turn's tools: the env tools the task offers, then end_turn."""
         return self.toolsets[self.toolset_of[task.id]].tools
 
+    def fork_modes(self) -> dict[str, str]:
+        """How an episode of each env may be forked ({env: mode}, from its env.toml); an env
+        missing here cannot be."""
+        return {name: env.config.fork for name, env in self.bundle.envs.items() if env.config.fork is not None}
+
     def all_tools(self) -> list[ToolSpec]:
         """Every tool the bundle offers, each once (what a session lists before its reset)."""
         tools = {

@@ -123,14 +123,25 @@ class ServedSession:
 
 
 class CapacityReached(CorralError):
-    def __init__(self, active: int, limit: int):
+    """No room for a session (`forking`: none for a fork of that many copies, refused whole)."""
+
+    def __init__(self, active: int, limit: int, forking: int | None = None):
         self.active = active
         self.limit = limit
+        fix = (
+            "retry once one closes (in a few seconds, as episodes end), serve the bundle with "
+            "--max-concurrent-envs (or max_concurrent_envs=) at least the rollouts you generate at once"
+        )
+        if forking is not None:
+            super().__init__(
+                f"a fork of {forking} copies needs {forking} free sessions, and the server has "
+                f"{max(limit - active, 0)} ({active} active of its limit of {limit}): the fork was refused "
+                f"whole, nothing started; fork fewer, {fix}"
+            )
+            return
         super().__init__(
             f"the server is at its limit of {limit} sessions at once ({active} active), and each "
-            "environment holds one until its client closes it: retry once one closes (in a few "
-            "seconds, as episodes end), serve the bundle with --max-concurrent-envs (or "
-            "max_concurrent_envs=) at least the rollouts you generate at once, or generate fewer"
+            f"environment holds one until its client closes it: {fix}, or generate fewer"
         )
 
 
@@ -159,6 +170,14 @@ class SessionRegistry:
         self.sessions[session.session_id] = session
         self._counted()
         return session
+
+    def open_many(self, count: int) -> list[ServedSession]:
+        """`count` sessions as if created over HTTP (a fork's copies: a client attaches to each by
+        its id), all or none: CapacityReached when fewer than `count` are free."""
+        if (active := self.active()) + count > self.limit:
+            self.served.metrics.sessions_refused.inc()
+            raise CapacityReached(active, self.limit, count)
+        return [self.open(over_http=True) for _ in range(count)]
 
     def _counted(self) -> None:
         if self.seat is not None:
