@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.sandboxes import NetworkPolicy
+from corral.server.harness.agents import KNOWN_AGENTS, PLACEHOLDERS, unknown_placeholders
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
@@ -40,6 +41,36 @@ class ResourcesConfig(_Strict):
     pids: int = Field(default=256, ge=8)
 
 
+class HarnessConfig(_Strict):
+    """[harness] in env.toml: the agent program an episode of this env runs in its sandbox
+    (the `run_agent` tool), its model calls captured by corral's proxy."""
+
+    agent: str  # a name in corral.server.harness.agents.KNOWN_AGENTS: how it is pointed at a model
+    command: list[str] | None = Field(default=None, min_length=1)  # None: the agent's usual one
+    environment: dict[str, str] = Field(default_factory=dict)  # more variables, templates too
+    step_limit: int = Field(default=30, ge=1)  # model calls answered; later ones get a stop message
+    timeout_s: float = Field(default=600.0, gt=0)  # the agent's wall-clock time, then it is killed
+    max_tokens: int = Field(default=4096, ge=1)  # a call's output cap, whatever the agent asks
+
+    @model_validator(mode="after")
+    def _known(self) -> HarnessConfig:
+        known = KNOWN_AGENTS.get(self.agent)
+        if known is None:
+            raise ValueError(f"agent {self.agent!r} is not one corral knows; use one of {sorted(KNOWN_AGENTS)}")
+        if self.command is None and not known.command:
+            raise ValueError(f"agent {self.agent!r} has no usual command line; give command = [...] ({known.notes})")
+        unknown = unknown_placeholders([*(self.command or ()), *self.environment.values()])
+        if unknown:
+            raise ValueError(
+                f"unknown placeholders {sorted(unknown)} in command or environment; use {sorted(PLACEHOLDERS)}"
+            )
+        return self
+
+    def agent_command(self) -> list[str]:
+        """The command to run, before its placeholders are filled."""
+        return list(self.command or KNOWN_AGENTS[self.agent].command)
+
+
 class EnvConfig(_Strict):
     """envs/<name>/env.toml."""
 
@@ -61,6 +92,8 @@ class EnvConfig(_Strict):
     # "replay": the env's state lives in its process's memory and follows from its task and the
     # calls made, so a copy is a fresh env given the same task and the episode's calls again.
     fork: Literal["replay"] | None = None
+    # A harness env: its episodes run an agent program in the sandbox (HarnessConfig).
+    harness: HarnessConfig | None = None
 
 
 class Task(_Strict):
