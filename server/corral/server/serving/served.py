@@ -28,7 +28,7 @@ from corral.protocol.frames import (
 )
 from corral.protocol.records import EpisodeRecord
 from corral.protocol.rewards import RewardRule
-from corral.sandboxes import Sandbox, SandboxProvider, make_provider
+from corral.sandboxes import Progress, Sandbox, SandboxProvider, make_provider
 from corral.server.bundles.checks import check_envs, check_reward_rule, check_verifiers, sandbox_spec
 from corral.server.bundles.format import Task
 from corral.server.bundles.model import RESERVED_SPLIT, BundleEnv, LoadedBundle
@@ -85,9 +85,9 @@ class ServedBundle:
     recorder: EpisodeRecorder | None = None
 
     @classmethod
-    async def open(cls, root: Path, options: ServeOptions) -> ServedBundle:
-        """Load and check the bundle, prepare and probe its envs; raise BundleInvalid if
-        anything is off."""
+    async def open(cls, root: Path, options: ServeOptions, progress: Progress = log.info) -> ServedBundle:
+        """Load and check the bundle, prepare and probe its envs (`progress` gets each line of
+        a long preparation, an image build's); raise BundleInvalid if anything is off."""
         bundle = load_bundle(root, network=options.network)
         provider = bundle.serving_provider(
             make_provider(
@@ -98,7 +98,7 @@ class ServedBundle:
             )
         )
         try:
-            ready = await _prepare_envs(bundle, provider)
+            ready = await _prepare_envs(bundle, provider, progress)
             tools_by_env, reports = await check_envs(bundle, provider, ready) if ready else ({}, {})
             check_verifiers(bundle, reports)
             reward = options.reward if options.reward is not None else bundle.manifest.serve.reward
@@ -288,7 +288,7 @@ def default_instance(port: int) -> str:
     return f"{socket.gethostname()}-{port}"
 
 
-async def _prepare_envs(bundle: LoadedBundle, provider: SandboxProvider) -> list[BundleEnv]:
+async def _prepare_envs(bundle: LoadedBundle, provider: SandboxProvider, progress: Progress) -> list[BundleEnv]:
     """Remove what a killed run of this server left, then make every env startable (e.g. build
     its image) before any session is accepted. The envs that are ready; each other one's
     problem is added to the bundle, so all of them are listed at once."""
@@ -296,7 +296,7 @@ async def _prepare_envs(bundle: LoadedBundle, provider: SandboxProvider) -> list
     ready = []
     for env in bundle.envs.values():
         try:
-            prepared = await provider.prepare(sandbox_spec(env))
+            prepared = await provider.prepare(sandbox_spec(env), progress)
         except SandboxError as error:  # an ImageError among them
             bundle.problems.append(Problem(bundle.where("envs", env.name), str(error)))
             continue
