@@ -20,6 +20,7 @@ from corral.cli.images import build
 from corral.cli.options import BundleArg, UnsafeLocalShellOption
 from corral.cli.oracle import play_and_close
 from corral.cli.play.command import play_command
+from corral.cli.rescore import rescore
 from corral.cli.runs import episodes, eval_command, view
 from corral.cli.scaffold import starter_files, write_starter
 from corral.cli.token import serve_token
@@ -278,6 +279,7 @@ app.command(name="play")(play_command)
 app.command()(episodes)
 app.command()(view)
 app.command(name="eval")(eval_command)
+app.command()(rescore)
 
 
 def summary(served: ServedBundle) -> str:

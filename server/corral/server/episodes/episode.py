@@ -79,6 +79,7 @@ class ServedEpisode:
         self.reward: float | None = None
         self.reason: str | None = None  # why it ended early
         self.cause: Cause | None = None  # what ended it, in a word: "scored", or one of endings.ENDINGS
+        self.report: dict[str, Any] | None = None  # the env's final report, as the verifiers scored it
         self.tools = runtime.offered_tools(task)
         self._tool_names = frozenset(tool.name for tool in self.tools)
         self.tool_calls = 0
@@ -241,6 +242,7 @@ class ServedEpisode:
         """Score what the agent left (`scoring.py`), then pick the reward from the scores."""
         assert self._env is not None
         verifying = time.monotonic()
+        self.report = report
         timeout_s = self.limits.reset_timeout_s
         try:
             verdicts = await command_verdicts(self.runtime, self.task, self._env.sandbox, timeout_s=timeout_s)
@@ -389,5 +391,6 @@ class ServedEpisode:
                 sandbox=self.runtime.sandbox_kind(),
                 seconds=dict(self.seconds),
                 started_at=self._started_at,
+                report=self.report,
             )
         )

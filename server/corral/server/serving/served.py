@@ -34,7 +34,7 @@ from corral.server.bundles.format import Task
 from corral.server.bundles.model import RESERVED_SPLIT, BundleEnv, LoadedBundle
 from corral.server.bundles.problems import Problem
 from corral.server.bundles.verifier_pool import VerifierPool
-from corral.server.bundles.verifiers import CommandScore, run_command_verifier
+from corral.server.bundles.verifiers import CommandScore, run_command_verifier, verifier_digest
 from corral.server.connection.base import EnvConnection
 from corral.server.formats import load_bundle
 from corral.server.metrics import Metrics
@@ -262,7 +262,7 @@ class ServedBundle:
         """Count an ended episode, log its line, and record it when recording."""
         self.metrics.episode_ended(record)
         if self.recorder is not None:
-            self.recorder.record(record)
+            self.recorder.record(record, self.python_verifiers(self.bundle.tasks[record.task_id]))
 
     async def aclose(self) -> None:
         if self.recorder is not None:
@@ -279,7 +279,8 @@ def _recorder(bundle: LoadedBundle, options: ServeOptions) -> EpisodeRecorder | 
         folder = bundle.root / bundle.manifest.serve.record  # the bundle's own setting: from its folder
     else:
         return None
-    return EpisodeRecorder(folder, bundle.manifest.name)
+    digests = {name: verifier_digest(path) for name, path in bundle.verifiers.items()}
+    return EpisodeRecorder(folder, bundle.manifest.name, digests)
 
 
 def default_instance(port: int) -> str:
