@@ -17,8 +17,9 @@ from typer.testing import CliRunner
 
 from corral.cli.main import app
 from corral.protocol.record_store import RESCORES, EpisodeStore, RecordWriter
-from corral.protocol.records import EpisodeRecord, RescoreRecord
+from corral.protocol.records import REPORT_KEPT_BYTES, EpisodeRecord, RescoreRecord
 from corral.server.bundles.verifiers import verifier_digest
+from corral.server.serving.recording import EpisodeRecorder
 from tests.conftest import BUNDLES, serving
 from tests.wire import called, opened, ws
 
@@ -85,6 +86,7 @@ def test_a_fixed_verifier_changes_exactly_the_rewards_it_should_and_the_old_scor
     fixed = codeword_copy(tmp_path / "fixed", FIXED)
     with EpisodeStore(records) as store:
         before = {episode_id: store.episode(episode_id) for episode_id in played}
+        indexed = store.find()
     assert all(r.report is not None and set(r.report) == {"lookups", "submitted"} for r in before.values())
     wrong_digest = verifier_digest(source.parent / "wrong" / "verifiers" / "grade.py")
     assert all(r.verifier_digests == {"grade": wrong_digest} for r in before.values())
@@ -106,6 +108,7 @@ def test_a_fixed_verifier_changes_exactly_the_rewards_it_should_and_the_old_scor
         )
     with EpisodeStore(records) as store:  # the records are as they were: the old scores remain
         assert {episode_id: store.episode(episode_id) for episode_id in played} == before
+        assert store.find() == indexed
     listing = CliRunner().invoke(app, ["episodes", str(records), "--limit", "100"]).output
     marked = {line.split()[2] for line in listing.splitlines() if line.rstrip().split()[-2:-1] == ["*"]}
     assert marked == changed, listing
@@ -158,3 +161,33 @@ def test_a_file_named_like_the_verifier_beside_the_records_or_in_the_working_fol
 
     assert "10 changed" in output  # the fixed verifier scored: the forged one would score 1.0 throughout
     assert not ran.exists()
+
+
+def test_episodes_whose_record_cannot_be_scored_again_are_refused_each_saying_why(tmp_path: Path) -> None:
+    records = tmp_path / "records"
+    recorder = EpisodeRecorder(records, "codeword", {"grade": "sha256:old"})
+    scored = {"task_id": "codeword-0600", "cause": "scored", "status": "scored"}
+    recorder.record(EpisodeRecord(episode_id="unscored", task_id="codeword-0600", cause="env_died"), {})
+    recorder.record(EpisodeRecord(episode_id="old", **scored), {"grade": "grade"})
+    huge = {"lookups": ["x" * REPORT_KEPT_BYTES], "submitted": []}
+    recorder.record(EpisodeRecord(episode_id="huge", report=huge, **scored), {"grade": "grade"})
+    recorder.close()
+    with EpisodeStore(records) as store:
+        kept = store.episode("huge")
+    assert kept.report is None and kept.verifier_digests == {"grade": "sha256:old"}
+    assert kept.report_left_out is not None and f"past the {REPORT_KEPT_BYTES} a record keeps" in kept.report_left_out
+
+    rescore(records, codeword_copy(tmp_path / "fixed", FIXED))
+
+    reasons = {r.episode_id: (r.status, r.reason) for r in rescores(records)}
+    assert reasons == {
+        "unscored": (
+            "refused",
+            "the episode was not scored (it ended unscored: env_died), so no verifier gave its reward",
+        ),
+        "old": (
+            "refused",
+            "the record keeps no report of the env (it was recorded before records kept one, or the env gave none)",
+        ),
+        "huge": ("refused", kept.report_left_out),
+    }
