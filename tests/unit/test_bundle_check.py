@@ -393,27 +393,3 @@ def test_an_env_tool_named_as_the_environment_classs_method_is_refused(tmp_path)
 
     assert result.exit_code == 1
     assert "tiny/envs/counter: tool name(s) get_reward are reserved by corral; rename them" in result.output
-
-
-@pytest.mark.bwrap
-@pytest.mark.parametrize(
-    ("declared", "problem"),
-    [
-        ('RESCORE = "no"\n', None),
-        (
-            'RESCORE = "sometimes"\n',
-            (
-                'tiny/verifiers/total.py: RESCORE = \'sometimes\' is not one of "stateless", "state", "no"; set it '
-                'to one of them as a plain string (or leave it out: "stateless")'
-            ),
-        ),
-    ],
-)
-def test_check_reports_a_verifier_that_declares_no_rescore_mode_it_knows(tmp_path, declared, problem):
-    bundle = write_bundle(tmp_path)
-    write(bundle / "verifiers" / "total.py", declared + VERIFIER)
-
-    result = corral_check(bundle)
-
-    assert result.exit_code == (0 if problem is None else 1), result.output
-    assert problem_lines(result.output) == ([] if problem is None else [problem])

@@ -79,7 +79,7 @@ def listing(store: EpisodeStore, filters: Filters, limit: int) -> str:
     if not rows:
         return f"no recorded episode in {store.root} matches" + ("" if filters == Filters() else " these filters")
     rescores = store.rescores()
-    table = [("ended", "episode", "task", "split", "status", "cause", "reward", "run")]
+    table: list[tuple[str, ...]] = [("ended", "episode", "task", "split", "status", "cause", "reward", "run")]
     table += [
         (
             time.strftime("%m-%d %H:%M:%S", time.localtime(r.ended_at)),

@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 from corral.errors import VerifierError
 from corral.sandboxes import CommandResult, Sandbox
@@ -59,7 +59,7 @@ def rescore_mode(path: Path) -> RescoreMode:
                     f'{path}: RESCORE = {ast.unparse(statement.value)} is not one of "stateless", "state", "no"; '
                     'set it to one of them as a plain string (or leave it out: "stateless")'
                 )
-            return value  # type: ignore[no-any-return]
+            return cast(RescoreMode, value)
     return "stateless"
 
 
