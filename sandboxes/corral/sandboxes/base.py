@@ -73,6 +73,9 @@ class SandboxSpec:
     workdir: str | None = None  # None: the image's WORKDIR
     environment: tuple[tuple[str, str], ...] = ()
     writable_root: bool = False
+    # A harness env's: each sandbox gets a folder of its own, read-only inside, where the server
+    # listens on a Unix socket for the agent's model calls (`Sandbox.model_socket`); the network stays off.
+    model_channel: bool = False
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,12 @@ class Sandbox(abc.ABC):
         raise SandboxError(
             f"{type(self).__name__} cannot run commands beside its env; serve tasks that need it with --sandbox docker"
         )
+
+    def model_socket(self) -> tuple[Path, str] | None:
+        """Where a harness agent's model calls leave this sandbox (a spec with `model_channel`):
+        the Unix socket's path for the server to listen on, and the same socket's path inside
+        the sandbox; None where the sandbox was given no channel."""
+        return None
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -30,7 +30,7 @@ from corral.protocol.records import EpisodeRecord
 from corral.protocol.rewards import RewardRule
 from corral.sandboxes import Sandbox, SandboxProvider, make_provider
 from corral.server.bundles.checks import check_envs, check_reward_rule, check_verifiers, sandbox_spec
-from corral.server.bundles.format import Task
+from corral.server.bundles.format import HarnessConfig, Task
 from corral.server.bundles.model import RESERVED_SPLIT, BundleEnv, LoadedBundle
 from corral.server.bundles.problems import Problem
 from corral.server.bundles.verifier_pool import VerifierPool
@@ -201,6 +201,10 @@ class ServedBundle:
     def offered_tools(self, task: Task) -> list[ToolSpec]:
         """The turn's tools: the env tools the task offers, then end_turn."""
         return self.toolsets[self.toolset_of[task.id]].tools
+
+    def harness_of(self, task: Task) -> HarnessConfig | None:
+        """The [harness] of `task`'s env: its episodes run an agent program (run_agent)."""
+        return self.bundle.envs[task.env].config.harness
 
     def fork_modes(self) -> dict[str, str]:
         """How an episode of each env may be forked ({env: mode}, from its env.toml); an env
