@@ -15,21 +15,19 @@ import logging
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from corral.errors import CaptureNotTrainable, SandboxError
 from corral.protocol.catalog import RUN_AGENT, RUN_AGENT_TOOL, ToolSpec
 from corral.protocol.frames import EPISODE_ENDED, CallToolObservation
 from corral.protocol.harness.capture import HarnessCapture, training_trace
-from corral.server.bundles.format import HarnessConfig
+from corral.protocol.outcomes import Cause
+from corral.server.bundles.format import HarnessConfig, Task
 from corral.server.connection.base import EnvCallError, EnvConnection, EnvDied
 from corral.server.episodes.env_answers import field_of, refused
 from corral.server.harness import listen
 from corral.server.harness.agents import COMMON_ENVIRONMENT, KNOWN_AGENTS, fill
 from corral.server.harness.capture import CaptureProxy, HttpUpstream, Upstream, create_capture_app
-
-if TYPE_CHECKING:
-    from corral.server.episodes.episode import ServedEpisode
 
 log = logging.getLogger("corral.server")
 RELAY_PORT = 8377  # on the sandbox's own loopback: the relay to the server's socket
@@ -52,6 +50,22 @@ class Harness:
 
     config: HarnessConfig
     engine: EngineOptions = field(default_factory=EngineOptions)
+
+
+class Played(Protocol):
+    """What `play` needs of the episode (episode.ServedEpisode): its env, its clock and its endings."""
+
+    episode_id: str
+    task: Task
+    _env: EnvConnection | None
+
+    def _time_left(self) -> float: ...
+
+    async def _end_early(
+        self, observed: CallToolObservation, reason: str, *, cause: Cause, error_type: str = ...
+    ) -> Any: ...
+
+    async def _score(self, ended: CallToolObservation, report: dict[str, Any] | None) -> CallToolObservation: ...
 
 
 class NoEngine(Exception):
@@ -161,7 +175,7 @@ def offered(tools: list[ToolSpec], harness: Harness | None) -> list[ToolSpec]:
     return [*tools[:-1], RUN_AGENT_TOOL, *tools[-1:]] if harness is not None else tools
 
 
-async def play(episode: ServedEpisode, harness: Harness) -> CallToolObservation:
+async def play(episode: Played, harness: Harness) -> CallToolObservation:
     """`run_agent` in `episode`: the agent runs, then what it left is reported and scored as
     end_turn scores it; the ended observation carries the capture. A crash or a timeout of the
     agent is still scored (its flags say so); the env or sandbox failing ends it as other
