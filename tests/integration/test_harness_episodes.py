@@ -82,6 +82,7 @@ def test_an_sdk_agent_runs_three_turns_and_the_episode_ends_scored_with_its_trac
         "budget_stops": 0,
     }
     assert capture["agent"]["exit_code"] == 0 and capture["agent"]["flags"] == []
+    assert "client: openai" in capture["agent"]["output"]
     trace = TrainingTrace.model_validate(capture["training_trace"])
     sampled = harness.engine.sampled[before:]
     assert [turn.prompt_token_ids for turn in trace.turns] == [call.prompt_token_ids for call in sampled]

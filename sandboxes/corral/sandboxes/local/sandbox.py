@@ -84,6 +84,8 @@ class LocalSandbox(Sandbox):
             quotas.bound(self.workdir, self.share_mb, uid=owner, gid=group, mode=mode)
             if spec.model_channel:  # the server's: the episode's users may pass, and connect to its socket
                 self.model_folder.mkdir(mode=0o711)
+                socket_path = self.model_folder / "model.sock"
+                self._model_socket = socket_path, str(socket_path)
             if not contained:  # in namespaces, /tmp is a tmpfs of the episode's own
                 self.own(tmp)
                 quotas.bound(tmp, spec.scratch_mb, uid=self.uid)
@@ -191,12 +193,6 @@ class LocalSandbox(Sandbox):
     def model_folder(self) -> Path:
         """A harness env's channel folder, seen inside at its own path (read-only)."""
         return self.folder / "model"
-
-    def model_socket(self) -> tuple[Path, str] | None:
-        if not self.spec.model_channel:
-            return None
-        path = self.model_folder / "model.sock"
-        return path, str(path)
 
     @property
     def share_mb(self) -> int:

@@ -299,6 +299,16 @@ async def _prepare_envs(bundle: LoadedBundle, provider: SandboxProvider) -> list
     await provider.reap_leftovers()
     ready = []
     for env in bundle.envs.values():
+        if env.config.harness is not None and not provider.model_channels:
+            bundle.problems.append(
+                Problem(
+                    bundle.where("envs", env.name),
+                    f"env {env.name} has a [harness]: its agent's model calls leave the sandbox only by a socket "
+                    f"beside the env's, which the {provider.kind} sandbox cannot give yet; serve it with "
+                    "--sandbox local or --sandbox docker",
+                )
+            )
+            continue
         try:
             prepared = await provider.prepare(sandbox_spec(env))
         except SandboxError as error:  # an ImageError among them
