@@ -4,54 +4,22 @@ through the sandbox's socket and corral's capture, and the episode ends scored w
 
 from __future__ import annotations
 
-import json
-import shutil
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from corral.protocol.frames import CallToolObservation
-from corral.server.serving.embedded import EmbeddedServer
-from tests.conftest import FIXTURES, serving, wait_until_none
+from tests.conftest import serving, wait_until_none
+from tests.harness_bundle import TEMPERATURE, Harness, copied_bundle
 from tests.harness_engine import MODEL, StandInEngine
 from tests.harness_engine import serving as serving_app
 from tests.wire import called, opened, ws
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
-TEMPERATURE = 0.7
 LINGERER = b"1234.5"  # the argument of the process the `linger` agent leaves behind
-
-
-class Harness:
-    def __init__(self, server: EmbeddedServer, engine: StandInEngine, engine_url: str) -> None:
-        self.server, self.engine, self.engine_url = server, engine, engine_url
-
-    def reset(self, task_id: str) -> dict[str, Any]:
-        return {"task_id": task_id, "llm_url": self.engine_url, "model": MODEL, "temperature": TEMPERATURE}
-
-    def run(self, task_id: str) -> CallToolObservation:
-        with ws(self.server) as socket:
-            first = opened(socket, **self.reset(task_id))
-            assert [tool.name for tool in first.offered_tools] == ["look", "run_agent", "end_turn"]
-            return called(socket, "run_agent")
-
-
-def copied_bundle(root: Path, engine_port: int) -> Path:
-    """harnessbox, its env and agent run by this Python (which has openai), the engine's port told."""
-    bundle = root / "harnessbox"
-    shutil.copytree(FIXTURES / "harnessbox", bundle)
-    env_toml = bundle / "envs/agentic/env.toml"
-    text = env_toml.read_text().replace('"python3"', json.dumps(sys.executable))
-    text = text.replace(
-        'entry = "env:Workspace"', f'command = [{json.dumps(sys.executable)}, "-m", "corral.env", "env:Workspace"]'
-    )
-    env_toml.write_text(text + f'environment = {{ ENGINE_PORT = "{engine_port}" }}\n')
-    return bundle
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +27,7 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     engine = StandInEngine()
     with serving_app(engine.app()) as engine_url:
         port = int(engine_url.rsplit(":", 1)[1])
-        bundle = copied_bundle(tmp_path_factory.mktemp("harness"), port)
+        bundle = copied_bundle(tmp_path_factory.mktemp("harness"), port, python=sys.executable)
         for server in serving(bundle, max_concurrent_envs=2):
             yield Harness(server, engine, engine_url)
 
