@@ -155,7 +155,10 @@ async def run_agent(
     }
     try:
         async with listen.serving(create_capture_app(proxy), host_path), asyncio.timeout(timeout_s + GRACE_S):
-            ended = await env.hook("corral/run_agent", params) or {}
+            ended = await env.hook("corral/run_agent", params)
+        if ended is None:  # a plain MCP server, not corral's runtime: nothing in the sandbox can start it
+            reason = "the env's process is not corral's runtime (python3 -m corral.env), which starts a harness agent"
+            raise EnvCallError("corral/run_agent", {"message": reason})
     finally:
         capture = proxy.close_episode(route)
     run = AgentRun(capture, ended.get("exit_code"), bool(ended.get("timed_out")), str(ended.get("output", "")))
