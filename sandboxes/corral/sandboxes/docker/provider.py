@@ -40,6 +40,7 @@ class DockerProvider(SandboxProvider):
     kind = "docker"
     isolated = True
     whole_images = True
+    model_channels = True
 
     def __init__(self, *, instance: str | None = None, warm_pool: int = 0, client: docker.DockerClient | None = None):
         self.engine = Engine(instance=instance, client=client)

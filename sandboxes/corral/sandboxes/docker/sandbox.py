@@ -112,6 +112,7 @@ class DockerSandbox(Sandbox):
         self.spec = spec
         self._stream = stream
         self._channel = channel  # the protocol's socket; None: the attach stream's stdin and stdout
+        self._model_socket = channel.model_socket() if channel is not None and spec.model_channel else None
         self._on_close = on_close
         self._created_at = created_at
         self._closed = False

@@ -73,6 +73,7 @@ class LocalSandbox(Sandbox):
         """Make the episode's folders and start its env; raise SandboxError when it cannot start."""
         spec, contained = self.spec, self.host.bubblewrap is not None
         tmp, stderr_path = self.folder / "tmp", self.folder / "stderr"
+        seen = [*self.host.files.visible(spec), *([self.model_folder] if spec.model_channel else [])]
         try:
             # As root, 0711: the episode's uids may pass through to their own folders, and list none.
             self.folder.mkdir(mode=0o711 if self.users is not None else 0o700)
@@ -81,6 +82,10 @@ class LocalSandbox(Sandbox):
             self.own(self.workdir, mode, uid=owner, gid=group)
             quotas = self.host.quotas
             quotas.bound(self.workdir, self.share_mb, uid=owner, gid=group, mode=mode)
+            if spec.model_channel:  # the server's: the episode's users may pass, and connect to its socket
+                self.model_folder.mkdir(mode=0o711)
+                socket_path = self.model_folder / "model.sock"
+                self._model_socket = socket_path, str(socket_path)
             if not contained:  # in namespaces, /tmp is a tmpfs of the episode's own
                 self.own(tmp)
                 quotas.bound(tmp, spec.scratch_mb, uid=self.uid)
@@ -108,7 +113,7 @@ class LocalSandbox(Sandbox):
                 cwd=self.workdir,
                 environ=environ,
                 capabilities=capabilities,
-                read_only=self.host.files.visible(spec),
+                read_only=seen,
                 writable=[self.workdir],
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -183,6 +188,11 @@ class LocalSandbox(Sandbox):
         else:
             await self.stop(marker, pgid=started.process.pid)
             await started.process.wait()
+
+    @property
+    def model_folder(self) -> Path:
+        """A harness env's channel folder, seen inside at its own path (read-only)."""
+        return self.folder / "model"
 
     @property
     def share_mb(self) -> int:

@@ -42,6 +42,7 @@ def sandbox_spec(env: BundleEnv) -> SandboxSpec:
         resources=env.resources,
         network=config.network,
         agent_shell=config.agent_shell,
+        model_channel=config.harness is not None,
     )
 
 

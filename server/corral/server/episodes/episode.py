@@ -20,7 +20,7 @@ import uuid
 from typing import Any
 
 from corral.errors import SandboxError
-from corral.protocol.catalog import END_TURN
+from corral.protocol.catalog import END_TURN, RUN_AGENT
 from corral.protocol.frames import (
     EPISODE_ENDED,
     STEP_REWARD,
@@ -40,6 +40,7 @@ from corral.server.episodes.alarms import CallDeadline
 from corral.server.episodes.canary import judge
 from corral.server.episodes.endings import ENDINGS
 from corral.server.episodes.env_answers import field_of, refused, tool_answer
+from corral.server.episodes.harness_run import Harness, offered, play
 from corral.server.episodes.runtime import EpisodeRuntime
 from corral.server.episodes.scoring import Unscorable, command_verdicts, scores_of
 from corral.server.metrics import Timed
@@ -62,8 +63,10 @@ class ServedEpisode:
         session_id: str = "",
         split: str | None = None,
         untouched: bool = False,
+        harness: Harness | None = None,
     ):
         self.runtime = runtime
+        self.harness = harness  # a harness env's: its agent runs to its end in run_agent
         # An untouched replay (the evidence for another episode's ending): never counted or
         # recorded, and its own failures are the platform's.
         self.untouched = untouched
@@ -80,7 +83,7 @@ class ServedEpisode:
         self.reason: str | None = None  # why it ended early
         self.cause: Cause | None = None  # what ended it, in a word: "scored", or one of endings.ENDINGS
         self.report: dict[str, Any] | None = None  # the env's final report, as the verifiers scored it
-        self.tools = runtime.offered_tools(task)
+        self.tools = offered(runtime.offered_tools(task), harness)
         self._tool_names = frozenset(tool.name for tool in self.tools)
         self.tool_calls = 0
         self.calls: list[AnsweredCall] = []  # every call, answered: as models once it ends (one a call costs)
@@ -176,6 +179,8 @@ class ServedEpisode:
             if not isinstance(response, str) or set(arguments) - {"response"}:
                 return refused(name, "invalid_args", "end_turn takes one argument, response: a string")
             return await self.end_turn(response)
+        if name == RUN_AGENT and self.harness is not None:
+            return await play(self, self.harness)
         if name not in self._tool_names:
             offered = ", ".join(tool.name for tool in self.tools)
             return refused(name, "tool_not_found", f"no tool {name!r} in this turn; it offers: {offered}")

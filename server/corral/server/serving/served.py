@@ -30,7 +30,7 @@ from corral.protocol.records import EpisodeRecord
 from corral.protocol.rewards import RewardRule
 from corral.sandboxes import Progress, Sandbox, SandboxProvider, make_provider
 from corral.server.bundles.checks import check_envs, check_reward_rule, check_verifiers, sandbox_spec
-from corral.server.bundles.format import Task
+from corral.server.bundles.format import HarnessConfig, Task
 from corral.server.bundles.model import RESERVED_SPLIT, BundleEnv, LoadedBundle
 from corral.server.bundles.problems import Problem
 from corral.server.bundles.verifier_pool import VerifierPool
@@ -202,6 +202,10 @@ class ServedBundle:
         """The turn's tools: the env tools the task offers, then end_turn."""
         return self.toolsets[self.toolset_of[task.id]].tools
 
+    def harness_of(self, task: Task) -> HarnessConfig | None:
+        """The [harness] of `task`'s env: its episodes run an agent program (run_agent)."""
+        return self.bundle.envs[task.env].config.harness
+
     def fork_modes(self) -> dict[str, str]:
         """How an episode of each env may be forked ({env: mode}, from its env.toml); an env
         missing here cannot be."""
@@ -296,6 +300,16 @@ async def _prepare_envs(bundle: LoadedBundle, provider: SandboxProvider, progres
     await provider.reap_leftovers()
     ready = []
     for env in bundle.envs.values():
+        if env.config.harness is not None and not provider.model_channels:
+            bundle.problems.append(
+                Problem(
+                    bundle.where("envs", env.name),
+                    f"env {env.name} has a [harness]: its agent's model calls leave the sandbox only by a socket "
+                    f"beside the env's, which the {provider.kind} sandbox cannot give yet; serve it with "
+                    "--sandbox local or --sandbox docker",
+                )
+            )
+            continue
         try:
             prepared = await provider.prepare(sandbox_spec(env), progress)
         except SandboxError as error:  # an ImageError among them
