@@ -67,9 +67,7 @@ class ServedEpisode:
     ):
         self.runtime = runtime
         self.harness = harness  # a harness env's: its agent runs to its end in run_agent
-        # An untouched replay (the evidence for another episode's ending): never counted or
-        # recorded, and its own failures are the platform's.
-        self.untouched = untouched
+        self.untouched = untouched  # a replay judging another ending: not counted or recorded, failing as ours
         self.task = task
         self.split = split
         self.limits = limits
