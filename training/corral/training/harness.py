@@ -140,9 +140,9 @@ class HarnessRun:
         self.wait_for_completion()
         self._factory._unscored.count(self.episode)
         capture = (self.episode.final.metadata if self.episode.final is not None else {}).get("capture") or {}
-        if "trace" not in capture:
+        if not capture.get("training_trace"):
             raise ValueError(f"episode of task {self._data.task_id} has no captured trace: {self.episode.reason}")
-        return TrainingTrace.model_validate(capture["trace"])
+        return TrainingTrace.model_validate(capture["training_trace"])
 
     def verify(self, transcript: Sequence[Any], final_state: Any = None) -> Any:
         """The verifiers' reward, scored on the env host when the agent ended (None: unscored)."""
