@@ -8,9 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from corral.client.episode import Episode
+from corral.errors import ServerError
+from corral.protocol.frames import ForkRefusal
+from corral.sandboxes.kubernetes.provider import KubernetesProvider
+from corral.sandboxes.local.provider import LocalProvider
+from corral.sandboxes.modal.provider import ModalProvider
 from corral.server.serving.embedded import EmbeddedServer
 from tests.conftest import BUNDLES, serving, wait_for_no_env_processes
 from tests.integration.test_command_verifiers import solution
@@ -96,3 +102,24 @@ def test_an_agent_in_a_copy_cannot_reach_the_files_of_another_copy_or_of_the_par
         for episode in (parent, *copies):
             episode.session.close()
     assert wait_for_no_env_processes() == []
+
+
+def test_metadata_says_the_local_sandbox_forks_shellfix_by_a_copy(shellfix):
+    assert httpx.get(f"{shellfix.url}/metadata", trust_env=False).json()["fork_modes"] == {"shellfix": "copy"}
+
+
+def test_a_provider_that_cannot_copy_refuses_the_fork_naming_itself_and_the_fix(serve, monkeypatch):
+    # As the kubernetes and modal providers are (their sandboxes keep Sandbox.copy_to's refusal).
+    monkeypatch.setattr(LocalProvider, "copies", False)
+    server = serve(SHELLFIX, sandbox="local", max_concurrent_envs=3)
+    assert httpx.get(f"{server.url}/metadata", trust_env=False).json()["fork_modes"] == {}
+    parent = episode_on(server, TASK)
+    parent.call("write_file", {"path": NOTES, "content": "parent\n"})
+    with pytest.raises(ServerError) as refused:
+        parent.fork(2)
+    assert refused.value.code == ForkRefusal.FORK_UNSUPPORTED
+    assert "the local sandbox this server runs cannot copy" in str(refused.value)
+    assert "--sandbox docker" in str(refused.value)
+    assert sessions_on(server) == 1
+    parent.session.close()
+    assert [KubernetesProvider.copies, ModalProvider.copies] == [False, False]
