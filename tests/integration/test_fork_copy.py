@@ -123,3 +123,19 @@ def test_a_provider_that_cannot_copy_refuses_the_fork_naming_itself_and_the_fix(
     assert sessions_on(server) == 1
     parent.session.close()
     assert [KubernetesProvider.copies, ModalProvider.copies] == [False, False]
+
+
+def check_a_copy_lacks_what_the_parent_removed(server: EmbeddedServer) -> None:
+    """The copy's folders are the parent's, not its own reset's with the parent's laid over."""
+    parent = episode_on(server, TASK)
+    try:
+        assert bash(parent, "rm stats.py && touch left.txt && ls") == "left.txt\n[exit status 0]"
+        (copy,) = parent.fork(1)
+        assert bash(copy, "ls") == "left.txt\n[exit status 0]"
+        copy.session.close()
+    finally:
+        parent.session.close()
+
+
+def test_a_copy_lacks_what_the_parent_removed(shellfix):
+    check_a_copy_lacks_what_the_parent_removed(shellfix)
