@@ -73,6 +73,7 @@ def played(episodes: list[Episode]) -> None:
 def measure(sandbox: str, rounds: int, warm_pool: int) -> None:
     server = EmbeddedServer(BUNDLE, ServeOptions(sandbox=sandbox, max_concurrent_envs=GROUP, warm_pool=warm_pool))
     label = f"{sandbox}{' warm' if warm_pool else ''}"
+    assert server.served is not None  # started
     try:
         metadata = httpx.get(f"{server.url}/metadata", trust_env=False).json()
         limits = Limits.model_validate({key: metadata[key] for key in Limits.model_fields})
