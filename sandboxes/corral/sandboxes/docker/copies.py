@@ -23,6 +23,8 @@ FIND = "/usr/bin/find"
 
 async def copy_folders(engine: Engine, spec: SandboxSpec, source: str, target: str) -> None:
     """The module docstring's steps; SandboxError when the copy cannot be made."""
+    if not spec.writable:  # nothing to copy (and find given no folder would search its working folder)
+        return
     user = owner_of_writable(spec)
     empty = await Exec.start(
         engine, target, [FIND, *spec.writable, "-mindepth", "1", "-delete"], user=user, workdir="/"
