@@ -6,6 +6,7 @@ plays the same on docker."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -82,6 +83,14 @@ def test_a_shellfix_episode_forked_three_ways_after_two_calls_plays_on_in_each_c
     assert len(set(uids.values())) == 4, uids  # each a user of its own
     assert sessions_on(shellfix) == 0
     assert wait_for_no_env_processes() == []
+    assert shellfix.served is not None
+    root = shellfix.served.provider.root
+    deadline = time.monotonic() + 10
+    while (
+        folders := [entry.name for entry in root.iterdir() if entry.name not in ("lock", "shared")]
+    ) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert folders == []  # every episode's folder removed
 
 
 def test_an_agent_in_a_copy_cannot_reach_the_files_of_another_copy_or_of_the_parent(shellfix):
