@@ -1,10 +1,10 @@
 """Serve one `Env` on stdin/stdout as newline-delimited JSON-RPC 2.0 (MCP's stdio transport).
 
 Methods: MCP's `initialize`, `ping`, `tools/list` and `tools/call`, plus corral's hooks
-`corral/reset` ({"task"} -> {}), `corral/end_turn` ({"response"} -> {"prompt"}) and
-`corral/report` (-> {"report"}), `corral/run_agent` (a harness's agent, corral.env.harness), which `initialize` declares in
-`capabilities.experimental.corral` so the server knows it may call them. Notifications are
-neither run nor answered. A tool's failure is a tool result with `isError`, which the agent
+`corral/reset` ({"task", "copied"?} -> {}), `corral/end_turn` ({"response"} -> {"prompt"}),
+`corral/report` (-> {"report"}) and `corral/run_agent` (a harness's agent: corral.env.harness),
+which `initialize` declares in `capabilities.experimental.corral` so the server knows it may
+call them. Notifications are neither run nor answered. A tool's failure is a tool result with `isError`, which the agent
 reads, and its kind in `_meta` (see `jsonrpc.ERROR_TYPE_META`); a failure of reset, end_turn
 or report is a JSON-RPC error, which the server reads. The episode goes on after either.
 """
@@ -279,11 +279,15 @@ class Server:
         return result
 
     def reset(self, params: dict) -> dict:
-        """Start the episode with the task's args."""
+        """Start the episode with the task's args; `copied`: in a fork's copy of an episode of
+        it, whose files are then replaced by the episode's (fork = "copy")."""
         task = params.get("task")
         if not isinstance(task, dict):
             raise RpcError(jsonrpc.INVALID_PARAMS, 'invalid params for corral/reset: expected {"task": object}')
-        _run_hook(self.env.reset, task)
+        copied = params.get("copied", False)
+        if not isinstance(copied, bool):
+            raise RpcError(jsonrpc.INVALID_PARAMS, 'invalid params for corral/reset: "copied" is true or false')
+        _run_hook(self.env.resume if copied else self.env.reset, task)
         return {}
 
     def end_turn(self, params: dict) -> dict:

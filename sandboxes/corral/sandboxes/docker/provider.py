@@ -38,6 +38,7 @@ class DockerProvider(SandboxProvider):
     """Starts each sandbox as a hardened container; see docker.engine for the reaper."""
 
     kind = "docker"
+    copies = True
     isolated = True
     whole_images = True
     model_channels = True

@@ -1,15 +1,13 @@
 """One episode's env in a hardened Docker container.
 
-The container is created with its stdin open, attached before it starts (so no byte of output
-is missed), then started; corral's SDK goes in over stdin. The protocol then runs over a Unix
-socket the server listens on in a folder shared with this container only (docker.channel),
-which skips the engine for every line; the attach stream keeps the env's stderr. An env with
-its own command (any MCP stdio server) speaks over the attach stream's stdin and stdout, as
-does every env when the engine cannot see the server's socket folders. Nothing connects to
-the container over IP: its network is off unless the env opts in. Containers are created with
-AutoRemove, and their env reads end-of-file when the server's socket or attach stream closes,
-so a killed server's containers end and vanish on their own. Command verifiers run in a fresh
-container of their own (docker.verify).
+The container is created with its stdin open, attached before it starts (so no byte of output is missed), then
+started; corral's SDK goes in over stdin. The protocol then runs over a Unix socket the server listens on in a
+folder shared with this container only (docker.channel), which skips the engine for every line; the attach stream
+keeps the env's stderr. An env with its own command (any MCP stdio server) speaks over the attach stream's stdin and
+stdout, as does every env when the engine cannot see the server's socket folders. Nothing connects to the container
+over IP: its network is off unless the env opts in. Containers are created with AutoRemove, and their env reads
+end-of-file when the server's socket or attach stream closes, so a killed server's containers end and vanish on
+their own. Command verifiers run in a fresh container of their own (docker.verify), a fork's copy too (docker.copies).
 """
 
 from __future__ import annotations
@@ -28,6 +26,7 @@ import docker.errors
 from corral.errors import ImageError, SandboxError
 from corral.sandboxes.base import CommandResult, Sandbox, SandboxProcess, SandboxSpec
 from corral.sandboxes.docker.channel import MISSING_SOURCE, Channel, Channels, read_line, write_line
+from corral.sandboxes.docker.copies import copy_folders
 from corral.sandboxes.docker.engine import Engine
 from corral.sandboxes.docker.execs import Exec
 from corral.sandboxes.docker.stream import MuxStream
@@ -209,9 +208,8 @@ class DockerSandbox(Sandbox):
         return self._channel is not None
 
     def claim(self, labels: Mapping[str, str]) -> None:
-        """Take this warm container for an episode. Labels cannot change after creation, so the
-        episode's session and episode ids go into the container's name, renamed in the
-        background so that a reset does not wait for the engine."""
+        """Take this warm container for an episode. Labels cannot change after creation, so the episode's
+        session and episode ids go into the container's name, renamed in the background: a reset does not wait."""
         name = container_name(self.engine.instance, self.spec.env_name, labels)
         self._rename = asyncio.create_task(self._rename_to(name))
 
@@ -297,6 +295,11 @@ class DockerSandbox(Sandbox):
             self.engine, self.container_id, command, user=env_user(self.spec), stdin=stdin, merged=True
         )
 
+    async def copy_to(self, target: Sandbox) -> None:
+        """Its writable folders streamed into `target`'s (its provider's): see docker.copies."""
+        assert isinstance(target, DockerSandbox)
+        await copy_folders(self.engine, self.spec, self.container_id, target.container_id)
+
     def _stop_for(self, reason: str) -> None:
         """Corral is stopping the container for `reason`: its stderr tail and its verifier say so."""
         self._stopped_for = reason
@@ -359,9 +362,8 @@ def with_channel(config: dict, channel: Channel | None) -> dict:
 
 
 def stop_reason(api: docker.APIClient, container_id: str, since: float) -> str | None:
-    """Why the container stopped, from the engine's events: "oom" when the kernel killed it
-    for memory, else its exit code; None when it has not stopped within DIE_EVENT_WAIT_S
-    (blocking)."""
+    """Why the container stopped, from the engine's events: "oom" when the kernel killed it for memory, else
+    its exit code; None when it has not stopped within DIE_EVENT_WAIT_S (blocking)."""
     events = api.events(
         since=since,
         until=time.time() + DIE_EVENT_WAIT_S,

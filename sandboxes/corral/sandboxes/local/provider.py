@@ -84,6 +84,7 @@ class LocalProvider(SandboxProvider):
 
     kind = "local"
     model_channels = True
+    copies = True
 
     def __init__(self, *, instance: str | None = None, warm_pool: int = 0, unsafe_local_shell: bool = False) -> None:
         # Without a name (a one-off `corral check`), a unique one: it must never reap a server's.

@@ -19,6 +19,7 @@ from typing import Protocol
 from corral.env.agent import AGENT_USER_VARIABLE, ENV_USER_VARIABLE
 from corral.errors import SandboxError
 from corral.sandboxes.base import CommandResult, Sandbox, SandboxSpec
+from corral.sandboxes.local.copies import copy_work
 from corral.sandboxes.local.files import EnvFiles
 from corral.sandboxes.local.namespace import Bubblewrap, Contained
 from corral.sandboxes.local.procs import (
@@ -278,6 +279,12 @@ class LocalSandbox(Sandbox):
                 await self.end(self._env, self.marker)
             self._agent_stopped = True
         return await verify_on_a_copy(self, files, command, timeout_s=timeout_s, keep=max_output_chars)
+
+    async def copy_to(self, target: Sandbox) -> None:
+        """Its work folder copied into `target`'s: see local.copies."""
+        if not isinstance(target, LocalSandbox):
+            raise SandboxError(f"a local sandbox copies into another local sandbox, not a {type(target).__name__}")
+        await copy_work(self, target)
 
     async def stop(self, marker: str, pgid: int | None = None) -> None:
         """Without namespaces: kill every process marked with `marker` (as root: of the

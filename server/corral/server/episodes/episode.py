@@ -108,13 +108,14 @@ class ServedEpisode:
             reason=self.reason,
         )
 
-    async def start(self) -> ResetObservation:
-        """Deploy the env, load the task, and open the first turn (within the reset deadline)."""
-        opened = await self._start()
+    async def start(self, *, copied: bool = False) -> ResetObservation:
+        """Deploy the env, load the task, and open the first turn (within the reset deadline);
+        `copied`: for a fork's copy, whose env resumes on the files copied in next (Env.resume)."""
+        opened = await self._start(copied)
         self._publish()  # a reset that failed has ended the episode
         return opened
 
-    async def _start(self) -> ResetObservation:
+    async def _start(self, copied: bool) -> ResetObservation:
         labels = {"corral.session": self.session_id, "corral.episode": self.episode_id}
         opened = ResetObservation(
             task_id=self.task.id,
@@ -134,7 +135,7 @@ class ServedEpisode:
                 with Timed(self.seconds, "start", metrics.sandbox_start):
                     self._env = await self.runtime.connect(self.task, labels)
                 await self._env.initialize()
-                await self._env.hook("corral/reset", {"task": self.task.args})
+                await self._env.hook("corral/reset", {"task": self.task.args} | ({"copied": True} if copied else {}))
         except TimeoutError:
             reason = (
                 f"the reset didn't finish within {self.limits.reset_timeout_s:g}s (deploying the env and "

@@ -207,9 +207,13 @@ class ServedBundle:
         return self.bundle.envs[task.env].config.harness
 
     def fork_modes(self) -> dict[str, str]:
-        """How an episode of each env may be forked ({env: mode}, from its env.toml); an env
-        missing here cannot be."""
-        return {name: env.config.fork for name, env in self.bundle.envs.items() if env.config.fork is not None}
+        """How an episode of each env may be forked here ({env: mode}, from its env.toml); an env
+        missing here cannot be: it declares no mode, or "copy" on a provider that cannot copy."""
+        return {
+            name: mode
+            for name, env in self.bundle.envs.items()
+            if (mode := env.config.fork) == "replay" or (mode == "copy" and self.provider.copies)
+        }
 
     def all_tools(self) -> list[ToolSpec]:
         """Every tool the bundle offers, each once (what a session lists before its reset)."""
