@@ -4,9 +4,9 @@ Methods: MCP's `initialize`, `ping`, `tools/list` and `tools/call`, plus corral'
 `corral/reset` ({"task", "copied"?} -> {}), `corral/end_turn` ({"response"} -> {"prompt"}),
 `corral/report` (-> {"report"}) and `corral/run_agent` (a harness's agent: corral.env.harness),
 which `initialize` declares in `capabilities.experimental.corral` so the server knows it may
-call them. Notifications are neither run nor answered. A tool's failure is a tool result with `isError`, which the agent
-reads, and its kind in `_meta` (see `jsonrpc.ERROR_TYPE_META`); a failure of reset, end_turn
-or report is a JSON-RPC error, which the server reads. The episode goes on after either.
+call them. Notifications are neither run nor answered. A tool's failure is a tool result with
+`isError`, which the agent reads, and its kind in `_meta` (see `jsonrpc.ERROR_TYPE_META`); a
+failure of a hook is a JSON-RPC error, which the server reads. The episode goes on after either.
 """
 
 import argparse

@@ -24,10 +24,10 @@ from corral.sandboxes.base import (
     SandboxSpec,
 )
 from corral.sandboxes.docker.channel import Channels
-from corral.sandboxes.docker.engine import PING_TIMEOUT_S, Engine
+from corral.sandboxes.docker.engine import PING_TIMEOUT_S, Engine, container_name, warm_name
 from corral.sandboxes.docker.images import ensure_image
 from corral.sandboxes.docker.lease import Lease
-from corral.sandboxes.docker.sandbox import DockerSandbox, container_name, warm_name
+from corral.sandboxes.docker.sandbox import DockerSandbox
 from corral.sandboxes.env_digest import image_tag
 from corral.sandboxes.shared.warm_pool import WarmPools
 

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -27,7 +26,7 @@ from corral.errors import ImageError, SandboxError
 from corral.sandboxes.base import CommandResult, Sandbox, SandboxProcess, SandboxSpec
 from corral.sandboxes.docker.channel import MISSING_SOURCE, Channel, Channels, read_line, write_line
 from corral.sandboxes.docker.copies import copy_folders
-from corral.sandboxes.docker.engine import Engine
+from corral.sandboxes.docker.engine import Engine, container_name
 from corral.sandboxes.docker.execs import Exec
 from corral.sandboxes.docker.stream import MuxStream
 from corral.sandboxes.docker.verify import stop_agent, verify_in_fresh_container
@@ -380,22 +379,3 @@ def stop_reason(api: docker.APIClient, container_id: str, since: float) -> str |
         return None
     finally:
         events.close()
-
-
-def container_name(instance: str, env_name: str, labels: Mapping[str, str]) -> str:
-    """`corral-<instance>-<env>-<session>-<episode>` for an episode's container."""
-    session, episode = labels.get("corral.session"), labels.get("corral.episode")
-    tail = (
-        f"{session}-{episode}"
-        if session and episode
-        else f"{labels.get('corral.purpose', 'env')}-{uuid.uuid4().hex[:8]}"
-    )
-    return _safe_name(f"corral-{instance}-{env_name}-{tail}")
-
-
-def warm_name(instance: str, env_name: str) -> str:
-    return _safe_name(f"corral-{instance}-{env_name}-warm-{uuid.uuid4().hex[:8]}")
-
-
-def _safe_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "_.-" else "-" for c in name)
