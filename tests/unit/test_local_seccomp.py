@@ -10,6 +10,7 @@ import struct
 import pytest
 
 from corral.sandboxes.local.seccomp import (
+    ABSENT,
     ALLOW,
     ARCHES,
     CLONE,
@@ -57,6 +58,7 @@ def test_each_call_of_the_table_is_refused_and_the_rest_allowed(machine):
     assert verdict(machine, clone, SIGCHLD) == ALLOW  # fork
     assert verdict(machine, clone, CLONE_NEWUSER | SIGCHLD) == EPERM
     assert verdict(machine, clone3) == ENOSYS  # libc falls back to clone
+    assert all(verdict(machine, numbers[column]) == ENOSYS for numbers in ABSENT.values())
     assert verdict(machine, personality, 0xFFFFFFFF) == ALLOW and verdict(machine, personality, 0x0400000) == EPERM
     assert verdict(machine, read, arch=0x40000003) == KILL_PROCESS  # i386's int 0x80
 
