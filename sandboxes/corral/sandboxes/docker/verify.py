@@ -19,7 +19,9 @@ it wrote can be executed by corral or run with privileges:
    read (a folder the agent made mode 000), as the local sandbox does; the output says so.
 5. The command runs as the env's user in the image's working directory, with a pristine
    environment (pristine.py: no user site, no cwd on Python's path, no bytecode cache, HOME a
-   fresh tmpfs of its own); the engine reports its exit code. The fresh container is removed,
+   fresh tmpfs of its own, and every variable of the image's ENV that makes a program load or
+   run code as it starts, BASH_ENV or LD_PRELOAD, set empty unless the task sets it itself:
+   pristine.startup_emptied, as for a Harbor task's tests); the engine reports its exit code. The fresh container is removed,
    whatever happened.
 
 Every binary run here comes from the image by absolute path, so a writable folder on the
@@ -43,7 +45,7 @@ from corral.sandboxes.docker.execs import Exec
 from corral.sandboxes.docker.whole_image.links import forged_links_under
 from corral.sandboxes.shared.archives import tar_of
 from corral.sandboxes.shared.links import stopped_by
-from corral.sandboxes.shared.pristine import BYTECODE, pristine_environment
+from corral.sandboxes.shared.pristine import BYTECODE, pristine_environment, startup_emptied
 from corral.sandboxes.shared.users import AGENT_USER, agent_apart, env_user, scratch_mounts, without_identities
 
 VERIFIER_DIR = "/verifier"  # and a random suffix, new for each verification
@@ -85,8 +87,14 @@ async def verify_in_fresh_container(
     agent's container (its image, user, labels, hardening); `source` is that container, whose
     copy waits for `agent_stopped` (step 1, under way while the fresh container starts)."""
     files_dir = f"{VERIFIER_DIR}-{uuid.uuid4().hex}"  # a name no link the agent made can know
+    image_env = (await engine.call(engine.api.inspect_image, config["image"]))["Config"].get("Env") or []
     fresh = fresh_container_config(
-        config, spec, files, lifetime_s=SETUP_TIMEOUT_S + timeout_s + IDLE_GRACE_S, files_dir=files_dir
+        config,
+        spec,
+        files,
+        lifetime_s=SETUP_TIMEOUT_S + timeout_s + IDLE_GRACE_S,
+        files_dir=files_dir,
+        image_env=dict(item.partition("=")[::2] for item in image_env),
     )
     container: list[str] = []  # its id, once the engine has made it
     try:
@@ -140,11 +148,18 @@ async def start_fresh(engine: Engine, spec: SandboxSpec, config: dict, made: lis
 
 
 def fresh_container_config(
-    config: dict, spec: SandboxSpec, files: Mapping[str, bytes], *, lifetime_s: float, files_dir: str = VERIFIER_DIR
+    config: dict,
+    spec: SandboxSpec,
+    files: Mapping[str, bytes],
+    *,
+    lifetime_s: float,
+    image_env: Mapping[str, str],
+    files_dir: str = VERIFIER_DIR,
 ) -> dict:
     """The agent container's create arguments, changed for verifying: the env's user from the
     start with no capability, an idle PID 1 that ends the container after `lifetime_s`, no
-    stdin, the writable folders its user's, and a root-owned tmpfs at `files_dir`."""
+    stdin, the writable folders its user's, a root-owned tmpfs at `files_dir`, and the start-up
+    variables of the image's ENV (`image_env`) emptied (step 5)."""
     user = env_user(spec)
     host_config = {**config["host_config"], "CapAdd": None}
     size_mb = max(FILES_MB_MIN, 2 * math.ceil(sum(len(content) for content in files.values()) / 2**20))
@@ -167,7 +182,10 @@ def fresh_container_config(
         "labels": labels,
         "stdin_open": False,
         "detach": True,
-        "environment": pristine_environment(without_identities(config["environment"]), home=VERIFIER_HOME),
+        "environment": {
+            **startup_emptied(image_env, config["environment"]),
+            **pristine_environment(without_identities(config["environment"]), home=VERIFIER_HOME),
+        },
         "entrypoint": [SLEEP, str(math.ceil(lifetime_s))],
         "command": [],
         "name": f"{config['name']}-verify-{uuid.uuid4().hex[:6]}",
