@@ -7,7 +7,9 @@ What a process started here sees (`Bubblewrap.command`):
   namespace's first process (bubblewrap's init, or the command itself with `as_pid_1`) dies,
   the kernel kills every other one in it, `setsid` and `env -i` or not;
 - a fresh root: the system's folders (/usr, /bin, /lib*, /sbin, /etc) read-only, a private
-  /dev and /proc, fresh tmpfs at /tmp, /var/tmp and /dev/shm (gone with the namespace), and
+  /dev and /proc (the root and /dev read-only), fresh /tmp, /var/tmp and /dev/shm (one tmpfs
+  sized in bytes and files for the three where the server is root, local.sandbox's scratch;
+  else bwrap's, sized in bytes each; gone with the namespace either way), and
   only the folders it is given: read-only ones (the env's folder, corral's SDK, a verifier's
   files) and writable ones (its work folder), each at its own path. Nothing else of this
   machine's files: not the bundle, not another episode's folder, not the server's home;
