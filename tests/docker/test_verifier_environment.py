@@ -3,7 +3,9 @@
 The verifier's fresh container is made from the env's image, so the image's ENV reached the
 tests as it was: an image that names a file in the agent's reach in a start-up variable
 (nvm's documented recipe sets BASH_ENV) ran the agent's code before the tests, and its
-`exit 0` was the verdict. Each such variable the task did not set itself is now empty there.
+`exit 0` was the verdict; the processes corral starts in the agent's container to stop it and
+copy its files (as the env's user) loaded the image's LD_PRELOAD from the agent's folder. Each
+such variable the task did not set itself is now empty for all of them.
 """
 
 from __future__ import annotations
@@ -56,3 +58,6 @@ def test_a_start_up_file_the_image_names_in_the_agent_s_reach_does_not_change_th
 
     assert planted.endswith("[exit status 0]"), planted
     assert (ended.status, ended.reward) == ("scored", reward), ended.metadata
+    # No process corral starts, in the agent's container (the copy's tar) or the fresh one, tries
+    # to load the agent's library: the loader says so on stderr when it is missing, as here.
+    assert "start.so" not in str(ended.metadata), ended.metadata

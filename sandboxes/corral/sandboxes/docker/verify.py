@@ -57,13 +57,24 @@ FILES_MB_MIN = 16
 KILL_EVERYONE = "kill -9 -1; kill -9 -1; exit 0"  # twice: a process forking as the first went by
 
 
-async def stop_agent(engine: Engine, container: str, users: Sequence[str]) -> None:
-    """Kill every process of each of `users` in `container` but PID 1 (the idle env)."""
-    await asyncio.gather(*(_kill_everyone(engine, container, user) for user in users))
+async def startup_variables(engine: Engine, config: dict) -> dict[str, str]:
+    """The start-up variables of the image of a container made with `config` that the task did
+    not set (pristine.startup_emptied), empty: every process corral starts in the agent's
+    container or its fresh copy runs with them, so none loads a file the agent wrote."""
+    info = (await engine.call(engine.api.inspect_image, config["image"]))["Config"]
+    return startup_emptied(dict(item.partition("=")[::2] for item in info.get("Env") or []), config["environment"])
 
 
-async def _kill_everyone(engine: Engine, container: str, user: str) -> None:
-    kill = await Exec.start(engine, container, [SH, "-c", KILL_EVERYONE], user=user, workdir="/")
+async def stop_agent(engine: Engine, container: str, users: Sequence[str], environment: Mapping[str, str]) -> None:
+    """Kill every process of each of `users` in `container` but PID 1 (the idle env), with
+    `environment` (startup_variables) over the container's."""
+    await asyncio.gather(*(_kill_everyone(engine, container, user, environment) for user in users))
+
+
+async def _kill_everyone(engine: Engine, container: str, user: str, environment: Mapping[str, str]) -> None:
+    kill = await Exec.start(
+        engine, container, [SH, "-c", KILL_EVERYONE], user=user, workdir="/", environment=environment
+    )
     code, output = await kill.output(timeout_s=SETUP_TIMEOUT_S, keep=1000)
     if code != 0:
         raise SandboxError(
@@ -87,14 +98,9 @@ async def verify_in_fresh_container(
     agent's container (its image, user, labels, hardening); `source` is that container, whose
     copy waits for `agent_stopped` (step 1, under way while the fresh container starts)."""
     files_dir = f"{VERIFIER_DIR}-{uuid.uuid4().hex}"  # a name no link the agent made can know
-    image_env = (await engine.call(engine.api.inspect_image, config["image"]))["Config"].get("Env") or []
+    emptied = await startup_variables(engine, config)
     fresh = fresh_container_config(
-        config,
-        spec,
-        files,
-        lifetime_s=SETUP_TIMEOUT_S + timeout_s + IDLE_GRACE_S,
-        files_dir=files_dir,
-        image_env=dict(item.partition("=")[::2] for item in image_env),
+        config, spec, files, lifetime_s=SETUP_TIMEOUT_S + timeout_s + IDLE_GRACE_S, files_dir=files_dir, emptied=emptied
     )
     container: list[str] = []  # its id, once the engine has made it
     try:
@@ -104,7 +110,7 @@ async def verify_in_fresh_container(
             # image's /bin: the agent's files arriving beside it meanwhile cannot reach it.
             _, (failed, skipped) = await asyncio.gather(
                 put_files(engine, container[0], files, files_dir),
-                copy_writable(engine, spec, source, container[0], user=fresh["user"]),
+                copy_writable(engine, spec, source, container[0], user=fresh["user"], environment=emptied),
             )
             if failed is None:
                 failed = await _links_judged(engine, spec, container[0], fresh["user"], files_dir)
@@ -153,13 +159,13 @@ def fresh_container_config(
     files: Mapping[str, bytes],
     *,
     lifetime_s: float,
-    image_env: Mapping[str, str],
+    emptied: Mapping[str, str],
     files_dir: str = VERIFIER_DIR,
 ) -> dict:
     """The agent container's create arguments, changed for verifying: the env's user from the
     start with no capability, an idle PID 1 that ends the container after `lifetime_s`, no
-    stdin, the writable folders its user's, a root-owned tmpfs at `files_dir`, and the start-up
-    variables of the image's ENV (`image_env`) emptied (step 5)."""
+    stdin, the writable folders its user's, a root-owned tmpfs at `files_dir`, and the image's
+    start-up variables `emptied` (startup_variables, step 5)."""
     user = env_user(spec)
     host_config = {**config["host_config"], "CapAdd": None}
     size_mb = max(FILES_MB_MIN, 2 * math.ceil(sum(len(content) for content in files.values()) / 2**20))
@@ -183,7 +189,7 @@ def fresh_container_config(
         "stdin_open": False,
         "detach": True,
         "environment": {
-            **startup_emptied(image_env, config["environment"]),
+            **emptied,
             **pristine_environment(without_identities(config["environment"]), home=VERIFIER_HOME),
         },
         "entrypoint": [SLEEP, str(math.ceil(lifetime_s))],
@@ -211,9 +217,10 @@ async def put_files(engine: Engine, container: str, files: Mapping[str, bytes], 
 
 
 async def copy_writable(
-    engine: Engine, spec: SandboxSpec, source: str, target: str, *, user: str
+    engine: Engine, spec: SandboxSpec, source: str, target: str, *, user: str, environment: Mapping[str, str]
 ) -> tuple[str | None, str]:
-    """Stream the env's writable folders from `source` into `target` with `tar` as `user`:
+    """Stream the env's writable folders from `source` into `target` with `tar` as `user`
+    (with `environment`, startup_variables, over the agent's container's):
     (None when done, else why not: the agent's doing, the verifier fails; what was left out
     because `user` cannot read it, as tar words it, or "")."""
     if not spec.writable:
@@ -230,6 +237,7 @@ async def copy_writable(
         [TAR, "-c", "-f", "-", "--ignore-failed-read", *excluded, "-C", "/", *folders],
         user=user,
         workdir="/",
+        environment=environment,
     )
     unpack = await Exec.start(
         engine, target, [TAR, "-x", "-p", "-f", "-", "-C", "/"], user=user, stdin=True, workdir="/"
