@@ -29,7 +29,7 @@ from corral.sandboxes.docker.copies import copy_folders
 from corral.sandboxes.docker.engine import Engine, container_name
 from corral.sandboxes.docker.execs import Exec
 from corral.sandboxes.docker.stream import MuxStream
-from corral.sandboxes.docker.verify import stop_agent, verify_in_fresh_container
+from corral.sandboxes.docker.verify import startup_variables, stop_agent, verify_in_fresh_container
 from corral.sandboxes.docker.whole_image.disk import watch_disk
 from corral.sandboxes.docker.whole_image.snapshot import verify_snapshot
 from corral.sandboxes.shared.bootstrap import bootstrapped, sdk_payload
@@ -306,7 +306,8 @@ class DockerSandbox(Sandbox):
 
     async def _stop_agent_once(self) -> None:
         if not self._agent_stopped:
-            await stop_agent(self.engine, self.container_id, process_users(self.spec))
+            emptied = await startup_variables(self.engine, self.config)
+            await stop_agent(self.engine, self.container_id, process_users(self.spec), emptied)
             self._agent_stopped = True
 
     async def close(self) -> None:

@@ -21,7 +21,7 @@ from corral.errors import SandboxError
 from corral.sandboxes.base import CommandResult, Sandbox, SandboxSpec
 from corral.sandboxes.local.copies import copy_work
 from corral.sandboxes.local.files import EnvFiles
-from corral.sandboxes.local.namespace import Bubblewrap, Contained
+from corral.sandboxes.local.namespace import SCRATCH_FOLDERS, Bubblewrap, Contained
 from corral.sandboxes.local.procs import (
     UidPool,
     Users,
@@ -31,7 +31,7 @@ from corral.sandboxes.local.procs import (
     kill_uid,
     minimal_environment,
 )
-from corral.sandboxes.local.quota import Quotas, process_limits, unbind_all_under
+from corral.sandboxes.local.quota import Quotas, process_limits, unbind, unbind_all_under
 from corral.sandboxes.local.verify import verify_on_a_copy
 from corral.sandboxes.shared.trees import remove_tree
 from corral.sandboxes.shared.users import ID_CAPABILITIES
@@ -64,6 +64,7 @@ class LocalSandbox(Sandbox):
         self.users: Users | None = None
         self.marker = f"{host.instance}/{folder.name}/"  # every process of the episode starts with it
         self.verifications = 0
+        self.scratches = 0
         self._env: Contained | None = None  # the env's process, in namespaces where bwrap runs
         self._stderr = -1
         self._agent_stopped = False
@@ -169,6 +170,7 @@ class LocalSandbox(Sandbox):
                 read_only=read_only,
                 writable=writable,
                 tmp_mb=self.spec.scratch_mb,
+                scratch=self.scratch(),
                 network=self.spec.network == "egress",
                 as_pid_1=as_pid_1,
                 limits=limits,
@@ -186,9 +188,29 @@ class LocalSandbox(Sandbox):
         the episode marked `marker` (as root: of the episode's uid) and its process group."""
         if self.host.bubblewrap is not None:
             await started.end()
+            if started.scratch is not None:
+                await asyncio.to_thread(unbind, started.scratch)
+                await asyncio.to_thread(remove_tree, started.scratch)
         else:
             await self.stop(marker, pgid=started.process.pid)
             await started.process.wait()
+
+    def scratch(self) -> Path | None:
+        """Fresh /tmp, /var/tmp and /dev/shm for one process in namespaces: the folders of one
+        tmpfs of `scratch_mb` for the three, which bounds files as well as bytes (local.quota);
+        None where this server cannot mount one (bwrap's own tmpfs then, sized by bytes alone)."""
+        if self.quotas.why_not:
+            return None
+        self.scratches += 1
+        where = self.folder / f"scratch-{self.scratches}"
+        where.mkdir(mode=0o755)
+        if not self.quotas.bound(where, self.spec.scratch_mb, mode=0o755):
+            where.rmdir()
+            return None
+        for name in SCRATCH_FOLDERS:
+            (where / name).mkdir()
+            os.chmod(where / name, 0o1777)  # shared and sticky, as /tmp is
+        return where
 
     @property
     def model_folder(self) -> Path:
