@@ -15,23 +15,30 @@ from corral.errors import SandboxError
 from corral.sandboxes.base import SandboxSpec
 from corral.sandboxes.docker.engine import Engine
 from corral.sandboxes.docker.execs import Exec
-from corral.sandboxes.docker.verify import SETUP_TIMEOUT_S, copy_writable
+from corral.sandboxes.docker.verify import SETUP_TIMEOUT_S, copy_writable, startup_variables
 from corral.sandboxes.shared.users import owner_of_writable
 
 FIND = "/usr/bin/find"
 
 
-async def copy_folders(engine: Engine, spec: SandboxSpec, source: str, target: str) -> None:
-    """The module docstring's steps; SandboxError when the copy cannot be made."""
+async def copy_folders(engine: Engine, spec: SandboxSpec, config: dict, source: str, target: str) -> None:
+    """The module docstring's steps, each run with the image's start-up variables emptied
+    (`config`: the containers' create arguments); SandboxError when the copy cannot be made."""
     if not spec.writable:  # nothing to copy (and find given no folder would search its working folder)
         return
     user = owner_of_writable(spec)
+    emptied = await startup_variables(engine, config)
     empty = await Exec.start(
-        engine, target, [FIND, *spec.writable, "-mindepth", "1", "-delete"], user=user, workdir="/"
+        engine,
+        target,
+        [FIND, *spec.writable, "-mindepth", "1", "-delete"],
+        user=user,
+        workdir="/",
+        environment=emptied,
     )
     code, output = await empty.output(timeout_s=SETUP_TIMEOUT_S, keep=1000)
     if code != 0:
         raise SandboxError(f"could not empty a fork's copy's folders before copying: {output or empty.stderr_tail()}")
-    failed, skipped = await copy_writable(engine, spec, source, target, user=user)
+    failed, skipped = await copy_writable(engine, spec, source, target, user=user, environment=emptied)
     if failed is not None or skipped:  # no copy is handed out missing part of the state
         raise SandboxError((failed or f"some files could not be copied: {skipped}").removeprefix("[corral] "))

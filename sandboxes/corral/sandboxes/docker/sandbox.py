@@ -297,7 +297,7 @@ class DockerSandbox(Sandbox):
     async def copy_to(self, target: Sandbox) -> None:
         """Its writable folders streamed into `target`'s (its provider's): see docker.copies."""
         assert isinstance(target, DockerSandbox)
-        await copy_folders(self.engine, self.spec, self.container_id, target.container_id)
+        await copy_folders(self.engine, self.spec, self.config, self.container_id, target.container_id)
 
     def _stop_for(self, reason: str) -> None:
         """Corral is stopping the container for `reason`: its stderr tail and its verifier say so."""
