@@ -8,14 +8,15 @@ from collections.abc import Mapping
 
 import pytest
 
-from corral.protocol.catalog import END_TURN_TOOL, RUN_AGENT, RUN_AGENT_TOOL
+from corral.protocol.catalog import END_TURN_TOOL, RUN_AGENT, RUN_AGENT_TOOL, ToolSpec
 from corral.sandboxes import ProviderStatus, Sandbox, SandboxProvider, SandboxSpec
-from corral.server.bundles.format import HarnessConfig
-from corral.server.episodes.harness_run import EngineOptions, Harness, NoEngine, offered, upstream_for
+from corral.server.episodes.harness_run import EngineOptions, NoEngine, upstream_for
 from corral.server.formats import load_bundle
 from corral.server.harness.capture import HttpUpstream
-from corral.server.serving.served import _prepare_envs
+from corral.server.serving.served import _prepare_envs, _toolsets
 from tests.conftest import FIXTURES
+
+LOOK = ToolSpec(name="look", description="Look around.", input_schema={"type": "object", "properties": {}})
 
 
 class Remote(SandboxProvider):
@@ -44,8 +45,9 @@ def test_the_engine_comes_from_the_reset_or_the_call_is_refused_naming_llm_url()
         upstream_for(EngineOptions())
 
 
-def test_a_harness_episode_offers_run_agent_before_end_turn():
-    harness = Harness(HarnessConfig(agent="openai", command=["agent"]))
-    assert [tool.name for tool in offered([END_TURN_TOOL], harness)] == [RUN_AGENT, END_TURN_TOOL.name]
-    assert offered([END_TURN_TOOL], None) == [END_TURN_TOOL]
+def test_a_harness_task_s_toolset_offers_run_agent_before_end_turn():
+    # The toolset, not the episode alone: a client's environment class is built from it.
+    bundle = load_bundle(FIXTURES / "harnessbox")
+    toolsets, toolset_of = _toolsets(bundle, {"agentic": [LOOK]})
+    assert [tool.name for tool in toolsets[toolset_of["three"]].tools] == ["look", RUN_AGENT, END_TURN_TOOL.name]
     assert RUN_AGENT_TOOL.name == RUN_AGENT

@@ -33,7 +33,7 @@ from corral.errors import (
     ServerUnreachable,
     SessionLost,
 )
-from corral.protocol.catalog import END_TURN, ToolSpec
+from corral.protocol.catalog import END_TURN, RUN_AGENT, RUN_AGENT_GRACE_S, ToolSpec
 from corral.protocol.frames import (
     EPISODE_ENDED,
     FORK_METHOD,
@@ -136,9 +136,7 @@ class Episode(Displayed):
             self.calls.append(CallRecord(name, dict(arguments), observed))
             return observed
         # end_turn: the env's reply, then the verification; any step: a replay judging its ending.
-        deadline = (
-            2 * self.limits.reset_timeout_s if name == END_TURN else self.limits.tool_timeout_s
-        ) + REPLAY_RESET_DEADLINES * self.limits.reset_timeout_s
+        deadline = self._deadline(name) + REPLAY_RESET_DEADLINES * self.limits.reset_timeout_s
         request = StepRequest(data=CallTool(tool_name=name, arguments=arguments))
         try:
             observed = _observation(self.session.request(request, deadline + REPLY_MARGIN_S)).parse(CallToolObservation)
@@ -150,6 +148,14 @@ class Episode(Displayed):
         if observed.done:
             self._end(observed)
         return observed
+
+    def _deadline(self, name: str) -> float:
+        """How long the server may take over a call of `name`: a tool's deadline; end_turn's
+        reply and the verification; run_agent's agent, then the same (RUN_AGENT_GRACE_S between)."""
+        ending = 2 * self.limits.reset_timeout_s
+        if name == RUN_AGENT:
+            return (self.limits.agent_timeout_s or self.limits.tool_timeout_s) + RUN_AGENT_GRACE_S + ending
+        return ending if name == END_TURN else self.limits.tool_timeout_s
 
     def end_turn(self, response: str = "") -> CallToolObservation:
         return self.call(END_TURN, {"response": response})

@@ -64,6 +64,10 @@ class EnvironmentSpec:
     run: str = ""
 
 
+RESET_KEYS = ("split", "index", "task_id")  # a dataset row's: which task
+ENGINE_KEYS = ("llm_url", "model", "temperature")  # a harness task's engine, for run_agent
+
+
 class CorralEnvironment(Displayed):
     """One environment: a session on the server, one episode at a time."""
 
@@ -81,10 +85,11 @@ class CorralEnvironment(Displayed):
         weakref.finalize(self, self._session.close_in_background)
 
     def reset(self, **row: Any) -> str | None:
-        """Start the row's task as a new episode (the previous one, if any, is abandoned)."""
+        """Start the row's task as a new episode (the previous one, if any, is abandoned). A
+        harness task's engine may be named too: `llm_url`, `model`, `temperature` (run_agent)."""
         spec = self._corral_spec
         data = ResetData(
-            **{key: row[key] for key in ("split", "index", "task_id") if key in row},
+            **{key: row[key] for key in (*RESET_KEYS, *ENGINE_KEYS) if key in row},
             tool_timeout_s=spec.tool_timeout_s,
             reset_timeout_s=spec.reset_timeout_s,
         )

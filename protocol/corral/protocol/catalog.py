@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 END_TURN = "end_turn"  # corral's own tool: every task offers it after its env's tools
 RUN_AGENT = "run_agent"  # corral's own tool in a harness env's tasks: the agent program runs to its end
+RUN_AGENT_GRACE_S = 30.0  # past the agent's time limit, for the sandbox to kill it and answer
 # The environment class a client generates for TRL has these methods of its own (TRL calls
 # them; every other public method is a tool offered to the model).
 ENVIRONMENT_METHODS = frozenset({"reset", "get_reward"})

@@ -67,6 +67,8 @@ class Limits(_Strict):
     tool_timeout_s: float
     reset_timeout_s: float
     max_turns: int | None = Field(default=None, ge=1)
+    # A harness episode's: how long run_agent's agent may run (its env's [harness] timeout_s).
+    agent_timeout_s: float | None = None
 
 
 # Client -> server -----------------------------------------------------------------------------

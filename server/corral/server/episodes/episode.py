@@ -40,7 +40,7 @@ from corral.server.episodes.alarms import CallDeadline
 from corral.server.episodes.canary import judge
 from corral.server.episodes.endings import ENDINGS
 from corral.server.episodes.env_answers import field_of, refused, tool_answer
-from corral.server.episodes.harness_run import Harness, offered, play
+from corral.server.episodes.harness_run import Harness, play
 from corral.server.episodes.runtime import EpisodeRuntime
 from corral.server.episodes.scoring import Unscorable, command_verdicts, scores_of
 from corral.server.metrics import Timed
@@ -81,7 +81,7 @@ class ServedEpisode:
         self.reason: str | None = None  # why it ended early
         self.cause: Cause | None = None  # what ended it, in a word: "scored", or one of endings.ENDINGS
         self.report: dict[str, Any] | None = None  # the env's final report, as the verifiers scored it
-        self.tools = offered(runtime.offered_tools(task), harness)
+        self.tools = runtime.offered_tools(task)
         self._tool_names = frozenset(tool.name for tool in self.tools)
         self.tool_calls = 0
         self.calls: list[AnsweredCall] = []  # every call, answered: as models once it ends (one a call costs)

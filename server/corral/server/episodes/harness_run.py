@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from corral.errors import CaptureNotTrainable, SandboxError
-from corral.protocol.catalog import RUN_AGENT, RUN_AGENT_TOOL, ToolSpec
+from corral.protocol.catalog import RUN_AGENT, RUN_AGENT_GRACE_S
 from corral.protocol.frames import EPISODE_ENDED, CallToolObservation
 from corral.protocol.harness.capture import HarnessCapture, training_trace
 from corral.protocol.outcomes import Cause
@@ -31,7 +31,6 @@ from corral.server.harness.capture import CaptureProxy, HttpUpstream, Upstream, 
 
 log = logging.getLogger("corral.server")
 RELAY_PORT = 8377  # on the sandbox's own loopback: the relay to the server's socket
-GRACE_S = 30.0  # past the agent's time limit, for the runtime to kill it and answer
 DEFAULT_TEMPERATURE = 1.0
 
 
@@ -154,7 +153,7 @@ async def run_agent(
         "timeout_s": timeout_s,
     }
     try:
-        async with listen.serving(create_capture_app(proxy), host_path), asyncio.timeout(timeout_s + GRACE_S):
+        async with listen.serving(create_capture_app(proxy), host_path), asyncio.timeout(timeout_s + RUN_AGENT_GRACE_S):
             ended = await env.hook("corral/run_agent", params)
         if ended is None:  # a plain MCP server, not corral's runtime: nothing in the sandbox can start it
             reason = "the env's process is not corral's runtime (python3 -m corral.env), which starts a harness agent"
@@ -171,11 +170,6 @@ async def run_agent(
         capture.level,
     )
     return run
-
-
-def offered(tools: list[ToolSpec], harness: Harness | None) -> list[ToolSpec]:
-    """The episode's tools: a harness episode's have run_agent before end_turn."""
-    return [*tools[:-1], RUN_AGENT_TOOL, *tools[-1:]] if harness is not None else tools
 
 
 async def play(episode: Played, harness: Harness) -> CallToolObservation:
@@ -195,7 +189,7 @@ async def play(episode: Played, harness: Harness) -> CallToolObservation:
     except SandboxError as error:
         return await episode._end_early(ended, str(error), cause="sandbox_failed")
     except TimeoutError:
-        reason = f"the sandbox did not end the agent within {GRACE_S:g}s of its time limit"
+        reason = f"the sandbox did not end the agent within {RUN_AGENT_GRACE_S:g}s of its time limit"
         return await episode._end_early(ended, reason, cause="tool_timeout", error_type="timeout")
     except EnvDied as error:
         reason = f"the env died while the agent ran: {error}"

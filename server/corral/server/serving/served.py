@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.errors import BundleInvalid, SandboxError
-from corral.protocol.catalog import END_TURN, END_TURN_TOOL, TaskInfo, Toolset, ToolSpec
+from corral.protocol.catalog import END_TURN, END_TURN_TOOL, RUN_AGENT_TOOL, TaskInfo, Toolset, ToolSpec
 from corral.protocol.frames import (
     DEFAULT_RESET_TIMEOUT_S,
     DEFAULT_TOOL_TIMEOUT_S,
@@ -174,7 +174,10 @@ class ServedBundle:
         turns, lowered where its client asked (never raised); and a note for each request that
         was capped."""
         asked = {"tool_timeout_s": data.tool_timeout_s, "reset_timeout_s": data.reset_timeout_s}
-        limits, notes = {**self.limits.model_dump(), "max_turns": task.max_turns}, []
+        harness = self.harness_of(task)
+        limits: dict[str, Any] = {**self.limits.model_dump(), "max_turns": task.max_turns}
+        limits["agent_timeout_s"] = harness.timeout_s if harness is not None else None
+        notes: list[str] = []
         for key, value in [*asked.items(), ("max_turns", data.max_turns)]:
             if value is None:
                 continue
@@ -297,7 +300,9 @@ def default_instance(port: int) -> str:
     return f"{socket.gethostname()}-{port}"
 
 
-async def _prepare_envs(bundle: LoadedBundle, provider: SandboxProvider, progress: Progress) -> list[BundleEnv]:
+async def _prepare_envs(
+    bundle: LoadedBundle, provider: SandboxProvider, progress: Progress = log.info
+) -> list[BundleEnv]:
     """Remove what a killed run of this server left, then make every env startable (e.g. build
     its image) before any session is accepted. The envs that are ready; each other one's
     problem is added to the bundle, so all of them are listed at once."""
@@ -337,6 +342,8 @@ def _toolsets(
     for task in bundle.tasks.values():
         by_name = {tool.name: tool for tool in tools_by_env[task.env]}
         offered[task.id] = [by_name[name] for name in (task.tools if task.tools is not None else by_name)]
+        if bundle.envs[task.env].config.harness is not None:  # its agent runs in the sandbox: run_agent
+            offered[task.id].append(RUN_AGENT_TOOL)
         key = json.dumps([tool.as_mcp() for tool in offered[task.id]], sort_keys=True)
         groups.setdefault(key, []).append(task.id)
     envs_of = {key: dict.fromkeys(bundle.tasks[task_id].env for task_id in ids) for key, ids in groups.items()}
