@@ -45,8 +45,7 @@ def session_relay() -> WebSocketUpstream | None:
 
 
 class WebSocketUpstream:
-    """An `Upstream` answered by the client of one socket. `send` sends a frame's text on it;
-    `reading` asks the socket to be read now (a call's answers come in while a frame is played).
+    """An `Upstream` answered by the client of one socket, `send` sending a frame's text on it.
     Made on the socket's loop; the capture proxy may call it from another (its own server's)."""
 
     model: str | None = None  # the client names its engine's model (its llm_model), not the server
@@ -54,14 +53,12 @@ class WebSocketUpstream:
     def __init__(
         self,
         send: Callable[[str], Awaitable[None]],
-        reading: Callable[[], None],
         *,
         max_in_flight: int = MAX_IN_FLIGHT,
         max_frame_chars: int = MAX_FRAME_CHARS,
         timeout_s: float = TIMEOUT_S,
     ) -> None:
         self._send = send
-        self._reading = reading
         self._loop = asyncio.get_running_loop()
         self._waiting: dict[str, asyncio.Future[tuple[int, dict[str, Any]]]] = {}
         self._ids = itertools.count(1)
@@ -107,7 +104,6 @@ class WebSocketUpstream:
         self._waiting[request.data.id] = answered
         try:
             await self._send(frame)
-            self._reading()
             async with asyncio.timeout(self.timeout_s):
                 return await answered
         except TimeoutError:

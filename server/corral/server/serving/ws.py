@@ -12,8 +12,7 @@ so a frame wakes no deep coroutine stack.
 
 Each socket has its relay (`harness.socket_upstream`), used when its client asks at a reset:
 a harness episode's model calls go out as frames while its call plays, and the client's
-answers are handed to the relay as they are read, by the player or the watcher, never kept;
-a call that sends one has the socket read for it at once.
+answers are handed to the relay as they are read, by the player or the watcher, never kept.
 """
 
 from __future__ import annotations
@@ -114,8 +113,7 @@ class _Frames:
         self._kept: deque[str | None] = deque()  # read by the watcher, not handled yet
         self._watcher: asyncio.Task | None = None
         self._alarm = Alarm(self._start_watching)
-        self._calling = False
-        self.relay = WebSocketUpstream(websocket.send_text, self._read_now)
+        self.relay = WebSocketUpstream(websocket.send_text)
 
     async def next(self) -> str | None:
         """The next frame's text; None when the client has left."""
@@ -126,12 +124,10 @@ class _Frames:
 
     def watch(self) -> None:
         """A call begins: watch the socket if it is still running after WATCH_AFTER_S."""
-        self._calling = True
         self._alarm.arm(WATCH_AFTER_S)
 
     def unwatch(self) -> None:
         """The call has ended: its watcher (if it had one) stops; what it read is kept."""
-        self._calling = False
         self._alarm.disarm()
         if self._watcher is not None:
             self._watcher.cancel()  # it is reading: a frame it has not taken stays in uvicorn's queue
@@ -142,14 +138,8 @@ class _Frames:
         self._alarm.cancel()
         self.relay.close("the session's socket closed (its client left, or closed the session) before it answered")
 
-    def _read_now(self) -> None:
-        """A model call went out to the client: its answer must be read, if a call is playing."""
-        if self._calling:
-            self._start_watching()
-
     def _start_watching(self) -> None:
-        if self._watcher is None:
-            self._watcher = asyncio.create_task(self._watch())
+        self._watcher = asyncio.create_task(self._watch())
 
     def _relayed(self, text: str) -> bool:
         """Whether `text` was the client's answer to a model call (then handed to the relay)."""
