@@ -117,10 +117,11 @@ class _Frames:
 
     async def next(self) -> str | None:
         """The next frame's text; None when the client has left."""
-        while True:
-            text = self._kept.popleft() if self._kept else await _read(self._websocket)
-            if text is None or not self._relayed(text):
-                return text
+        if self._kept:
+            return self._kept.popleft()
+        while (text := await _read(self._websocket)) is not None and self._relayed(text):
+            pass  # the relay's: the player reads on
+        return text
 
     def watch(self) -> None:
         """A call begins: watch the socket if it is still running after WATCH_AFTER_S."""
