@@ -27,10 +27,12 @@ from corral.protocol.frames import (
     ResetData,
     ResetObservation,
     ResetRequest,
+    StateRequest,
     StepAction,
     StepRequest,
 )
 from corral.protocol.harness.capture import HarnessCapture
+from corral.protocol.harness.relay_frames import ModelResponse, ModelResponseData
 from corral.server.harness.capture import CaptureProxy, HttpUpstream, Upstream, create_capture_app
 from corral.server.harness.socket_upstream import session_relay
 from corral.server.serving.sessions import ServedSession, SessionRegistry
@@ -157,3 +159,13 @@ def test_a_plain_sessions_reset_asks_for_no_relay(agents: Agents):
     finally:
         session.close()
     assert isinstance(agents.upstreams[0], HttpUpstream)
+
+
+def test_a_stray_model_response_between_calls_is_ignored(agents: Agents):
+    """An answer that comes after its call ended (or never had one) is not a frame the session
+    answers: the next reply is the next request's."""
+    stray = ModelResponse(data=ModelResponseData(id="m9", status=200, body={}))
+    with connect(agents.proxy_url.replace("http", "ws") + "/ws") as socket:
+        socket.send(stray.model_dump_json())
+        socket.send(StateRequest().model_dump_json())
+        assert json.loads(socket.recv(10))["type"] == "state"

@@ -53,7 +53,7 @@ def answer(upstream: WebSocketUpstream, request: ModelRequest, status: int = 200
 @run
 async def test_calls_past_the_limit_in_flight_are_refused_and_the_rest_answered():
     socket = Socket()
-    upstream = relay(socket, max_in_flight=2)
+    upstream = relay(socket, max_in_flight=2, timeout_s=2)
     calls = [asyncio.create_task(upstream.complete({**BODY, "n": n}, HTTP)) for n in range(3)]
     await asyncio.sleep(0.01)
     status, refused = await calls[2]
@@ -98,7 +98,7 @@ async def test_answers_are_matched_by_id_and_strays_are_ignored_and_logged(caplo
 @run
 async def test_a_request_over_the_frame_limit_is_refused_unsent():
     socket = Socket()
-    upstream = relay(socket, max_frame_chars=1000)
+    upstream = relay(socket, max_frame_chars=1000, timeout_s=2)
     status, reply = await upstream.complete({**BODY, "messages": [{"role": "user", "content": "x" * 1000}]}, HTTP)
     assert status == 413 and reply["error"]["code"] == "request_too_large" and socket.sent == []
 
@@ -115,7 +115,7 @@ async def test_a_call_the_client_does_not_answer_in_time_is_a_504():
 @run
 async def test_a_relay_its_client_did_not_ask_for_sends_nothing():
     socket = Socket()
-    upstream = WebSocketUpstream(socket.send)
+    upstream = WebSocketUpstream(socket.send, timeout_s=2)
     status, reply = await upstream.complete({**BODY, "n": 0}, HTTP)
     assert status == 502 and reply["error"]["code"] == "relay_not_asked" and socket.sent == []
 
@@ -123,7 +123,7 @@ async def test_a_relay_its_client_did_not_ask_for_sends_nothing():
 @run
 async def test_a_closed_relay_answers_waiting_and_later_calls_with_its_cause():
     socket = Socket()
-    upstream = relay(socket)
+    upstream = relay(socket, timeout_s=2)
     waiting = asyncio.create_task(upstream.complete({**BODY, "n": 0}, HTTP))
     await asyncio.sleep(0.01)
     upstream.close("the client left")
