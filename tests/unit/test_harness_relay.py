@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pickle
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,10 +20,13 @@ from fastapi import WebSocket
 from starlette.routing import WebSocketRoute
 from websockets.sync.client import connect
 
+from corral.client.factory import EnvironmentSpec, close_environments, environment_class
 from corral.client.session import Session
+from corral.protocol.catalog import Toolset
 from corral.protocol.frames import (
     CallTool,
     CallToolObservation,
+    Limits,
     ObservationReply,
     ResetData,
     ResetObservation,
@@ -169,3 +173,24 @@ def test_a_stray_model_response_between_calls_is_ignored(agents: Agents):
         socket.send(stray.model_dump_json())
         socket.send(StateRequest().model_dump_json())
         assert json.loads(socket.recv(10))["type"] == "state"
+
+
+def test_an_environment_made_with_llm_url_plays_in_relay_mode(agents: Agents):
+    """`Bundle(url, llm_url=...)`'s environment classes (pickled into a trainer's workers) open
+    their sessions with the relay."""
+    spec = EnvironmentSpec(
+        toolset=Toolset(name="harness", env="harness", tools=[]),
+        url=agents.proxy_url,
+        server_limits=Limits(tool_timeout_s=60, reset_timeout_s=60),
+        keepalive_s=20.0,
+        capacity_wait_s=0.0,
+        llm_url=agents.engine_url + "/v1",
+        llm_model=MODEL,
+    )
+    environment = pickle.loads(pickle.dumps(environment_class(spec)))()
+    try:
+        environment.reset()
+        environment._session.request(RUN_AGENT, 30)  # the harness tool, as the trainer's rollout calls it
+    finally:
+        close_environments(agents.proxy_url)
+    assert agents.answers[0][0] == 200 and not isinstance(agents.upstreams[0], HttpUpstream)
