@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from corral.env import jsonrpc
-from corral.errors import ConfigError
+from corral.errors import ConfigError, SandboxError
 from corral.sandboxes import Resources, Sandbox, SandboxProvider
 from tests.contract.conftest import ALL, ISOLATED, RUNS_COMMANDS
 from tests.contract.providers import SPEC, unique_instance
@@ -250,5 +250,25 @@ def test_many_sandboxes_at_once_each_answer_their_own_calls(under_test):
             await asyncio.gather(*(sandbox.close() for sandbox in sandboxes))
             assert provider.status().live == 0
         assert await under_test.leftovers(provider.instance) == []
+
+    asyncio.run(check())
+
+
+@each_provider
+def test_a_provider_copies_a_sandbox_into_another_of_its_own_or_refuses_naming_the_fix(under_test):
+    async def check() -> None:
+        async with provided(under_test) as provider:
+            source, target = await asyncio.gather(provider.start(SPEC), provider.start(SPEC))
+            try:
+                if provider.copies:
+                    await source.copy_to(target)  # a fork = "copy" (tests/integration/test_fork_copy.py)
+                    assert await tool(target, "echo", text="after") == "after"
+                else:
+                    with pytest.raises(SandboxError, match="--sandbox local or docker"):
+                        await source.copy_to(target)
+            finally:
+                await asyncio.gather(source.close(), target.close())
+        assert await under_test.leftovers(provider.instance) == []
+        assert provider.copies == (under_test.kind in ("local", "docker"))
 
     asyncio.run(check())

@@ -48,3 +48,20 @@ def test_an_unchanged_bundle_builds_nothing_and_a_changed_env_rebuilds_alone(tmp
         assert states(build(bundle)) == {"plain": "up to date", "probe": "up to date"}
     finally:
         docker_engine.images.remove(rebuilt["plain"][0])
+
+
+def test_check_shows_an_image_build_as_it_goes(tmp_path, docker_engine):
+    """A first build takes a while: `corral check` says what it builds, line by line, on stderr."""
+    bundle = tmp_path / "dockerbox"
+    shutil.copytree(DOCKERBOX, bundle)
+    with (bundle / "envs/plain/env.py").open("a") as source:
+        source.write(f"\n# a change never built before: {uuid.uuid4().hex}\n")
+    result = CliRunner().invoke(app, ["check", str(bundle), "--sandbox", "docker"])
+    building = re.search(r"^building (corral-env/\S+) for env plain from ", result.stderr, re.MULTILINE)
+    try:
+        assert result.exit_code == 0, result.output
+        assert building is not None, result.stderr
+        assert re.search(r"^  plain: ", result.stderr, re.MULTILINE), result.stderr  # the build's own lines
+    finally:
+        if building is not None:
+            docker_engine.images.remove(building[1])

@@ -138,3 +138,35 @@ def test_the_agent_s_code_the_tests_import_maps_no_more_either_and_scores_0(shel
 
     assert "MemoryError" in output and "allocated" not in output, output
     assert (ended.status, ended.reward) == ("scored", 0.0), output
+
+
+# vsock (the host of a virtual machine), packet, Bluetooth, the kernel's crypto API, CAN, RDS,
+# TIPC, XDP, KCM, Qualcomm IPC; then the families an env uses, which must still work.
+FAMILIES = """
+import socket
+for family in (40, 17, 31, 38, 29, 21, 30, 44, 41, 42):
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET, socket.SOCK_RAW):
+        try:
+            socket.socket(family, kind).close()
+            print("made", family, kind)
+        except OSError:
+            pass
+    try:
+        socket.socketpair(family).close()
+        print("made a pair", family)
+    except OSError:
+        pass
+for family, kind in ((1, 1), (2, 1), (10, 2), (16, 3)):
+    socket.socket(family, kind).close()
+print("done")
+"""
+
+
+def test_the_agent_makes_sockets_of_no_family_but_local_internet_and_netlink(shellfix):
+    with ws(shellfix) as agent:
+        opened(agent, task_id=TASK)
+        called(agent, "write_file", path="families.py", content=FAMILIES)
+        said = called(agent, "bash", command="python3 families.py").result
+        called(agent, "end_turn", response="done")
+
+    assert said.splitlines()[0] == "done", said

@@ -32,6 +32,7 @@ from websockets.exceptions import ConnectionClosed
 
 from corral.protocol.frames import StateReply
 from corral.server.serving import sessions
+from corral.server.serving import ws as sockets
 from corral.server.serving.embedded import EmbeddedServer
 from tests.conftest import BUNDLES, serving, wait_for_no_env_processes
 from tests.wire import error_of, opened, receive, send, ws
@@ -245,3 +246,33 @@ def test_a_session_created_over_http_that_never_plays_frees_its_slot_sooner(serv
         with ws(server, f"?session_id={played}") as back, contextlib.suppress(ConnectionClosed):
             reply = send(back, '{"type": "state"}', timeout_s=10)
     assert isinstance(reply, StateReply), reply
+
+
+def metric(server: EmbeddedServer, name: str) -> float:
+    metrics = httpx.get(f"{server.url}/metrics", trust_env=False).text
+    return float(next(line.split()[1] for line in metrics.splitlines() if line.startswith(f"{name} ")))
+
+
+@pytest.mark.parametrize("attached", [True, False], ids=["attached by id", "a socket's own"])
+def test_a_socket_that_sends_no_frame_past_the_idle_limit_loses_its_session_and_env(serve, monkeypatch, attached):
+    """A client that keeps its socket open (pings answered) and plays no more held a slot and
+    an env forever: the limit a session left without a socket has applies to one with a socket."""
+    monkeypatch.setattr(sockets, "IDLE_TTL_S", 1.5)
+    server = serve(BUNDLES / "gridsim", max_concurrent_envs=1)
+    query = ""
+    if attached:
+        body = '{"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create"}'
+        headers = {"content-type": "application/json"}
+        created = httpx.post(f"{server.url}/mcp", content=body, headers=headers, trust_env=False).json()
+        query = f"?session_id={created['result']['session_id']}"
+    with ws(server, query) as idle:
+        opened(idle, split="train", index=0)
+        assert metric(server, "corral_sandboxes_live") == 1
+        told = error_of(receive(idle, timeout_s=30))
+        with pytest.raises(ConnectionClosed):
+            receive(idle, timeout_s=30)
+
+    assert told.code == "SESSION_ERROR" and "sent no frame for 2s" in told.message, told.message
+    assert (metric(server, "corral_sessions_active"), metric(server, "corral_sandboxes_live")) == (0, 0)
+    with ws(server) as next_client:  # its slot is free
+        opened(next_client, split="train", index=0)

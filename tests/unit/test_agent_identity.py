@@ -17,6 +17,7 @@ from corral.env.agent import AGENT_USER_VARIABLE, ENV_USER_VARIABLE
 from corral.sandboxes import SandboxSpec
 from corral.sandboxes.docker.sandbox import container_config
 from corral.sandboxes.docker.verify import fresh_container_config
+from corral.sandboxes.shared.pristine import startup_emptied
 from corral.sandboxes.shared.users import AGENT_USER, ENV_USER, process_users
 
 SDK = Path(__file__).resolve().parents[2] / "sandboxes"
@@ -118,8 +119,19 @@ def test_an_env_with_its_own_command_or_user_or_a_whole_image_runs_as_one_user_w
 
 
 def test_the_verifier_s_container_starts_as_the_env_s_user_with_no_capability_and_no_user_to_take_on():
-    fresh = fresh_container_config(config(spec()), spec(), {}, lifetime_s=10)
+    fresh = fresh_container_config(config(spec()), spec(), {}, lifetime_s=10, emptied={})
 
     assert (fresh["user"], fresh["host_config"]["CapAdd"]) == (ENV_USER, None)
     assert not {ENV_USER_VARIABLE, AGENT_USER_VARIABLE} & set(fresh["environment"])
     assert "uid=1000,gid=1000" in fresh["host_config"]["Tmpfs"]["/repo"]  # its tar unpacks the agent's files there
+
+
+def test_the_verifier_s_container_empties_the_image_s_start_up_variables_the_task_did_not_set():
+    made = config(spec())
+    made["environment"]["NODE_OPTIONS"] = "--require /env/trace.js"  # the task's own: its choice
+    image_env = {"BASH_ENV": "/repo/.env", "LD_PRELOAD": "/repo/x.so", "NODE_OPTIONS": "-r x", "LANG": "C.UTF-8"}
+    emptied = startup_emptied(image_env, made["environment"])
+    fresh = fresh_container_config(made, spec(), {}, lifetime_s=10, emptied=emptied)["environment"]
+
+    assert (fresh["BASH_ENV"], fresh["LD_PRELOAD"]) == ("", "")
+    assert fresh["NODE_OPTIONS"] == "--require /env/trace.js" and "LANG" not in fresh

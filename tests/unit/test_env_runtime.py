@@ -45,7 +45,9 @@ def test_initialize_names_the_env_class_and_declares_tools_and_corral_hooks(grid
         "protocolVersion": "2025-06-18",
         "capabilities": {
             "tools": {},
-            "experimental": {"corral": {"hooks": ["corral/reset", "corral/end_turn", "corral/report"]}},
+            "experimental": {
+                "corral": {"hooks": ["corral/reset", "corral/end_turn", "corral/report", "corral/run_agent"]}
+            },
         },
         "serverInfo": {"name": "Grid", "version": "corral-env/1"},
     }

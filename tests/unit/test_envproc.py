@@ -255,7 +255,7 @@ def test_corral_s_runtime_gets_the_handshake_and_reset_without_waiting_in_betwee
 
     env = play(runtime, steps, corral_runtime=True)
 
-    assert results == [{}, ["corral/end_turn", "corral/report", "corral/reset"]]
+    assert results == [{}, ["corral/end_turn", "corral/report", "corral/reset", "corral/run_agent"]]
     assert env.methods() == ["initialize", "notifications/initialized", "corral/reset"]
 
 

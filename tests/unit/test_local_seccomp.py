@@ -9,9 +9,22 @@ import struct
 
 import pytest
 
-from corral.sandboxes.local.seccomp import ALLOW, ARCHES, CLONE, CLONE3, KILL_PROCESS, PERSONALITY, REFUSED, program
+from corral.sandboxes.local.seccomp import (
+    ABSENT,
+    ALLOW,
+    ARCHES,
+    CLONE,
+    CLONE3,
+    FAMILIES,
+    KILL_PROCESS,
+    PERSONALITY,
+    REFUSED,
+    SOCKET,
+    SOCKETPAIR,
+    program,
+)
 
-EPERM, ENOSYS = 0x50000 | errno.EPERM, 0x50000 | errno.ENOSYS
+EPERM, ENOSYS, EAFNOSUPPORT = (0x50000 | number for number in (errno.EPERM, errno.ENOSYS, errno.EAFNOSUPPORT))
 CLONE_NEWUSER, SIGCHLD = 0x10000000, 17
 
 
@@ -45,8 +58,19 @@ def test_each_call_of_the_table_is_refused_and_the_rest_allowed(machine):
     assert verdict(machine, clone, SIGCHLD) == ALLOW  # fork
     assert verdict(machine, clone, CLONE_NEWUSER | SIGCHLD) == EPERM
     assert verdict(machine, clone3) == ENOSYS  # libc falls back to clone
+    assert all(verdict(machine, numbers[column]) == ENOSYS for numbers in ABSENT.values())
     assert verdict(machine, personality, 0xFFFFFFFF) == ALLOW and verdict(machine, personality, 0x0400000) == EPERM
     assert verdict(machine, read, arch=0x40000003) == KILL_PROCESS  # i386's int 0x80
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_sockets_of_the_listed_families_alone_are_made(machine):
+    column = ARCHES[machine][0]
+    others = set(range(64)) - set(FAMILIES)  # AF_MAX is 46 today
+
+    for call in (SOCKET[column], SOCKETPAIR[column]):
+        assert all(verdict(machine, call, family) == ALLOW for family in FAMILIES)
+        assert all(verdict(machine, call, family) == EAFNOSUPPORT for family in others)
 
 
 def test_x32_numbers_are_refused_on_x86_64():

@@ -175,7 +175,8 @@ class Episode(Displayed):
     def fork(self, n: int) -> list[Episode]:
         """n copies of this episode at its current turn, each on a session of its own that plays,
         ends and is scored on its own; this one is untouched. The server makes them as the
-        task's env declares (replay: its calls again in a fresh env, each answer checked), and
+        task's env declares (replay: its calls again in a fresh env, each answer checked; copy:
+        a fresh sandbox holding a copy of its files), and
         refuses (ServerError, or CapacityError past its session limit) an env that declares no
         way, or a fork that would pass its limit. Close each copy's session when done with it."""
         if self.opened is None or not self.open:

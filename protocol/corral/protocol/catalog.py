@@ -8,12 +8,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 END_TURN = "end_turn"  # corral's own tool: every task offers it after its env's tools
+RUN_AGENT = "run_agent"  # corral's own tool in a harness env's tasks: the agent program runs to its end
 # The environment class a client generates for TRL has these methods of its own (TRL calls
 # them; every other public method is a tool offered to the model).
 ENVIRONMENT_METHODS = frozenset({"reset", "get_reward"})
 # What no env's tool may be named (`corral check` refuses it): corral's own tool, and the
 # environment class's methods, which such a tool would hide.
-RESERVED_TOOL_NAMES = ENVIRONMENT_METHODS | {END_TURN}
+RESERVED_TOOL_NAMES = ENVIRONMENT_METHODS | {END_TURN, RUN_AGENT}
 
 
 class ToolSpec(BaseModel):
@@ -84,3 +85,14 @@ class SplitInfo(BaseModel):
     name: str
     type: Literal["train", "validation", "test"]
     num_tasks: int
+
+
+RUN_AGENT_TOOL = ToolSpec(
+    name=RUN_AGENT,
+    description=(
+        "Run the env's agent program in the sandbox to its end, its model calls going to the engine the "
+        "reset named (llm_url, model, temperature); the episode then ends, scored, with the captured calls "
+        "in the observation's metadata (capture)."
+    ),
+    input_schema={"type": "object", "properties": {}},
+)

@@ -94,9 +94,13 @@ class ResetData(BaseModel):
     tool_timeout_s: float | None = Field(default=None, gt=0)
     reset_timeout_s: float | None = Field(default=None, gt=0)
     max_turns: int | None = Field(default=None, ge=1)
+    # A harness episode's engine (run_agent): where its model calls go, and the training policy's temperature.
+    llm_url: str | None = Field(default=None, min_length=1)
+    model: str | None = Field(default=None, min_length=1)
+    temperature: float | None = Field(default=None, gt=0)
     llm: Literal["relay"] | None = None  # "relay": this socket's client answers the agent's model calls
 
-    _check_finite = field_validator("tool_timeout_s", "reset_timeout_s")(_finite)
+    _check_finite = field_validator("tool_timeout_s", "reset_timeout_s", "temperature")(_finite)
 
 
 class ResetRequest(_Strict):

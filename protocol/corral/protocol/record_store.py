@@ -3,6 +3,7 @@
     DIR/index.sqlite                 every record's run, task, split, status, reward, and where it is
     DIR/<run>/episodes-0000.jsonl    a server's records, one JSON object a line (a new file past a size)
     DIR/<run>/rollouts-0000.jsonl    a trainer's records (the tokens), joined to the server's by episode id
+    DIR/<run>/rescores.ndjson        `corral rescore`'s new scores of the run's episodes, appended, never over the old
 
 A listing or a filter reads the index only; one record is read by seeking to its line. Each
 record is flushed and committed as it is written, so what was written survives its writer being
@@ -27,9 +28,10 @@ from pathlib import Path
 from typing import Any, Self
 
 from corral.errors import ConfigError
-from corral.protocol.records import EpisodeRecord, RecordKind, RolloutRecord
+from corral.protocol.records import EpisodeRecord, RecordKind, RescoreRecord, RolloutRecord
 
 INDEX = "index.sqlite"
+RESCORES = "rescores.ndjson"
 MAX_FILE_BYTES = 256 * 1024 * 1024
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (run TEXT PRIMARY KEY, kind TEXT NOT NULL, source TEXT, started_at REAL);
@@ -130,6 +132,12 @@ class RecordWriter:
 
     def _open(self):
         return open(self.root / self.run / f"{self.kind}-{self._number:04d}.jsonl", "ab")
+
+
+def append_rescore(root: str | Path, record: RescoreRecord) -> None:
+    """Append `record` to its run's rescores.ndjson (flushed: a killed re-score keeps what it wrote)."""
+    with open(Path(root) / record.run / RESCORES, "a", encoding="utf-8") as file:
+        file.write(record.model_dump_json() + "\n")
 
 
 @dataclass(frozen=True)
@@ -248,6 +256,21 @@ class EpisodeStore:
         """The trainer's record of an episode (its tokens), if one was written."""
         found = self._latest("rollouts", episode_id)
         return None if found is None else self.read(found)  # type: ignore[return-value]
+
+    def rescores(self) -> dict[str, RescoreRecord]:
+        """Each re-scored episode's latest re-score, by episode id (`corral rescore`)."""
+        latest: dict[str, RescoreRecord] = {}
+        for path in sorted(self.root.glob(f"*/{RESCORES}")):
+            with open(path, encoding="utf-8") as file:
+                for line in file:
+                    if line.strip():
+                        record = RescoreRecord.model_validate_json(line)
+                        if (
+                            record.episode_id not in latest
+                            or record.rescored_at >= latest[record.episode_id].rescored_at
+                        ):
+                            latest[record.episode_id] = record
+        return latest
 
     def records(self, rows: list[IndexedRecord]) -> Iterator[EpisodeRecord | RolloutRecord]:
         """The records of index rows, read one at a time."""

@@ -76,7 +76,12 @@ class EpisodeRecord(_Record):
     `status` is scored, failed (by the agent: `reward` is the task's failure score) or unscored
     (the platform failed: `reward` is None); `cause` says what ended it in a word and `reason`
     in a sentence. `seconds` is by phase: start (the sandbox), reset (all of it), tools,
-    verify, total."""
+    verify, total.
+
+    What a Python verifier needs to score it again (`corral rescore`): `report`, the env's final
+    report exactly as the verifiers scored it (None when it gave none, or past REPORT_KEPT_BYTES of
+    JSON, which `report_left_out` then says), and `verifier_digests`, each score id's verifier
+    file as `sha256:<hex>`, so that a re-score tells an old verifier from a new one."""
 
     episode_id: str
     run: str = ""
@@ -99,6 +104,37 @@ class EpisodeRecord(_Record):
     seconds: dict[str, float] = Field(default_factory=dict)
     started_at: float = Field(default_factory=time.time)  # wall clock, seconds since the epoch
     ended_at: float = Field(default_factory=time.time)
+    report: dict[str, Any] | None = None
+    report_left_out: str | None = None  # why `report` is None though the env gave one
+    verifier_digests: dict[str, str] = Field(default_factory=dict)
+
+
+REPORT_KEPT_BYTES = 256 * 1024  # a report larger than this (as JSON) is not kept in its record
+
+RescoreStatus = Literal["rescored", "failed", "refused"]
+
+
+class RescoreRecord(_Record):
+    """One episode scored again by `corral rescore`, kept beside its record (never over it).
+
+    `status` is rescored (`scores` and `reward` are the new verifiers'), failed (a verifier
+    raised or ran out of time: `reason` says how) or refused (the episode cannot be scored again
+    from its record: `reason` says why). `verifier_digests` names the verifiers that scored it,
+    each score id's as `sha256:<hex>`; `old_reward` is the record's, and `changed` says whether
+    the new reward differs from it."""
+
+    episode_id: str
+    run: str = ""
+    task_id: str
+    bundle: str = ""
+    status: RescoreStatus
+    reason: str | None = None
+    scores: dict[str, float] = Field(default_factory=dict)
+    reward: float | None = None
+    old_reward: float | None = None
+    changed: bool = False
+    verifier_digests: dict[str, str] = Field(default_factory=dict)
+    rescored_at: float = Field(default_factory=time.time)
 
 
 class TrainingContext(_Record):

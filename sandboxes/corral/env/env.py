@@ -64,6 +64,13 @@ class Env:
         """Start the episode with the task's `args` (the day to load, the puzzle...): the task's own
         fields stay the verifiers' (`verify(task, report)` gets the whole task)."""
 
+    def resume(self, args: dict) -> None:
+        """Start a fork's copy of an episode of the task with `args` (fork = "copy" in env.toml):
+        the episode's writable folders replace this sandbox's once this returns, so set up what
+        `reset` keeps in memory and skip writing files (the costly part of a task's load). By
+        default `reset`, whose files the copy then replaces."""
+        self.reset(args)
+
     def end_turn(self, response: str) -> str | None:
         """The next turn's prompt after the agent's reply `response`, or None to end."""
         return None

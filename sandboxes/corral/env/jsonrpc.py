@@ -21,7 +21,7 @@ SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 # An env that answers corral's hooks declares them in its initialize result, as
 # `capabilities.experimental.corral = {"hooks": [...]}`; the server calls no other.
 CAPABILITY = "corral"
-HOOKS = ("corral/reset", "corral/end_turn", "corral/report")
+HOOKS = ("corral/reset", "corral/end_turn", "corral/report", "corral/run_agent")
 
 # A failed tools/call result names its kind in `_meta`, so the server can tell the client
 # OpenEnv's `error_type`: "tool_not_found", "invalid_args" or "execution_error".

@@ -1,12 +1,12 @@
 """Serve one `Env` on stdin/stdout as newline-delimited JSON-RPC 2.0 (MCP's stdio transport).
 
 Methods: MCP's `initialize`, `ping`, `tools/list` and `tools/call`, plus corral's hooks
-`corral/reset` ({"task"} -> {}), `corral/end_turn` ({"response"} -> {"prompt"}) and
-`corral/report` (-> {"report"}), which `initialize` declares in
-`capabilities.experimental.corral` so the server knows it may call them. Notifications are
-neither run nor answered. A tool's failure is a tool result with `isError`, which the agent
-reads, and its kind in `_meta` (see `jsonrpc.ERROR_TYPE_META`); a failure of reset, end_turn
-or report is a JSON-RPC error, which the server reads. The episode goes on after either.
+`corral/reset` ({"task", "copied"?} -> {}), `corral/end_turn` ({"response"} -> {"prompt"}),
+`corral/report` (-> {"report"}) and `corral/run_agent` (a harness's agent: corral.env.harness),
+which `initialize` declares in `capabilities.experimental.corral` so the server knows it may
+call them. Notifications are neither run nor answered. A tool's failure is a tool result with
+`isError`, which the agent reads, and its kind in `_meta` (see `jsonrpc.ERROR_TYPE_META`); a
+failure of a hook is a JSON-RPC error, which the server reads. The episode goes on after either.
 """
 
 import argparse
@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from corral.env import agent, imports, jsonrpc, orphans
+from corral.env import agent, harness, imports, jsonrpc, orphans
 from corral.env.arguments import check_arguments
 from corral.env.env import Env
 from corral.env.jsonrpc import RpcError
@@ -187,6 +187,7 @@ class Server:
             "corral/reset": self.reset,
             "corral/end_turn": self.end_turn,
             "corral/report": self.report,
+            "corral/run_agent": self.run_agent,
         }
 
     def serve(self, requests: BinaryIO, replies: BinaryIO) -> None:
@@ -278,11 +279,15 @@ class Server:
         return result
 
     def reset(self, params: dict) -> dict:
-        """Start the episode with the task's args."""
+        """Start the episode with the task's args; `copied`: in a fork's copy of an episode of
+        it, whose files are then replaced by the episode's (fork = "copy")."""
         task = params.get("task")
         if not isinstance(task, dict):
             raise RpcError(jsonrpc.INVALID_PARAMS, 'invalid params for corral/reset: expected {"task": object}')
-        _run_hook(self.env.reset, task)
+        copied = params.get("copied", False)
+        if not isinstance(copied, bool):
+            raise RpcError(jsonrpc.INVALID_PARAMS, 'invalid params for corral/reset: "copied" is true or false')
+        _run_hook(self.env.resume if copied else self.env.reset, task)
         return {}
 
     def end_turn(self, params: dict) -> dict:
@@ -316,6 +321,21 @@ class Server:
                 f"return a dict of str, numbers, lists and dicts",
             ) from None
         return {"report": report}
+
+    def run_agent(self, params: dict) -> dict:
+        """A harness episode's agent, run to its end (corral.env.harness)."""
+        if not (
+            isinstance(params.get("command"), list)
+            and isinstance(params.get("environment"), dict)
+            and isinstance(params.get("socket"), str)
+            and isinstance(params.get("port"), int)
+            and isinstance(params.get("timeout_s"), int | float)
+        ):
+            raise RpcError(
+                jsonrpc.INVALID_PARAMS,
+                "invalid params for corral/run_agent: expected command, environment, socket, port, timeout_s",
+            )
+        return _run_hook(harness.run_agent, params)
 
 
 def _run_hook(hook: Callable, *args: Any) -> Any:

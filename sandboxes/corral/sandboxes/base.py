@@ -73,6 +73,9 @@ class SandboxSpec:
     workdir: str | None = None  # None: the image's WORKDIR
     environment: tuple[tuple[str, str], ...] = ()
     writable_root: bool = False
+    # A harness env's: each sandbox gets a folder of its own, read-only inside, where the server
+    # listens on a Unix socket for the agent's model calls (`Sandbox.model_socket`); the network stays off.
+    model_channel: bool = False
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,27 @@ class Sandbox(abc.ABC):
             f"{type(self).__name__} cannot run commands beside its env; serve tasks that need it with --sandbox docker"
         )
 
+    # Set by a provider that gives a spec with `model_channel` its folder: see model_socket.
+    _model_socket: tuple[Path, str] | None = None
+
+    def model_socket(self) -> tuple[Path, str] | None:
+        """Where a harness agent's model calls leave this sandbox (a spec with `model_channel`):
+        the Unix socket's path for the server to listen on, and the same socket's path inside
+        the sandbox; None where the sandbox was given no channel."""
+        return self._model_socket
+
+    async def copy_to(self, target: Sandbox) -> None:
+        """Replace the writable folders of `target` (a fresh sandbox of the same spec, started by
+        the same provider, its env not yet called by an agent) with a copy of this sandbox's, as
+        they are now: a fork's copy of an env whose state lives in its files (fork = "copy").
+        The copy is read as this sandbox's agent could read it, bounded by the spec's disk
+        bound (`scratch_mb` per writable folder), and is then the target's users' alone. Raises
+        SandboxError when it cannot be made, by default: a provider that cannot copy."""
+        raise SandboxError(
+            f"{type(self).__name__} cannot copy a sandbox's files into another, so an env with "
+            'fork = "copy" cannot be forked on it; serve it with --sandbox local or docker'
+        )
+
     @abc.abstractmethod
     async def close(self) -> None:
         """Stop the env and everything it started. Safe to call twice."""
@@ -203,6 +227,9 @@ class SandboxProvider(abc.ABC):
     kind: str
     isolated: bool
     whole_images: bool = False  # runs a spec with `writable_root`: an image as a machine (a Harbor task's)
+    model_channels: bool = False  # gives a spec with `model_channel` its socket folder (a harness env's)
+
+    copies: bool = False  # its sandboxes copy their writable folders into another (Sandbox.copy_to)
 
     async def reap_leftovers(self) -> None:
         """Claim this server's instance and remove what a killed server of it left behind (by

@@ -18,6 +18,7 @@ from corral.client.run_index import EpisodeFilter, RunIndex
 from corral.errors import ConfigError
 from corral.protocol.outcomes import STATUSES
 from corral.protocol.record_store import EpisodeStore
+from corral.protocol.records import RescoreRecord
 
 EXPORTS = ("sft", "rl", "prompts")
 
@@ -77,7 +78,8 @@ def listing(store: EpisodeStore, filters: Filters, limit: int) -> str:
     rows = store.find(limit=limit, **matching)
     if not rows:
         return f"no recorded episode in {store.root} matches" + ("" if filters == Filters() else " these filters")
-    table = [("ended", "episode", "task", "split", "status", "cause", "reward", "run")]
+    rescores = store.rescores()
+    table: list[tuple[str, ...]] = [("ended", "episode", "task", "split", "status", "cause", "reward", "run")]
     table += [
         (
             time.strftime("%m-%d %H:%M:%S", time.localtime(r.ended_at)),
@@ -91,6 +93,10 @@ def listing(store: EpisodeStore, filters: Filters, limit: int) -> str:
         )
         for r in rows
     ]
+    if rescores:  # `corral rescore` ran here: the new reward beside the old, the changed ones marked
+        table = [(*table[0][:7], "rescored", table[0][7])] + [
+            (*row[:7], _rescored(rescores.get(r.episode_id)), row[7]) for r, row in zip(rows, table[1:], strict=True)
+        ]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in table]
     tally = store.tally(**matching)
@@ -99,7 +105,19 @@ def listing(store: EpisodeStore, filters: Filters, limit: int) -> str:
     counts = ", ".join(f"{n} {status}" for status, n in tally.statuses.items())
     mean = "" if tally.mean_reward is None else f"; mean reward {tally.mean_reward:.3f}"
     lines.append(f"{tally.records} episodes ({counts}) over {tally.tasks} tasks{mean}")
+    if rescores:
+        changed = sum(rescore.changed for rescore in rescores.values())
+        lines.append(f"{len(rescores)} re-scored by `corral rescore`, {changed} with a changed reward (marked *)")
     return "\n".join(lines)
+
+
+def _rescored(rescore: RescoreRecord | None) -> str:
+    """An episode's latest re-score as the listing shows it: its reward (* when it changed), or how it ended."""
+    if rescore is None:
+        return "-"
+    if rescore.status != "rescored" or rescore.reward is None:
+        return rescore.status
+    return f"{rescore.reward:g}" + (" *" if rescore.changed else "")
 
 
 def runs(store: EpisodeStore) -> str:

@@ -23,9 +23,10 @@ USAGE_ERROR = 2  # the exit status of a mistake in how corral was called
 
 def open_or_exit(bundle: Path, options: ServeOptions) -> ServedBundle:
     """The bundle, checked and served with `options`; exit 1 listing every problem of a bundle
-    with problems, exit 2 (one line) for a setting that cannot work (no Docker engine...)."""
+    with problems, exit 2 (one line) for a setting that cannot work (no Docker engine...). An
+    image build's lines go to stderr as they come: a first build takes a while."""
     try:
-        return asyncio.run(ServedBundle.open(bundle, options))
+        return asyncio.run(ServedBundle.open(bundle, options, progress=lambda line: typer.echo(line, err=True)))
     except BundleInvalid as error:
         # Problems the env checks added after loading are merged too: one line per shared problem.
         typer.echo(str(BundleInvalid(bundle, merge_shared(problems_of(error)))), err=True)

@@ -20,6 +20,7 @@ from corral.cli.images import build
 from corral.cli.options import BundleArg, UnsafeLocalShellOption
 from corral.cli.oracle import play_and_close
 from corral.cli.play.command import play_command
+from corral.cli.rescore import rescore
 from corral.cli.runs import episodes, eval_command, view
 from corral.cli.scaffold import starter_files, write_starter
 from corral.cli.token import serve_token
@@ -62,15 +63,19 @@ def _options(
 def init(
     name: Annotated[str, typer.Argument(help="The bundle's name, and its folder's.", show_default=False)],
     path: Annotated[Path, typer.Option(help="The folder to write the bundle's folder in.")] = Path("."),
+    harness: Annotated[
+        bool, typer.Option("--harness", help="An agent program that runs its own loop in the sandbox, instead.")
+    ] = False,
 ) -> None:
     """Write a bundle to start from: an env with two tools, three tasks, an eval split, a verifier."""
+    kind = "harness" if harness else "tools"
     try:
-        root = write_starter(name, path)
+        root = write_starter(name, path, kind)
     except ConfigError as error:
         fail(str(error))
     shown = os.path.relpath(root)
     typer.echo(f"wrote the bundle {name}:")
-    for file in starter_files():
+    for file in starter_files(kind):
         typer.echo(f"  {os.path.join(shown, file)}")
     typer.echo("next:")
     typer.echo(f"  corral check {shown}    # every problem at once, each with its fix")
@@ -274,6 +279,7 @@ app.command(name="play")(play_command)
 app.command()(episodes)
 app.command()(view)
 app.command(name="eval")(eval_command)
+app.command()(rescore)
 
 
 def summary(served: ServedBundle) -> str:

@@ -26,14 +26,18 @@ class ShellFix(Env):
     """One repository. Task args: `files`, the repository as {relative path: text}."""
 
     def reset(self, args: dict) -> None:
-        self.root = Path.cwd()
-        # The agent's commands see the repository, not the env's own code on PYTHONPATH.
-        self.environ = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+        self.resume(args)
         with agent.files():
             for relative, text in args["files"].items():
                 path = self._path(relative)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
+
+    def resume(self, args: dict) -> None:
+        """A fork's copy: the repository's files are the episode's, copied in after this."""
+        self.root = Path.cwd()
+        # The agent's commands see the repository, not the env's own code on PYTHONPATH.
+        self.environ = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 
     @tool
     def bash(self, command: str, timeout_s: int = DEFAULT_TIMEOUT_S) -> str:

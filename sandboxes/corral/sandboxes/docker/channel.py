@@ -40,6 +40,7 @@ DIRECTORY_VARIABLE = "CORRAL_CHANNEL_DIR"
 CHANNEL_VARIABLE = "CORRAL_CHANNEL"  # read by corral.env.runtime in the container
 CHANNEL_MOUNT = "/run/corral"
 SOCKET_NAME = "env.sock"
+MODEL_SOCKET_NAME = "model.sock"  # a harness env's: the server listens there for the agent's model calls
 LINE_LIMIT = 64 * 1024 * 1024  # one protocol line may carry a large tool result
 MISSING_SOURCE = "bind source path does not exist"  # the engine's refusal of a folder it cannot see
 
@@ -121,6 +122,10 @@ class Channel:
         self._listener.setblocking(False)
         self._accepted: asyncio.Task[tuple[asyncio.StreamReader, asyncio.StreamWriter]] | None = None
         self._writer: asyncio.StreamWriter | None = None
+
+    def model_socket(self) -> tuple[Path, str]:
+        """A harness agent's way to the model (Sandbox.model_socket): beside the env's socket."""
+        return self.folder / MODEL_SOCKET_NAME, f"{CHANNEL_MOUNT}/{MODEL_SOCKET_NAME}"
 
     def container_settings(self) -> tuple[dict, dict[str, str]]:
         """The read-only mount of this folder and the variable that names the socket, for

@@ -172,3 +172,23 @@ def remove_container(api: docker.APIClient, container: str, attempts: int = 3) -
                 raise
             attempt += 1
             time.sleep(REMOVE_RETRY_S)
+
+
+def container_name(instance: str, env_name: str, labels: Mapping[str, str]) -> str:
+    """`corral-<instance>-<env>-<session>-<episode>` for an episode's container."""
+    session, episode = labels.get("corral.session"), labels.get("corral.episode")
+    tail = (
+        f"{session}-{episode}"
+        if session and episode
+        else f"{labels.get('corral.purpose', 'env')}-{uuid.uuid4().hex[:8]}"
+    )
+    return _safe_name(f"corral-{instance}-{env_name}-{tail}")
+
+
+def warm_name(instance: str, env_name: str) -> str:
+    """`corral-<instance>-<env>-warm-<random>` for a warm pool's container."""
+    return _safe_name(f"corral-{instance}-{env_name}-warm-{uuid.uuid4().hex[:8]}")
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "_.-" else "-" for c in name)

@@ -24,10 +24,10 @@ from corral.sandboxes.base import (
     SandboxSpec,
 )
 from corral.sandboxes.docker.channel import Channels
-from corral.sandboxes.docker.engine import PING_TIMEOUT_S, Engine
+from corral.sandboxes.docker.engine import PING_TIMEOUT_S, Engine, container_name, warm_name
 from corral.sandboxes.docker.images import ensure_image
 from corral.sandboxes.docker.lease import Lease
-from corral.sandboxes.docker.sandbox import DockerSandbox, container_name, warm_name
+from corral.sandboxes.docker.sandbox import DockerSandbox
 from corral.sandboxes.env_digest import image_tag
 from corral.sandboxes.shared.warm_pool import WarmPools
 
@@ -38,8 +38,10 @@ class DockerProvider(SandboxProvider):
     """Starts each sandbox as a hardened container; see docker.engine for the reaper."""
 
     kind = "docker"
+    copies = True
     isolated = True
     whole_images = True
+    model_channels = True
 
     def __init__(self, *, instance: str | None = None, warm_pool: int = 0, client: docker.DockerClient | None = None):
         self.engine = Engine(instance=instance, client=client)

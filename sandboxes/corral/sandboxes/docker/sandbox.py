@@ -1,15 +1,13 @@
 """One episode's env in a hardened Docker container.
 
-The container is created with its stdin open, attached before it starts (so no byte of output
-is missed), then started; corral's SDK goes in over stdin. The protocol then runs over a Unix
-socket the server listens on in a folder shared with this container only (docker.channel),
-which skips the engine for every line; the attach stream keeps the env's stderr. An env with
-its own command (any MCP stdio server) speaks over the attach stream's stdin and stdout, as
-does every env when the engine cannot see the server's socket folders. Nothing connects to
-the container over IP: its network is off unless the env opts in. Containers are created with
-AutoRemove, and their env reads end-of-file when the server's socket or attach stream closes,
-so a killed server's containers end and vanish on their own. Command verifiers run in a fresh
-container of their own (docker.verify).
+The container is created with its stdin open, attached before it starts (so no byte of output is missed), then
+started; corral's SDK goes in over stdin. The protocol then runs over a Unix socket the server listens on in a
+folder shared with this container only (docker.channel), which skips the engine for every line; the attach stream
+keeps the env's stderr. An env with its own command (any MCP stdio server) speaks over the attach stream's stdin and
+stdout, as does every env when the engine cannot see the server's socket folders. Nothing connects to the container
+over IP: its network is off unless the env opts in. Containers are created with AutoRemove, and their env reads
+end-of-file when the server's socket or attach stream closes, so a killed server's containers end and vanish on
+their own. Command verifiers run in a fresh container of their own (docker.verify), a fork's copy too (docker.copies).
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,10 +25,11 @@ import docker.errors
 from corral.errors import ImageError, SandboxError
 from corral.sandboxes.base import CommandResult, Sandbox, SandboxProcess, SandboxSpec
 from corral.sandboxes.docker.channel import MISSING_SOURCE, Channel, Channels, read_line, write_line
-from corral.sandboxes.docker.engine import Engine
+from corral.sandboxes.docker.copies import copy_folders
+from corral.sandboxes.docker.engine import Engine, container_name
 from corral.sandboxes.docker.execs import Exec
 from corral.sandboxes.docker.stream import MuxStream
-from corral.sandboxes.docker.verify import stop_agent, verify_in_fresh_container
+from corral.sandboxes.docker.verify import startup_variables, stop_agent, verify_in_fresh_container
 from corral.sandboxes.docker.whole_image.disk import watch_disk
 from corral.sandboxes.docker.whole_image.snapshot import verify_snapshot
 from corral.sandboxes.shared.bootstrap import bootstrapped, sdk_payload
@@ -112,6 +110,7 @@ class DockerSandbox(Sandbox):
         self.spec = spec
         self._stream = stream
         self._channel = channel  # the protocol's socket; None: the attach stream's stdin and stdout
+        self._model_socket = channel.model_socket() if channel is not None and spec.model_channel else None
         self._on_close = on_close
         self._created_at = created_at
         self._closed = False
@@ -208,9 +207,8 @@ class DockerSandbox(Sandbox):
         return self._channel is not None
 
     def claim(self, labels: Mapping[str, str]) -> None:
-        """Take this warm container for an episode. Labels cannot change after creation, so the
-        episode's session and episode ids go into the container's name, renamed in the
-        background so that a reset does not wait for the engine."""
+        """Take this warm container for an episode. Labels cannot change after creation, so the episode's
+        session and episode ids go into the container's name, renamed in the background: a reset does not wait."""
         name = container_name(self.engine.instance, self.spec.env_name, labels)
         self._rename = asyncio.create_task(self._rename_to(name))
 
@@ -296,6 +294,11 @@ class DockerSandbox(Sandbox):
             self.engine, self.container_id, command, user=env_user(self.spec), stdin=stdin, merged=True
         )
 
+    async def copy_to(self, target: Sandbox) -> None:
+        """Its writable folders streamed into `target`'s (its provider's): see docker.copies."""
+        assert isinstance(target, DockerSandbox)
+        await copy_folders(self.engine, self.spec, self.container_id, target.container_id)
+
     def _stop_for(self, reason: str) -> None:
         """Corral is stopping the container for `reason`: its stderr tail and its verifier say so."""
         self._stopped_for = reason
@@ -303,7 +306,8 @@ class DockerSandbox(Sandbox):
 
     async def _stop_agent_once(self) -> None:
         if not self._agent_stopped:
-            await stop_agent(self.engine, self.container_id, process_users(self.spec))
+            emptied = await startup_variables(self.engine, self.config)
+            await stop_agent(self.engine, self.container_id, process_users(self.spec), emptied)
             self._agent_stopped = True
 
     async def close(self) -> None:
@@ -358,9 +362,8 @@ def with_channel(config: dict, channel: Channel | None) -> dict:
 
 
 def stop_reason(api: docker.APIClient, container_id: str, since: float) -> str | None:
-    """Why the container stopped, from the engine's events: "oom" when the kernel killed it
-    for memory, else its exit code; None when it has not stopped within DIE_EVENT_WAIT_S
-    (blocking)."""
+    """Why the container stopped, from the engine's events: "oom" when the kernel killed it for memory, else
+    its exit code; None when it has not stopped within DIE_EVENT_WAIT_S (blocking)."""
     events = api.events(
         since=since,
         until=time.time() + DIE_EVENT_WAIT_S,
@@ -377,22 +380,3 @@ def stop_reason(api: docker.APIClient, container_id: str, since: float) -> str |
         return None
     finally:
         events.close()
-
-
-def container_name(instance: str, env_name: str, labels: Mapping[str, str]) -> str:
-    """`corral-<instance>-<env>-<session>-<episode>` for an episode's container."""
-    session, episode = labels.get("corral.session"), labels.get("corral.episode")
-    tail = (
-        f"{session}-{episode}"
-        if session and episode
-        else f"{labels.get('corral.purpose', 'env')}-{uuid.uuid4().hex[:8]}"
-    )
-    return _safe_name(f"corral-{instance}-{env_name}-{tail}")
-
-
-def warm_name(instance: str, env_name: str) -> str:
-    return _safe_name(f"corral-{instance}-{env_name}-warm-{uuid.uuid4().hex[:8]}")
-
-
-def _safe_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "_.-" else "-" for c in name)

@@ -19,7 +19,9 @@ it wrote can be executed by corral or run with privileges:
    read (a folder the agent made mode 000), as the local sandbox does; the output says so.
 5. The command runs as the env's user in the image's working directory, with a pristine
    environment (pristine.py: no user site, no cwd on Python's path, no bytecode cache, HOME a
-   fresh tmpfs of its own); the engine reports its exit code. The fresh container is removed,
+   fresh tmpfs of its own, and every variable of the image's ENV that makes a program load or
+   run code as it starts, BASH_ENV or LD_PRELOAD, set empty unless the task sets it itself:
+   pristine.startup_emptied, as for a Harbor task's tests); the engine reports its exit code. The fresh container is removed,
    whatever happened.
 
 Every binary run here comes from the image by absolute path, so a writable folder on the
@@ -43,7 +45,7 @@ from corral.sandboxes.docker.execs import Exec
 from corral.sandboxes.docker.whole_image.links import forged_links_under
 from corral.sandboxes.shared.archives import tar_of
 from corral.sandboxes.shared.links import stopped_by
-from corral.sandboxes.shared.pristine import BYTECODE, pristine_environment
+from corral.sandboxes.shared.pristine import BYTECODE, pristine_environment, startup_emptied
 from corral.sandboxes.shared.users import AGENT_USER, agent_apart, env_user, scratch_mounts, without_identities
 
 VERIFIER_DIR = "/verifier"  # and a random suffix, new for each verification
@@ -55,13 +57,24 @@ FILES_MB_MIN = 16
 KILL_EVERYONE = "kill -9 -1; kill -9 -1; exit 0"  # twice: a process forking as the first went by
 
 
-async def stop_agent(engine: Engine, container: str, users: Sequence[str]) -> None:
-    """Kill every process of each of `users` in `container` but PID 1 (the idle env)."""
-    await asyncio.gather(*(_kill_everyone(engine, container, user) for user in users))
+async def startup_variables(engine: Engine, config: dict) -> dict[str, str]:
+    """The start-up variables of the image of a container made with `config` that the task did
+    not set (pristine.startup_emptied), empty: every process corral starts in the agent's
+    container or its fresh copy runs with them, so none loads a file the agent wrote."""
+    info = (await engine.call(engine.api.inspect_image, config["image"]))["Config"]
+    return startup_emptied(dict(item.partition("=")[::2] for item in info.get("Env") or []), config["environment"])
 
 
-async def _kill_everyone(engine: Engine, container: str, user: str) -> None:
-    kill = await Exec.start(engine, container, [SH, "-c", KILL_EVERYONE], user=user, workdir="/")
+async def stop_agent(engine: Engine, container: str, users: Sequence[str], environment: Mapping[str, str]) -> None:
+    """Kill every process of each of `users` in `container` but PID 1 (the idle env), with
+    `environment` (startup_variables) over the container's."""
+    await asyncio.gather(*(_kill_everyone(engine, container, user, environment) for user in users))
+
+
+async def _kill_everyone(engine: Engine, container: str, user: str, environment: Mapping[str, str]) -> None:
+    kill = await Exec.start(
+        engine, container, [SH, "-c", KILL_EVERYONE], user=user, workdir="/", environment=environment
+    )
     code, output = await kill.output(timeout_s=SETUP_TIMEOUT_S, keep=1000)
     if code != 0:
         raise SandboxError(
@@ -85,8 +98,9 @@ async def verify_in_fresh_container(
     agent's container (its image, user, labels, hardening); `source` is that container, whose
     copy waits for `agent_stopped` (step 1, under way while the fresh container starts)."""
     files_dir = f"{VERIFIER_DIR}-{uuid.uuid4().hex}"  # a name no link the agent made can know
+    emptied = await startup_variables(engine, config)
     fresh = fresh_container_config(
-        config, spec, files, lifetime_s=SETUP_TIMEOUT_S + timeout_s + IDLE_GRACE_S, files_dir=files_dir
+        config, spec, files, lifetime_s=SETUP_TIMEOUT_S + timeout_s + IDLE_GRACE_S, files_dir=files_dir, emptied=emptied
     )
     container: list[str] = []  # its id, once the engine has made it
     try:
@@ -96,7 +110,7 @@ async def verify_in_fresh_container(
             # image's /bin: the agent's files arriving beside it meanwhile cannot reach it.
             _, (failed, skipped) = await asyncio.gather(
                 put_files(engine, container[0], files, files_dir),
-                copy_writable(engine, spec, source, container[0], user=fresh["user"]),
+                copy_writable(engine, spec, source, container[0], user=fresh["user"], environment=emptied),
             )
             if failed is None:
                 failed = await _links_judged(engine, spec, container[0], fresh["user"], files_dir)
@@ -140,11 +154,18 @@ async def start_fresh(engine: Engine, spec: SandboxSpec, config: dict, made: lis
 
 
 def fresh_container_config(
-    config: dict, spec: SandboxSpec, files: Mapping[str, bytes], *, lifetime_s: float, files_dir: str = VERIFIER_DIR
+    config: dict,
+    spec: SandboxSpec,
+    files: Mapping[str, bytes],
+    *,
+    lifetime_s: float,
+    emptied: Mapping[str, str],
+    files_dir: str = VERIFIER_DIR,
 ) -> dict:
     """The agent container's create arguments, changed for verifying: the env's user from the
     start with no capability, an idle PID 1 that ends the container after `lifetime_s`, no
-    stdin, the writable folders its user's, and a root-owned tmpfs at `files_dir`."""
+    stdin, the writable folders its user's, a root-owned tmpfs at `files_dir`, and the image's
+    start-up variables `emptied` (startup_variables, step 5)."""
     user = env_user(spec)
     host_config = {**config["host_config"], "CapAdd": None}
     size_mb = max(FILES_MB_MIN, 2 * math.ceil(sum(len(content) for content in files.values()) / 2**20))
@@ -167,7 +188,10 @@ def fresh_container_config(
         "labels": labels,
         "stdin_open": False,
         "detach": True,
-        "environment": pristine_environment(without_identities(config["environment"]), home=VERIFIER_HOME),
+        "environment": {
+            **emptied,
+            **pristine_environment(without_identities(config["environment"]), home=VERIFIER_HOME),
+        },
         "entrypoint": [SLEEP, str(math.ceil(lifetime_s))],
         "command": [],
         "name": f"{config['name']}-verify-{uuid.uuid4().hex[:6]}",
@@ -193,9 +217,10 @@ async def put_files(engine: Engine, container: str, files: Mapping[str, bytes], 
 
 
 async def copy_writable(
-    engine: Engine, spec: SandboxSpec, source: str, target: str, *, user: str
+    engine: Engine, spec: SandboxSpec, source: str, target: str, *, user: str, environment: Mapping[str, str]
 ) -> tuple[str | None, str]:
-    """Stream the env's writable folders from `source` into `target` with `tar` as `user`:
+    """Stream the env's writable folders from `source` into `target` with `tar` as `user`
+    (with `environment`, startup_variables, over the agent's container's):
     (None when done, else why not: the agent's doing, the verifier fails; what was left out
     because `user` cannot read it, as tar words it, or "")."""
     if not spec.writable:
@@ -212,6 +237,7 @@ async def copy_writable(
         [TAR, "-c", "-f", "-", "--ignore-failed-read", *excluded, "-C", "/", *folders],
         user=user,
         workdir="/",
+        environment=environment,
     )
     unpack = await Exec.start(
         engine, target, [TAR, "-x", "-p", "-f", "-", "-C", "/"], user=user, stdin=True, workdir="/"

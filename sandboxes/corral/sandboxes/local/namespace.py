@@ -7,7 +7,9 @@ What a process started here sees (`Bubblewrap.command`):
   namespace's first process (bubblewrap's init, or the command itself with `as_pid_1`) dies,
   the kernel kills every other one in it, `setsid` and `env -i` or not;
 - a fresh root: the system's folders (/usr, /bin, /lib*, /sbin, /etc) read-only, a private
-  /dev and /proc, fresh tmpfs at /tmp, /var/tmp and /dev/shm (gone with the namespace), and
+  /dev and /proc (the root and /dev read-only), fresh /tmp, /var/tmp and /dev/shm (one tmpfs
+  sized in bytes and files for the three where the server is root, local.sandbox's scratch;
+  else bwrap's, sized in bytes each; gone with the namespace either way), and
   only the folders it is given: read-only ones (the env's folder, corral's SDK, a verifier's
   files) and writable ones (its work folder), each at its own path. Nothing else of this
   machine's files: not the bundle, not another episode's folder, not the server's home;
@@ -49,6 +51,7 @@ from corral.sandboxes.local.seccomp import program_fd
 
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+SCRATCH_FOLDERS = ("tmp", "var-tmp", "shm")  # in a `scratch` folder, bound at PRIVATE_TMP
 PROBE_TIMEOUT_S = 20.0
 END_TIMEOUT_S = 30.0  # the kernel kills a namespace's processes at once; this is only a backstop
 
@@ -67,6 +70,7 @@ class Bubblewrap:
         read_only: Sequence[Path] = (),
         writable: Sequence[Path] = (),
         tmp_mb: int = 64,
+        scratch: Path | None = None,
         network: bool = False,
         info_fd: int | None = None,
         seccomp_fd: int | None = None,
@@ -75,7 +79,9 @@ class Bubblewrap:
     ) -> list[str]:
         """`command` run in fresh namespaces (the module docstring), in `cwd`, seeing the system
         and `read_only` read-only, `writable` writable, and nothing else; `network` shares this
-        machine's network (an env that asks for egress); `as_pid_1`: `command` is the
+        machine's network (an env that asks for egress); /tmp, /var/tmp and /dev/shm are
+        `scratch`'s folders of those names (SCRATCH_FOLDERS: a sized tmpfs the caller mounted,
+        bounding bytes and files together), else tmpfs of `tmp_mb` each; `as_pid_1`: `command` is the
         namespace's first process (no init); bwrap writes that first process's pid to `info_fd`
         and installs the seccomp program it reads from `seccomp_fd` (local.seccomp).
         `capabilities` (bwrap run by root): no user namespace, `command` starts as root with
@@ -106,14 +112,20 @@ class Bubblewrap:
             elif os.path.isdir(folder):
                 argv += ["--ro-bind", folder, folder]
         argv += ["--proc", "/proc", "--dev", "/dev"]
-        for folder in PRIVATE_TMP:
-            argv += ["--perms", "1777", "--size", str(tmp_mb << 20), "--tmpfs", folder]  # shared, sticky, as usual
+        argv += ["--perms", "0755", "--dir", "/var"]  # bwrap makes a bind's parents 0700: other users could not pass
+        for folder, name in zip(PRIVATE_TMP, SCRATCH_FOLDERS, strict=True):
+            if scratch is not None:
+                argv += ["--bind", str(scratch / name), folder]
+            else:  # bwrap sizes its tmpfs by bytes alone: files are bounded only where `scratch` is given
+                argv += ["--perms", "1777", "--size", str(tmp_mb << 20), "--tmpfs", folder]  # shared, sticky
         for folder in _made_above(read_only, writable):
             argv += ["--perms", "0711", "--dir", folder]
         for path in read_only:
             argv += ["--ro-bind", str(path), str(path)]
         for path in writable:
             argv += ["--bind", str(path), str(path)]
+        # The root and /dev bwrap builds are tmpfs of no size: nothing more is written there.
+        argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
         return [*argv, "--chdir", str(cwd), "--", *command]
 
     @staticmethod
@@ -191,8 +203,9 @@ def refusal(bubblewrap: Bubblewrap, uid: int | None, capabilities: Sequence[str]
 class Contained:
     """A process started in namespaces of its own; `end()` ends them and all in them."""
 
-    def __init__(self, process: asyncio.subprocess.Process, init_pid: int | None):
+    def __init__(self, process: asyncio.subprocess.Process, init_pid: int | None, scratch: Path | None = None):
         self.process = process
+        self.scratch = scratch  # its /tmp, /var/tmp and /dev/shm (Bubblewrap.command), which its caller removes
         # A pidfd holds the init, not its number: a reused pid is never signalled.
         self._init = os.pidfd_open(init_pid) if init_pid is not None else -1
 
@@ -207,6 +220,7 @@ class Contained:
         read_only: Sequence[Path] = (),
         writable: Sequence[Path] = (),
         tmp_mb: int = 64,
+        scratch: Path | None = None,
         network: bool = False,
         as_pid_1: bool = False,
         limits: Sequence[str] = (),
@@ -228,6 +242,7 @@ class Contained:
                 read_only=read_only,
                 writable=writable,
                 tmp_mb=tmp_mb,
+                scratch=scratch,
                 network=network,
                 info_fd=write,
                 seccomp_fd=seccomp,
@@ -254,9 +269,9 @@ class Contained:
         except (ValueError, KeyError, TypeError):
             init_pid = None
         try:
-            return cls(process, init_pid)
+            return cls(process, init_pid, scratch)
         except ProcessLookupError:  # the namespace has ended already
-            return cls(process, None)
+            return cls(process, None, scratch)
 
     async def end(self) -> None:
         """Kill the namespace's init (the kernel then kills every process in it) and wait for

@@ -83,6 +83,8 @@ class LocalProvider(SandboxProvider):
     """Runs each episode's env as a child process in a fresh folder (see the module docstring)."""
 
     kind = "local"
+    model_channels = True
+    copies = True
 
     def __init__(self, *, instance: str | None = None, warm_pool: int = 0, unsafe_local_shell: bool = False) -> None:
         # Without a name (a one-off `corral check`), a unique one: it must never reap a server's.

@@ -19,8 +19,9 @@ from typing import Protocol
 from corral.env.agent import AGENT_USER_VARIABLE, ENV_USER_VARIABLE
 from corral.errors import SandboxError
 from corral.sandboxes.base import CommandResult, Sandbox, SandboxSpec
+from corral.sandboxes.local.copies import copy_work
 from corral.sandboxes.local.files import EnvFiles
-from corral.sandboxes.local.namespace import Bubblewrap, Contained
+from corral.sandboxes.local.namespace import SCRATCH_FOLDERS, Bubblewrap, Contained
 from corral.sandboxes.local.procs import (
     UidPool,
     Users,
@@ -30,7 +31,7 @@ from corral.sandboxes.local.procs import (
     kill_uid,
     minimal_environment,
 )
-from corral.sandboxes.local.quota import Quotas, process_limits, unbind_all_under
+from corral.sandboxes.local.quota import Quotas, process_limits, unbind, unbind_all_under
 from corral.sandboxes.local.verify import verify_on_a_copy
 from corral.sandboxes.shared.trees import remove_tree
 from corral.sandboxes.shared.users import ID_CAPABILITIES
@@ -63,6 +64,7 @@ class LocalSandbox(Sandbox):
         self.users: Users | None = None
         self.marker = f"{host.instance}/{folder.name}/"  # every process of the episode starts with it
         self.verifications = 0
+        self.scratches = 0
         self._env: Contained | None = None  # the env's process, in namespaces where bwrap runs
         self._stderr = -1
         self._agent_stopped = False
@@ -73,6 +75,7 @@ class LocalSandbox(Sandbox):
         """Make the episode's folders and start its env; raise SandboxError when it cannot start."""
         spec, contained = self.spec, self.host.bubblewrap is not None
         tmp, stderr_path = self.folder / "tmp", self.folder / "stderr"
+        seen = [*self.host.files.visible(spec), *([self.model_folder] if spec.model_channel else [])]
         try:
             # As root, 0711: the episode's uids may pass through to their own folders, and list none.
             self.folder.mkdir(mode=0o711 if self.users is not None else 0o700)
@@ -81,6 +84,10 @@ class LocalSandbox(Sandbox):
             self.own(self.workdir, mode, uid=owner, gid=group)
             quotas = self.host.quotas
             quotas.bound(self.workdir, self.share_mb, uid=owner, gid=group, mode=mode)
+            if spec.model_channel:  # the server's: the episode's users may pass, and connect to its socket
+                self.model_folder.mkdir(mode=0o711)
+                socket_path = self.model_folder / "model.sock"
+                self._model_socket = socket_path, str(socket_path)
             if not contained:  # in namespaces, /tmp is a tmpfs of the episode's own
                 self.own(tmp)
                 quotas.bound(tmp, spec.scratch_mb, uid=self.uid)
@@ -108,7 +115,7 @@ class LocalSandbox(Sandbox):
                 cwd=self.workdir,
                 environ=environ,
                 capabilities=capabilities,
-                read_only=self.host.files.visible(spec),
+                read_only=seen,
                 writable=[self.workdir],
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -163,6 +170,7 @@ class LocalSandbox(Sandbox):
                 read_only=read_only,
                 writable=writable,
                 tmp_mb=self.spec.scratch_mb,
+                scratch=self.scratch(),
                 network=self.spec.network == "egress",
                 as_pid_1=as_pid_1,
                 limits=limits,
@@ -180,9 +188,34 @@ class LocalSandbox(Sandbox):
         the episode marked `marker` (as root: of the episode's uid) and its process group."""
         if self.host.bubblewrap is not None:
             await started.end()
+            if started.scratch is not None:
+                await asyncio.to_thread(unbind, started.scratch)
+                await asyncio.to_thread(remove_tree, started.scratch)
         else:
             await self.stop(marker, pgid=started.process.pid)
             await started.process.wait()
+
+    def scratch(self) -> Path | None:
+        """Fresh /tmp, /var/tmp and /dev/shm for one process in namespaces: the folders of one
+        tmpfs of `scratch_mb` for the three, which bounds files as well as bytes (local.quota);
+        None where this server cannot mount one (bwrap's own tmpfs then, sized by bytes alone)."""
+        if self.quotas.why_not:
+            return None
+        self.scratches += 1
+        where = self.folder / f"scratch-{self.scratches}"
+        where.mkdir(mode=0o755)
+        if not self.quotas.bound(where, self.spec.scratch_mb, mode=0o755):
+            where.rmdir()
+            return None
+        for name in SCRATCH_FOLDERS:
+            (where / name).mkdir()
+            os.chmod(where / name, 0o1777)  # shared and sticky, as /tmp is
+        return where
+
+    @property
+    def model_folder(self) -> Path:
+        """A harness env's channel folder, seen inside at its own path (read-only)."""
+        return self.folder / "model"
 
     @property
     def share_mb(self) -> int:
@@ -268,6 +301,12 @@ class LocalSandbox(Sandbox):
                 await self.end(self._env, self.marker)
             self._agent_stopped = True
         return await verify_on_a_copy(self, files, command, timeout_s=timeout_s, keep=max_output_chars)
+
+    async def copy_to(self, target: Sandbox) -> None:
+        """Its work folder copied into `target`'s: see local.copies."""
+        if not isinstance(target, LocalSandbox):
+            raise SandboxError(f"a local sandbox copies into another local sandbox, not a {type(target).__name__}")
+        await copy_work(self, target)
 
     async def stop(self, marker: str, pgid: int | None = None) -> None:
         """Without namespaces: kill every process marked with `marker` (as root: of the

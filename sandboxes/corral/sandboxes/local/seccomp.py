@@ -7,6 +7,19 @@ lets any user do (make user namespaces, and inside them mount, as root of their 
 kernel attack surface docker's default profile closes. This filter refuses (EPERM) what that
 profile refuses and a contained env has no use for: one table, `REFUSED`, below.
 
+Memory a file or an IPC object holds is no process's map, so RLIMIT_AS (the env's `memory_mb`,
+local.quota) never counts it: a memfd, a System V shared memory segment, message queue or
+semaphore set each held 128 MB past a 96 MB bound, the kernel's own limits on them being
+fractions of the machine. Those calls answer ENOSYS (`ABSENT`), as a kernel built without
+them would, and programs fall back to files in /dev/shm and /tmp, which a sized tmpfs bounds
+(local.sandbox's scratch).
+
+`socket` and `socketpair` make only the address families an env has a use for (`FAMILIES`:
+local sockets, IPv4, IPv6, and netlink, which glibc's getaddrinfo and `ip` ask the kernel's
+addresses through); any other (vsock to the host of a virtual machine, packet, Bluetooth, the
+kernel's crypto API, and the families no env has heard of) answers EAFNOSUPPORT, as a kernel
+built without it would.
+
 `clone` and `unshare` are refused only with a namespace flag (as docker does without
 CAP_SYS_ADMIN); `clone3`, whose flags sit in memory a filter cannot read, answers ENOSYS so
 libc falls back to `clone`. `personality` takes only the values docker allows. On x86-64, the
@@ -82,7 +95,17 @@ REFUSED: dict[str, tuple[int | None, int | None]] = {
     "sysfs": (139, None),
     "_sysctl": (156, None),
 }
+# name: numbers as in REFUSED; answered ENOSYS, so their users fall back to bounded files.
+ABSENT: dict[str, tuple[int | None, int | None]] = {
+    "memfd_create": (319, 279),
+    "memfd_secret": (447, 447),
+    "shmget": (29, 194),
+    "msgget": (68, 186),
+    "semget": (64, 190),
+}
 CLONE, CLONE3, PERSONALITY = (56, 220), (435, 435), (135, 92)
+SOCKET, SOCKETPAIR = (41, 198), (53, 199)
+FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
 NAMESPACE_FLAGS = 0x7E020000  # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
 PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)  # Linux, Linux32, UNAME26 and both, a query
 
@@ -119,9 +142,16 @@ def program(machine: str | None = None) -> bytes:
     for numbers in REFUSED.values():
         if (number := numbers[column]) is not None:
             ops += [_op(JEQ, number, jf=1), refuse]
-    ops += [_op(JEQ, CLONE3[column], jf=1), _op(RET, _errno(errno.ENOSYS))]
+    absent = _op(RET, _errno(errno.ENOSYS))
+    for numbers in [*ABSENT.values(), CLONE3]:
+        if (number := numbers[column]) is not None:
+            ops += [_op(JEQ, number, jf=1), absent]
     # Each block below ends in a return: A holds an argument there, not the number.
     ops += [_op(JEQ, CLONE[column], jf=4), _op(LD_ABS, ARG0), _op(JSET, NAMESPACE_FLAGS, jf=1), refuse, _op(RET, ALLOW)]
+    for call in (SOCKET, SOCKETPAIR):
+        made = [_op(JEQ, family, jt=len(FAMILIES) - index) for index, family in enumerate(FAMILIES)]
+        ops += [_op(JEQ, call[column], jf=len(made) + 3), _op(LD_ABS, ARG0), *made]
+        ops += [_op(RET, _errno(errno.EAFNOSUPPORT)), _op(RET, ALLOW)]
     allowed = [_op(JEQ, value, jt=len(PERSONALITIES) - index) for index, value in enumerate(PERSONALITIES)]
     ops += [_op(JEQ, PERSONALITY[column], jf=len(allowed) + 2), _op(LD_ABS, ARG0), *allowed, refuse]
     return b"".join([*ops, _op(RET, ALLOW)])

@@ -49,6 +49,13 @@ def starts_code(name: str) -> bool:
     return name in STARTUP or name.startswith(STARTUP_PREFIXES)
 
 
+def startup_emptied(image_env: Mapping[str, str], ours: Mapping[str, str]) -> dict[str, str]:
+    """The variables of an image's ENV (`image_env`) that start code (`starts_code`) and the
+    task does not set itself (`ours`), each empty: what a verifier's process gets over the
+    image's, as the engine cannot unset an image's variable and each of them empty means none."""
+    return {key: "" for key in sorted(image_env) if key not in ours and starts_code(key)}
+
+
 # Left out of every copy of the agent's folders: compiled code it may have written to be run
 # in place of the sources the verifier reads (a stale cache, a sourceless module).
 BYTECODE = ("__pycache__", "*.pyc", "*.pyo")

@@ -19,7 +19,7 @@ from corral.sandboxes import SandboxError, SandboxProvider, SandboxSpec
 from corral.server.bundles.format import Task
 from corral.server.bundles.model import BundleEnv, LoadedBundle
 from corral.server.bundles.problems import Problem
-from corral.server.bundles.verifiers import VerifierError, Verify, load_verifiers, score_episode
+from corral.server.bundles.verifiers import VerifierError, Verify, load_verifiers, rescore_mode, score_episode
 from corral.server.connection.base import EnvCallError, EnvDied
 
 PROBE_TIMEOUT_S = 120.0
@@ -42,6 +42,7 @@ def sandbox_spec(env: BundleEnv) -> SandboxSpec:
         resources=env.resources,
         network=config.network,
         agent_shell=config.agent_shell,
+        model_channel=config.harness is not None,
     )
 
 
@@ -149,6 +150,7 @@ def check_verifiers(bundle: LoadedBundle, reports: Mapping[str, dict[str, Any]])
     loaded: dict[str, Verify] = {}
     for name, path in bundle.verifiers.items():
         try:
+            rescore_mode(path)
             loaded.update(load_verifiers({name: path}))
         except VerifierError as error:
             # The problem names the file already; drop the absolute path the error starts with.

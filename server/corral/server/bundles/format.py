@@ -91,7 +91,9 @@ class EnvConfig(_Strict):
     # How an episode of this env may be forked (corral/episode/fork); None: it cannot be.
     # "replay": the env's state lives in its process's memory and follows from its task and the
     # calls made, so a copy is a fresh env given the same task and the episode's calls again.
-    fork: Literal["replay"] | None = None
+    # "copy": its state lives in its writable folders, so a copy is a fresh sandbox holding a
+    # copy of them, its fresh env resumed on them (Env.resume), nothing replayed.
+    fork: Literal["replay", "copy"] | None = None
     # A harness env: its episodes run an agent program in the sandbox (HarnessConfig).
     harness: HarnessConfig | None = None
 

@@ -11,12 +11,19 @@ the exit status read from outside (`Sandbox.verify`): 0 scores 1.0, anything els
 included, 0.0. The agent never sees the files: they arrive only once it can no longer act.
 A Harbor task's tests (`RewardFileVerifier`) are one too, whose verdict is the reward file they
 write (reward.json or reward.txt), read back by the sandbox from outside them.
+
+Whether a verifier can score a recorded episode again (`corral rescore`): a Python verifier may
+say so with `RESCORE = "stateless"` (the default: it reads only the task and the report, which
+records keep), `"state"` (it needs the episode's final state, which they do not keep yet) or
+`"no"`; a command verifier reads the sandbox's files, so it is "state".
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import functools
+import hashlib
 import importlib.util
 import json
 import math
@@ -25,13 +32,40 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
 from corral.errors import VerifierError
 from corral.sandboxes import CommandResult, Sandbox
 from corral.server.bundles.format import CommandVerifier, RewardFileVerifier
 
 Verify = Callable[[dict[str, Any], dict[str, Any]], Any]
+RescoreMode = Literal["stateless", "state", "no"]
+
+
+def rescore_mode(path: Path) -> RescoreMode:
+    """The `RESCORE = "..."` a Python verifier's module sets ("stateless" when none), read from its
+    source without running it; VerifierError when it is not one of the three strings."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except SyntaxError as error:
+        raise VerifierError(f"{path}: not valid Python: {error}") from None
+    for statement in tree.body:
+        if isinstance(statement, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "RESCORE" for target in statement.targets
+        ):
+            value = statement.value.value if isinstance(statement.value, ast.Constant) else None
+            if value not in get_args(RescoreMode):
+                raise VerifierError(
+                    f'{path}: RESCORE = {ast.unparse(statement.value)} is not one of "stateless", "state", "no"; '
+                    'set it to one of them as a plain string (or leave it out: "stateless")'
+                )
+            return cast(RescoreMode, value)
+    return "stateless"
+
+
+def verifier_digest(path: Path) -> str:
+    """A verifier file's content digest, `sha256:<hex>`: what tells an old verifier from a new one."""
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load_verifiers(paths: Mapping[str, Path]) -> dict[str, Verify]:

@@ -20,7 +20,7 @@ import uuid
 from typing import Any
 
 from corral.errors import SandboxError
-from corral.protocol.catalog import END_TURN
+from corral.protocol.catalog import END_TURN, RUN_AGENT
 from corral.protocol.frames import (
     EPISODE_ENDED,
     STEP_REWARD,
@@ -40,6 +40,7 @@ from corral.server.episodes.alarms import CallDeadline
 from corral.server.episodes.canary import judge
 from corral.server.episodes.endings import ENDINGS
 from corral.server.episodes.env_answers import field_of, refused, tool_answer
+from corral.server.episodes.harness_run import Harness, offered, play
 from corral.server.episodes.runtime import EpisodeRuntime
 from corral.server.episodes.scoring import Unscorable, command_verdicts, scores_of
 from corral.server.metrics import Timed
@@ -62,11 +63,11 @@ class ServedEpisode:
         session_id: str = "",
         split: str | None = None,
         untouched: bool = False,
+        harness: Harness | None = None,
     ):
         self.runtime = runtime
-        # An untouched replay (the evidence for another episode's ending): never counted or
-        # recorded, and its own failures are the platform's.
-        self.untouched = untouched
+        self.harness = harness  # a harness env's: its agent runs to its end in run_agent
+        self.untouched = untouched  # a replay judging another ending: not counted or recorded, failing as ours
         self.task = task
         self.split = split
         self.limits = limits
@@ -79,7 +80,8 @@ class ServedEpisode:
         self.reward: float | None = None
         self.reason: str | None = None  # why it ended early
         self.cause: Cause | None = None  # what ended it, in a word: "scored", or one of endings.ENDINGS
-        self.tools = runtime.offered_tools(task)
+        self.report: dict[str, Any] | None = None  # the env's final report, as the verifiers scored it
+        self.tools = offered(runtime.offered_tools(task), harness)
         self._tool_names = frozenset(tool.name for tool in self.tools)
         self.tool_calls = 0
         self.calls: list[AnsweredCall] = []  # every call, answered: as models once it ends (one a call costs)
@@ -106,13 +108,14 @@ class ServedEpisode:
             reason=self.reason,
         )
 
-    async def start(self) -> ResetObservation:
-        """Deploy the env, load the task, and open the first turn (within the reset deadline)."""
-        opened = await self._start()
+    async def start(self, *, copied: bool = False) -> ResetObservation:
+        """Deploy the env, load the task, and open the first turn (within the reset deadline);
+        `copied`: for a fork's copy, whose env resumes on the files copied in next (Env.resume)."""
+        opened = await self._start(copied)
         self._publish()  # a reset that failed has ended the episode
         return opened
 
-    async def _start(self) -> ResetObservation:
+    async def _start(self, copied: bool) -> ResetObservation:
         labels = {"corral.session": self.session_id, "corral.episode": self.episode_id}
         opened = ResetObservation(
             task_id=self.task.id,
@@ -132,7 +135,7 @@ class ServedEpisode:
                 with Timed(self.seconds, "start", metrics.sandbox_start):
                     self._env = await self.runtime.connect(self.task, labels)
                 await self._env.initialize()
-                await self._env.hook("corral/reset", {"task": self.task.args})
+                await self._env.hook("corral/reset", {"task": self.task.args} | ({"copied": True} if copied else {}))
         except TimeoutError:
             reason = (
                 f"the reset didn't finish within {self.limits.reset_timeout_s:g}s (deploying the env and "
@@ -175,6 +178,8 @@ class ServedEpisode:
             if not isinstance(response, str) or set(arguments) - {"response"}:
                 return refused(name, "invalid_args", "end_turn takes one argument, response: a string")
             return await self.end_turn(response)
+        if name == RUN_AGENT and self.harness is not None:
+            return await play(self, self.harness)
         if name not in self._tool_names:
             offered = ", ".join(tool.name for tool in self.tools)
             return refused(name, "tool_not_found", f"no tool {name!r} in this turn; it offers: {offered}")
@@ -241,6 +246,7 @@ class ServedEpisode:
         """Score what the agent left (`scoring.py`), then pick the reward from the scores."""
         assert self._env is not None
         verifying = time.monotonic()
+        self.report = report
         timeout_s = self.limits.reset_timeout_s
         try:
             verdicts = await command_verdicts(self.runtime, self.task, self._env.sandbox, timeout_s=timeout_s)
@@ -389,5 +395,6 @@ class ServedEpisode:
                 sandbox=self.runtime.sandbox_kind(),
                 seconds=dict(self.seconds),
                 started_at=self._started_at,
+                report=self.report,
             )
         )

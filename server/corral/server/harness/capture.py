@@ -57,7 +57,9 @@ class Upstream(Protocol):
     """Where an episode's calls are answered: `(status, reply)` for a non-streaming request body
     (`http` is the proxy's pooled client, for an upstream it reaches over HTTP)."""
 
-    model: str | None
+    @property
+    def model(self) -> str | None:
+        """The served model's name, sent whatever name the agent uses; None: the agent's."""
 
     async def complete(self, body: dict[str, Any], http: httpx.AsyncClient) -> tuple[int, dict[str, Any]]: ...
 

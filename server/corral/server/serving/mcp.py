@@ -188,6 +188,7 @@ async def _call(session: ServedSession, params: dict[str, Any]) -> dict[str, Any
         "status": observed.status,
         "scores": observed.scores,
         "reason": observed.reason,
+        "metadata": observed.metadata or None,  # a harness episode's capture (run_agent)
     }
     # MCP's CallToolResult, plus OpenEnv's `data` (what its MCPToolClient returns).
     return {

@@ -28,13 +28,13 @@ from corral.protocol.frames import (
 )
 from corral.protocol.records import EpisodeRecord
 from corral.protocol.rewards import RewardRule
-from corral.sandboxes import Sandbox, SandboxProvider, make_provider
+from corral.sandboxes import Progress, Sandbox, SandboxProvider, make_provider
 from corral.server.bundles.checks import check_envs, check_reward_rule, check_verifiers, sandbox_spec
-from corral.server.bundles.format import Task
+from corral.server.bundles.format import HarnessConfig, Task
 from corral.server.bundles.model import RESERVED_SPLIT, BundleEnv, LoadedBundle
 from corral.server.bundles.problems import Problem
 from corral.server.bundles.verifier_pool import VerifierPool
-from corral.server.bundles.verifiers import CommandScore, run_command_verifier
+from corral.server.bundles.verifiers import CommandScore, run_command_verifier, verifier_digest
 from corral.server.connection.base import EnvConnection
 from corral.server.formats import load_bundle
 from corral.server.metrics import Metrics
@@ -85,9 +85,9 @@ class ServedBundle:
     recorder: EpisodeRecorder | None = None
 
     @classmethod
-    async def open(cls, root: Path, options: ServeOptions) -> ServedBundle:
-        """Load and check the bundle, prepare and probe its envs; raise BundleInvalid if
-        anything is off."""
+    async def open(cls, root: Path, options: ServeOptions, progress: Progress = log.info) -> ServedBundle:
+        """Load and check the bundle, prepare and probe its envs (`progress` gets each line of
+        a long preparation, an image build's); raise BundleInvalid if anything is off."""
         bundle = load_bundle(root, network=options.network)
         provider = bundle.serving_provider(
             make_provider(
@@ -98,7 +98,7 @@ class ServedBundle:
             )
         )
         try:
-            ready = await _prepare_envs(bundle, provider)
+            ready = await _prepare_envs(bundle, provider, progress)
             tools_by_env, reports = await check_envs(bundle, provider, ready) if ready else ({}, {})
             check_verifiers(bundle, reports)
             reward = options.reward if options.reward is not None else bundle.manifest.serve.reward
@@ -202,10 +202,18 @@ class ServedBundle:
         """The turn's tools: the env tools the task offers, then end_turn."""
         return self.toolsets[self.toolset_of[task.id]].tools
 
+    def harness_of(self, task: Task) -> HarnessConfig | None:
+        """The [harness] of `task`'s env: its episodes run an agent program (run_agent)."""
+        return self.bundle.envs[task.env].config.harness
+
     def fork_modes(self) -> dict[str, str]:
-        """How an episode of each env may be forked ({env: mode}, from its env.toml); an env
-        missing here cannot be."""
-        return {name: env.config.fork for name, env in self.bundle.envs.items() if env.config.fork is not None}
+        """How an episode of each env may be forked here ({env: mode}, from its env.toml); an env
+        missing here cannot be: it declares no mode, or "copy" on a provider that cannot copy."""
+        return {
+            name: mode
+            for name, env in self.bundle.envs.items()
+            if (mode := env.config.fork) == "replay" or (mode == "copy" and self.provider.copies)
+        }
 
     def all_tools(self) -> list[ToolSpec]:
         """Every tool the bundle offers, each once (what a session lists before its reset)."""
@@ -262,7 +270,7 @@ class ServedBundle:
         """Count an ended episode, log its line, and record it when recording."""
         self.metrics.episode_ended(record)
         if self.recorder is not None:
-            self.recorder.record(record)
+            self.recorder.record(record, self.python_verifiers(self.bundle.tasks[record.task_id]))
 
     async def aclose(self) -> None:
         if self.recorder is not None:
@@ -279,7 +287,8 @@ def _recorder(bundle: LoadedBundle, options: ServeOptions) -> EpisodeRecorder | 
         folder = bundle.root / bundle.manifest.serve.record  # the bundle's own setting: from its folder
     else:
         return None
-    return EpisodeRecorder(folder, bundle.manifest.name)
+    digests = {name: verifier_digest(path) for name, path in bundle.verifiers.items()}
+    return EpisodeRecorder(folder, bundle.manifest.name, digests)
 
 
 def default_instance(port: int) -> str:
@@ -288,15 +297,25 @@ def default_instance(port: int) -> str:
     return f"{socket.gethostname()}-{port}"
 
 
-async def _prepare_envs(bundle: LoadedBundle, provider: SandboxProvider) -> list[BundleEnv]:
+async def _prepare_envs(bundle: LoadedBundle, provider: SandboxProvider, progress: Progress) -> list[BundleEnv]:
     """Remove what a killed run of this server left, then make every env startable (e.g. build
     its image) before any session is accepted. The envs that are ready; each other one's
     problem is added to the bundle, so all of them are listed at once."""
     await provider.reap_leftovers()
     ready = []
     for env in bundle.envs.values():
+        if env.config.harness is not None and not provider.model_channels:
+            bundle.problems.append(
+                Problem(
+                    bundle.where("envs", env.name),
+                    f"env {env.name} has a [harness]: its agent's model calls leave the sandbox only by a socket "
+                    f"beside the env's, which the {provider.kind} sandbox cannot give yet; serve it with "
+                    "--sandbox local or --sandbox docker",
+                )
+            )
+            continue
         try:
-            prepared = await provider.prepare(sandbox_spec(env))
+            prepared = await provider.prepare(sandbox_spec(env), progress)
         except SandboxError as error:  # an ImageError among them
             bundle.problems.append(Problem(bundle.where("envs", env.name), str(error)))
             continue

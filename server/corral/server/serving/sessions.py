@@ -30,6 +30,7 @@ from corral.protocol.frames import (
     StepAction,
 )
 from corral.server.episodes.episode import ServedEpisode
+from corral.server.episodes.harness_run import DEFAULT_TEMPERATURE, EngineOptions, Harness
 from corral.server.serving.served import ServedBundle
 from corral.server.workers.seat import WorkerSeat
 
@@ -69,6 +70,8 @@ class ServedSession:
         except LookupError as error:
             raise FrameError(ErrorCode.VALIDATION_ERROR, str(error)) from None
         limits, notes = self.served.limits_for(data, task)
+        harness = self.served.harness_of(task)
+        engine = EngineOptions(data.llm_url, data.model, data.temperature or DEFAULT_TEMPERATURE)
         self.episode = ServedEpisode(
             self.served,
             task,
@@ -76,6 +79,7 @@ class ServedSession:
             episode_id=data.episode_id,
             session_id=self.session_id,
             split=data.split or self.served.split_of(task.id),
+            harness=None if harness is None else Harness(harness, engine),
         )
         opened = await self.episode.start()
         if notes:

@@ -1,6 +1,10 @@
 """`WS /ws`: one session per socket (its own, or one created over HTTP and named by
 `?session_id=`), frames handled one at a time.
 
+A socket that sends no frame for `IDLE_TTL_S` between calls (the time a session created over
+HTTP may be left without one) is closed, its session with it: attached or not, a client that
+holds a slot without playing takes it from every trainer, and its env from the machine.
+
 A client that disconnects mid-call has its episode torn down then (within `WATCH_AFTER_S`)
 rather than when the call ends, so the socket must be read during a call. One task per socket, made once, plays the
 frames: it reads the next frame itself between calls, and a call still running after
@@ -28,11 +32,18 @@ from corral.protocol.frames import ErrorCode, ErrorReply
 from corral.server.episodes.alarms import Alarm
 from corral.server.harness.socket_upstream import WebSocketUpstream
 from corral.server.serving.frames import handle_frame, model_response
-from corral.server.serving.sessions import CapacityReached, FrameError, ServedSession, SessionRegistry
+from corral.server.serving.sessions import (
+    DETACHED_TTL_S,
+    CapacityReached,
+    FrameError,
+    ServedSession,
+    SessionRegistry,
+)
 
 log = logging.getLogger("corral.server")
 INBOX_FRAMES = 4  # frames a watcher reads ahead of the one being handled
 WATCH_AFTER_S = 0.05  # a call still running this long has the socket read for it (the client may leave)
+IDLE_TTL_S = DETACHED_TTL_S  # a socket that sends no frame this long between calls is closed, with its session
 
 
 async def serve_socket(websocket: WebSocket, registry: SessionRegistry) -> None:
@@ -89,7 +100,7 @@ async def _answer(websocket: WebSocket, session: ServedSession, registry: Sessio
     frames = _Frames(websocket)
     frames.relay.bind()
     try:
-        while (text := await frames.next()) is not None:
+        while (text := await _next_before_idle(frames, websocket, session)) is not None:
             frames.watch()
             try:
                 reply = await handle_frame(session, registry, text, relay=frames.relay)
@@ -100,6 +111,25 @@ async def _answer(websocket: WebSocket, session: ServedSession, registry: Sessio
             await websocket.send_text(reply if isinstance(reply, str) else reply.model_dump_json())
     finally:
         frames.close()
+
+
+async def _next_before_idle(frames: _Frames, websocket: WebSocket, session: ServedSession) -> str | None:
+    """The client's next frame; None when it has left, or has sent none for IDLE_TTL_S (then its
+    session is closed with the socket, even one created over HTTP, and the client is told why)."""
+    try:
+        return await asyncio.wait_for(frames.next(), IDLE_TTL_S)
+    except TimeoutError:
+        pass
+    log.info("closing session %s: its socket sent no frame for %.0fs", session.session_id, IDLE_TTL_S)
+    session.closing = True
+    idle = ErrorReply.of(
+        ErrorCode.SESSION_ERROR,
+        f"the session was closed: its socket sent no frame for {IDLE_TTL_S:.0f}s, and an idle session "
+        "holds a slot (and an env) from every other client; send a frame within that time, or open a new session",
+    )
+    with contextlib.suppress(Exception):  # the client may be gone too
+        await websocket.send_text(idle.model_dump_json())
+    return None
 
 
 class _Frames:

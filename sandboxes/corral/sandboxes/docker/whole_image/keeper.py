@@ -25,7 +25,7 @@ import docker.types
 
 from corral.errors import SandboxError
 from corral.sandboxes.base import INODES_PER_MB, SandboxSpec
-from corral.sandboxes.docker.engine import Engine
+from corral.sandboxes.docker.engine import Engine, remove_container
 
 SLEEP = "/bin/sleep"
 KEEPER_USER = "65534:65534"  # nobody: the keeper only sleeps
@@ -118,9 +118,5 @@ def _tmpfs_volume(folder: str, size_mb: int, *, mode: str, labels: Mapping[str, 
 def remove_keeper(engine: Engine, keeper: str) -> None:
     """Remove the keeper with its volumes (blocking; after the tests' container has gone, which
     names them and so leaves them). A removal under way already (its sleep ended: AutoRemove)
-    removes them too."""
-    try:
-        engine.api.remove_container(keeper, force=True, v=True)
-    except docker.errors.APIError as error:
-        if error.status_code not in (404, 409):
-            raise
+    is waited out, so the volumes are gone too when this returns."""
+    remove_container(engine.api, keeper)

@@ -35,7 +35,7 @@ from corral.errors import SandboxError
 from corral.sandboxes.docker.engine import Engine
 from corral.sandboxes.docker.execs import Exec
 from corral.sandboxes.docker.whole_image.keeper import KEEPER_USER
-from corral.sandboxes.shared.pristine import starts_code
+from corral.sandboxes.shared.pristine import startup_emptied
 
 SEARCHED = ("PATH", "PYTHONPATH")
 KEPT = ("HOME", "LANG", "LANGUAGE", "TERM", "TZ")  # and LC_*: they name no code
@@ -117,7 +117,7 @@ async def for_the_tests(
     ours = {**config["environment"], **overrides}
     # Each judged by what it is, not where: the task's own settings are its choice.
     others = {key: value for key, value in image_env.items() if key not in ours and key not in SEARCHED}
-    emptied = sorted(key for key in others if starts_code(key))
+    emptied = list(startup_emptied(others, ours))
     agent = config["user"] or info.get("User") or "root"
     if agent.split(":")[0] in ("root", "0"):
         return SearchPath({key: "" for key in emptied}, emptied=emptied, agent=agent)

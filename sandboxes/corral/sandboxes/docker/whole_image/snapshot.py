@@ -64,7 +64,7 @@ import docker.types
 
 from corral.errors import SandboxError
 from corral.sandboxes.base import CommandResult, SandboxSpec
-from corral.sandboxes.docker.engine import Engine
+from corral.sandboxes.docker.engine import Engine, remove_container
 from corral.sandboxes.docker.stream import MuxStream
 from corral.sandboxes.docker.whole_image.disk import past_limit, watch_disk, written
 from corral.sandboxes.docker.whole_image.fresh import VERIFIER_HOME, fresh_config, runs_as_root
@@ -353,8 +353,7 @@ def _remove(engine: Engine, container: str, image: str, committed: threading.Eve
     """Remove the verifier's container, then the keeper with the volumes (the container names
     them, so they outlive its removal), then, once the commit has ended, the committed image
     (blocking)."""
-    with contextlib.suppress(docker.errors.NotFound):
-        engine.api.remove_container(container, force=True, v=True)
+    remove_container(engine.api, container)  # gone, so that the keeper's volumes are free
     if kept:
         remove_keeper(engine, kept[0])
     committed.wait(COMMIT_WAIT_S)
