@@ -63,6 +63,10 @@ class Bundle:
         record_dir: record each episode the environments play there, as one run
             (`RolloutRecord`s joined by episode id to the server's records; under AsyncGRPO with
             each one's group, index in it and policy version); none by default.
+        llm_url: the trainer's engine (OpenAI-compatible, e.g. vLLM at `http://gpu-box:8000`),
+            serving the model `llm_model`: a harness episode's agent's model calls then come to
+            the environments over their sessions (relay mode), so the env host needs no route
+            to the engine (docs/protocol.md, "Relay").
     """
 
     def __init__(
@@ -76,6 +80,8 @@ class Bundle:
         keepalive: float = 20.0,
         capacity_wait: float = 0.0,
         record_dir: str | Path | None = None,
+        llm_url: str | None = None,
+        llm_model: str | None = None,
     ):
         self.urls = base_urls(url)
         self.url = ",".join(self.urls)  # what sessions are opened on: one host, or the hosts to spread over
@@ -87,6 +93,7 @@ class Bundle:
         self._token = token if token is not None else os.environ.get(TOKEN_VARIABLE) or None
         self._keepalive = keepalive
         self._record_dir = str(record_dir) if record_dir is not None else None
+        self._llm_url, self._llm_model = llm_url, llm_model
         self._run = new_run()  # the environments' records, in any process, are one run
         self._server: Any = None  # the embedded server Bundle.local started, if any
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
@@ -247,6 +254,8 @@ class Bundle:
             capacity_wait_s=self._capacity_wait,
             record_dir=self._record_dir,
             run=self._run,
+            llm_url=self._llm_url,
+            llm_model=self._llm_model,
         )
 
     def _check_hosts_agree(self) -> Limits:

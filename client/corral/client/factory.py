@@ -62,6 +62,8 @@ class EnvironmentSpec:
     capacity_wait_s: float
     record_dir: str | None = None
     run: str = ""
+    llm_url: str | None = None  # the trainer's engine, answering harness agents' calls (relay)
+    llm_model: str | None = None
 
 
 RESET_KEYS = ("split", "index", "task_id")  # a dataset row's: which task
@@ -75,7 +77,9 @@ class CorralEnvironment(Displayed):
 
     def __init__(self) -> None:
         spec = self._corral_spec
-        self._session = Session(spec.url, token=spec.token, keepalive_s=spec.keepalive_s)
+        self._session = Session(
+            spec.url, token=spec.token, keepalive_s=spec.keepalive_s, llm_url=spec.llm_url, llm_model=spec.llm_model
+        )
         self._episode: Episode | None = None
         self._split: str | None = None
         self._place = TrainingContext()  # where the episode sits in an AsyncGRPO run, if it does

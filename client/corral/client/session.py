@@ -3,13 +3,16 @@
 Every session's socket lives on one background event loop, so:
 - synchronous calls work from any thread, a Jupyter cell's running loop included;
 - while the caller is busy for minutes (a trainer generating), that loop still answers the
-  server's keepalive pings, and the session and its episode survive.
+  server's keepalive pings, and the session and its episode survive;
+- while a frame waits for its reply, the loop answers the model calls a harness episode's
+  agent makes meanwhile (relay mode, with `llm_url`: docs/protocol.md), each as it comes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 from collections.abc import Coroutine
@@ -22,6 +25,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from websockets.protocol import State
 
 from corral.client.hosts import Hosts
+from corral.client.relay_engine import RelayEngine
 from corral.client.urls import base_urls, ws_url
 from corral.errors import (
     CapacityError,
@@ -41,6 +45,7 @@ from corral.protocol.frames import (
     ResetRequest,
     ServerFrame,
 )
+from corral.protocol.harness.relay_frames import ModelRequest, ModelRequestData
 
 T = TypeVar("T")
 MAX_MESSAGE_BYTES = 100 * 1024 * 1024
@@ -76,9 +81,22 @@ class Session:
     is then the host it is on.
 
     `session_id` attaches to a session the server already holds (a fork's copy, or one made by
-    `openenv/session/create`): it outlives a dropped socket, and `close` ends it over `POST /mcp`."""
+    `openenv/session/create`): it outlives a dropped socket, and `close` ends it over `POST /mcp`.
 
-    def __init__(self, url: str, *, token: str | None = None, keepalive_s: float = 20.0, session_id: str | None = None):
+    `llm_url`: the trainer's engine (OpenAI-compatible, e.g. vLLM's `http://gpu-box:8000`),
+    serving `llm_model`. Each reset then asks for the relay, and the model calls of a harness
+    episode's agent come over this session's socket to be answered from that engine."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        keepalive_s: float = 20.0,
+        session_id: str | None = None,
+        llm_url: str | None = None,
+        llm_model: str | None = None,
+    ):
         urls = base_urls(url)
         self.url = urls[0]
         self._hosts = Hosts.of(urls, token) if len(urls) > 1 and session_id is None else None
@@ -86,10 +104,20 @@ class Session:
         self._keepalive_s = keepalive_s
         self.session_id = session_id
         self._socket: ClientConnection | None = None
+        self._engine = RelayEngine(llm_url, llm_model) if llm_url is not None else None
+        self._answering: set[asyncio.Task[None]] = set()  # model calls being answered
 
     def attached(self, session_id: str) -> Session:
-        """A session on this one's host, with its token, attached to the server's `session_id`."""
-        return Session(self.url, token=self._token, keepalive_s=self._keepalive_s, session_id=session_id)
+        """A session on this one's host, with its token and engine, attached to the server's `session_id`."""
+        engine = self._engine
+        return Session(
+            self.url,
+            token=self._token,
+            keepalive_s=self._keepalive_s,
+            session_id=session_id,
+            llm_url=engine.url if engine is not None else None,
+            llm_model=engine.model if engine is not None else None,
+        )
 
     def request(self, frame: BaseModel, timeout_s: float) -> ServerFrame:
         """Send one frame and return the server's reply.
@@ -110,6 +138,8 @@ class Session:
             _LoopThread.submit(self._close())
 
     async def _request(self, frame: BaseModel, timeout_s: float) -> ServerFrame:
+        if isinstance(frame, ResetRequest) and self._engine is not None:
+            frame = ResetRequest(data=frame.data.model_copy(update={"llm": "relay"}))
         if self._hosts is not None and isinstance(frame, ResetRequest):
             return await self._reset_on_a_host(frame, timeout_s)
         try:
@@ -148,21 +178,27 @@ class Session:
             await socket.send(frame.model_dump_json())
         except ConnectionClosed:
             pass  # a refusal the server sent before closing is still waiting to be read
-        try:
-            text = await asyncio.wait_for(socket.recv(), timeout_s)
-        except (TimeoutError, ConnectionClosed) as error:
-            # A late reply would answer the next request: start over on a new socket instead.
-            await self._drop()
-            if isinstance(error, TimeoutError):
-                raise ReplyTimeout(f"the server at {self.url} did not answer within {timeout_s:g}s") from None
-            raise SessionLost(f"the server at {self.url} closed the session: {error}") from None
-        try:
-            reply = SERVER_FRAMES.validate_json(text)
-        except ValidationError as error:
-            await self._drop()
-            raise ServerError(
-                "INVALID_REPLY", f"the server at {self.url} sent a frame corral cannot read: {error}"
-            ) from None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            try:
+                text = await asyncio.wait_for(socket.recv(), deadline - loop.time())
+            except (TimeoutError, ConnectionClosed) as error:
+                # A late reply would answer the next request: start over on a new socket instead.
+                await self._drop()
+                if isinstance(error, TimeoutError):
+                    raise ReplyTimeout(f"the server at {self.url} did not answer within {timeout_s:g}s") from None
+                raise SessionLost(f"the server at {self.url} closed the session: {error}") from None
+            try:
+                reply = SERVER_FRAMES.validate_json(text)
+            except ValidationError as error:
+                await self._drop()
+                raise ServerError(
+                    "INVALID_REPLY", f"the server at {self.url} sent a frame corral cannot read: {error}"
+                ) from None
+            if not isinstance(reply, ModelRequest):
+                break
+            self._answer_model_call(socket, reply.data)
         if isinstance(reply, ErrorReply):
             data = reply.data
             extra = data.model_dump(exclude={"message", "code"})
@@ -171,6 +207,21 @@ class Session:
                 raise CapacityError(data.code, capacity_message(self.url, extra.get("max_sessions")), extra)
             raise ServerError(data.code, data.message, extra)
         return reply
+
+    def _answer_model_call(self, socket: ClientConnection, request: ModelRequestData) -> None:
+        """Answer the server's model call from the engine, while the reply is still awaited."""
+        if self._engine is None:  # never asked for: the server sends none without the reset's llm
+            log.warning("the server at %s sent a model call to a session made without llm_url: ignored", self.url)
+            return
+        task = asyncio.create_task(self._answer(socket, self._engine, request))
+        self._answering.add(task)
+        task.add_done_callback(self._answering.discard)
+
+    @staticmethod
+    async def _answer(socket: ClientConnection, engine: RelayEngine, request: ModelRequestData) -> None:
+        response = await engine.answer(request)
+        with contextlib.suppress(ConnectionClosed):  # the session ended meanwhile: nobody waits for it
+            await socket.send(response.model_dump_json())
 
     async def _connected(self) -> ClientConnection:
         if self._socket is not None and self._socket.state is not State.OPEN:
@@ -223,8 +274,12 @@ class Session:
 
     async def _drop(self) -> None:
         socket, self._socket = self._socket, None
+        for task in list(self._answering):  # their answers have no socket to go to
+            task.cancel()
         if socket is not None:
             await socket.close()
+        if self._engine is not None:
+            await self._engine.aclose()
 
 
 def refusal(url: str, status: int) -> Exception:

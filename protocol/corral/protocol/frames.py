@@ -4,7 +4,7 @@ Every frame, both ways, is a model here; the server builds its replies from them
 client parses them with them (`CLIENT_FRAMES`, `SERVER_FRAMES`: one union each, on `type`).
 
     client -> server   reset | step (list_tools, call_tool) | state | close | mcp (JSON-RPC)
-    server -> client   observation | state | mcp | error
+    server -> client   observation | state | mcp | error | model_request (relay: harness/relay_frames.py)
 
 An observation travels as OpenEnv serialises it: `{"observation": {...}, "reward", "done"}`,
 plus `metadata` beside them when there is any. Its fields are one of three models: the
@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic_core import to_json
 
 from corral.protocol.catalog import ToolSpec
+from corral.protocol.harness.relay_frames import ModelRequest
 from corral.protocol.outcomes import EpisodeStatus
 
 EPISODE_ENDED = "The episode has ended."
@@ -99,6 +100,7 @@ class ResetData(BaseModel):
     llm_url: str | None = Field(default=None, min_length=1)
     model: str | None = Field(default=None, min_length=1)
     temperature: float | None = Field(default=None, gt=0)
+    llm: Literal["relay"] | None = None  # "relay": this socket's client answers the agent's model calls
 
     _check_finite = field_validator("tool_timeout_s", "reset_timeout_s", "temperature")(_finite)
 
@@ -359,7 +361,9 @@ class ForkRefusal(StrEnum):
     FORK_FAILED = "FORK_FAILED"  # a copy's sandbox could not start (the platform's failure)
 
 
-ServerFrame = Annotated[ObservationReply | StateReply | McpReply | ErrorReply, Field(discriminator="type")]
+ServerFrame = Annotated[
+    ObservationReply | StateReply | McpReply | ErrorReply | ModelRequest, Field(discriminator="type")
+]
 SERVER_FRAMES: TypeAdapter[ServerFrame] = TypeAdapter(ServerFrame)
 
 

@@ -15,6 +15,8 @@ from corral.errors import CaptureNotTrainable
 from corral.protocol.harness.calls import CapturedCall, CaptureLevel
 from corral.protocol.harness.graph import CallGraph
 
+MAX_FAILURES = 10  # distinct failures kept: an engine down fails every call alike
+
 
 class CaptureSummary(BaseModel):
     """The graph in numbers, for the ended observation and the episode record."""
@@ -42,6 +44,16 @@ class HarnessCapture(BaseModel):
     calls: list[CapturedCall] = Field(default_factory=list)
     budget_stops: int = 0
     problems: list[str] = Field(default_factory=list)
+    # Why calls the engine never answered (unreachable, too slow, an error, the relay's client
+    # gone), each once: the evidence for an ending the platform caused.
+    failures: list[str] = Field(default_factory=list)
+
+    def note_failure(self, status: int, reply: Any) -> None:
+        error = reply.get("error") if isinstance(reply, dict) else None
+        message = error.get("message") if isinstance(error, dict) else None
+        failure = f"{status}: {message if isinstance(message, str) else str(reply)[:200]}"
+        if failure not in self.failures and len(self.failures) < MAX_FAILURES:
+            self.failures.append(failure)
 
     def graph(self) -> CallGraph:
         return CallGraph.build(self.calls)

@@ -79,11 +79,13 @@ class HttpUpstream:
         try:
             answer = await http.post(url, json=body, headers=headers, timeout=self.timeout_s)
         except httpx.HTTPError as error:
-            return 502, _error(f"the engine at {self.url} did not answer: {error!r}", "upstream_unreachable")
+            return 502, error_body(f"the engine at {self.url} did not answer: {error!r}", "upstream_unreachable")
         try:
             return answer.status_code, answer.json()
         except ValueError:
-            return 502, _error(f"the engine at {self.url} answered {answer.status_code} without JSON", "upstream_bad")
+            return 502, error_body(
+                f"the engine at {self.url} answered {answer.status_code} without JSON", "upstream_bad"
+            )
 
 
 @dataclass
@@ -158,13 +160,15 @@ class CaptureProxy:
     async def chat(self, request: Request) -> Response:
         episode = self.episode_for(request)
         if episode is None:
-            return JSONResponse(_error("a harness agent calls with its own episode's key", "401"), 401)
+            return JSONResponse(error_body("a harness agent calls with its own episode's key", "401"), 401)
         try:
             body = await request.json()
         except ValueError:
-            return JSONResponse(_error("the request body is not JSON", "invalid_request"), 400)
+            return JSONResponse(error_body("the request body is not JSON", "invalid_request"), 400)
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            return JSONResponse(_error("a chat completion needs a JSON object with `messages`", "invalid_request"), 400)
+            return JSONResponse(
+                error_body("a chat completion needs a JSON object with `messages`", "invalid_request"), 400
+            )
         streaming = bool(body.get("stream"))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         if 0 < episode.max_calls <= episode.started:
@@ -176,7 +180,7 @@ class CaptureProxy:
                 body, sampling=episode.sampling, max_tokens=episode.max_tokens, model=episode.upstream.model
             )
         except RequestRefused as refusal:
-            return JSONResponse(_error(str(refusal), "invalid_request"), 400)
+            return JSONResponse(error_body(str(refusal), "invalid_request"), 400)
         episode.started += 1  # counted before the engine answers: parallel calls cannot overrun the limit
         forwarded = self._forward(episode, body, sent, _int(request.headers.get("x-stainless-retry-count")))
         if not streaming:
@@ -206,7 +210,10 @@ class CaptureProxy:
             raise
         if status != 200 or not isinstance(reply, dict) or not reply.get("choices"):
             episode.started -= 1  # nothing sampled: the agent's retry is the same step
-            return (status if status != 200 else 502), reply if isinstance(reply, dict) else _error(str(reply), "bad")
+            episode.capture.note_failure(status, reply)
+            return (status if status != 200 else 502), reply if isinstance(reply, dict) else error_body(
+                str(reply), "bad"
+            )
         try:
             call = captured_call(f"c{len(episode.capture.calls)}", body, sent, reply, retry_count)
         except (KeyError, IndexError, TypeError, AttributeError, ValueError) as error:
@@ -242,7 +249,7 @@ def _int(value: str | None) -> int:
     return int(value) if value and value.isdigit() else 0
 
 
-def _error(message: str, code: str) -> dict[str, Any]:
+def error_body(message: str, code: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "corral_capture", "code": code}}
 
 

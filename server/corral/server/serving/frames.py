@@ -1,5 +1,6 @@
 """One client frame in, one reply frame out: parsed with the protocol's models, dispatched to
-the session. Every failure becomes an `error` frame and the session goes on."""
+the session. Every failure becomes an `error` frame and the session goes on. (The relay's
+`model_response` frames are not the session's: the socket hands them to its relay.)"""
 
 from __future__ import annotations
 
@@ -23,8 +24,10 @@ from corral.protocol.frames import (
     StateRequest,
     StepRequest,
 )
+from corral.protocol.harness.relay_frames import MODEL_RESPONSE, ModelResponse, ModelResponseData
 from corral.protocol.reply_text import observation_reply_text
 from corral.protocol.surrogates import has_lone_surrogate_escape
+from corral.server.harness.socket_upstream import WebSocketUpstream
 from corral.server.serving.mcp import answer_mcp
 from corral.server.serving.sessions import FrameError, ServedSession, SessionRegistry
 
@@ -59,14 +62,27 @@ def parse_frame(text: str) -> ClientFrame:
         ) from None
 
 
-async def handle_frame(session: ServedSession, registry: SessionRegistry, text: str) -> str | BaseModel | None:
+def model_response(text: str) -> ModelResponseData | None:
+    """The relay's answer `text` holds, if it is one (looked for cheaply first: most frames are not)."""
+    if MODEL_RESPONSE not in text:
+        return None
+    try:
+        return ModelResponse.model_validate_json(text).data
+    except ValidationError:
+        return None
+
+
+async def handle_frame(
+    session: ServedSession, registry: SessionRegistry, text: str, *, relay: WebSocketUpstream
+) -> str | BaseModel | None:
     """The reply to one frame (an observation as its JSON text already), or None when the
-    client asked to close the session."""
+    client asked to close the session. `relay` is the socket's: each reset says whether it is used."""
     try:
         frame = parse_frame(text)
         if isinstance(frame, CloseRequest):
             return None
         if isinstance(frame, ResetRequest):
+            relay.asked = frame.data.llm == "relay"
             return observation_reply_text(await session.reset(frame.data))
         if isinstance(frame, StepRequest):
             return observation_reply_text(await session.step(frame.data))

@@ -13,6 +13,10 @@ and keeping the frames sent meanwhile for after it. (A reader task handing every
 player was about a tenth of a tool call's CPU in the server; most calls end before a watcher
 is needed.) The request's own task (under every middleware's frame) only waits for the player,
 so a frame wakes no deep coroutine stack.
+
+Each socket has its relay (`harness.socket_upstream`), used when its client asks at a reset:
+a harness episode's model calls go out as frames while its call plays, and the client's
+answers are handed to the relay as they are read, by the player or the watcher, never kept.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from fastapi import WebSocket, WebSocketDisconnect
 
 from corral.protocol.frames import ErrorCode, ErrorReply
 from corral.server.episodes.alarms import Alarm
-from corral.server.serving.frames import handle_frame
+from corral.server.harness.socket_upstream import WebSocketUpstream
+from corral.server.serving.frames import handle_frame, model_response
 from corral.server.serving.sessions import (
     DETACHED_TTL_S,
     CapacityReached,
@@ -93,11 +98,12 @@ async def _answer(websocket: WebSocket, session: ServedSession, registry: Sessio
     """Handle the client's frames one at a time and send each its reply, until a close frame
     or the client leaves (then the watcher cancels this task, mid-call or not)."""
     frames = _Frames(websocket)
+    frames.relay.bind()
     try:
         while (text := await _next_before_idle(frames, websocket, session)) is not None:
             frames.watch()
             try:
-                reply = await handle_frame(session, registry, text)
+                reply = await handle_frame(session, registry, text, relay=frames.relay)
             finally:
                 frames.unwatch()
             if reply is None:
@@ -128,7 +134,8 @@ async def _next_before_idle(frames: _Frames, websocket: WebSocket, session: Serv
 
 class _Frames:
     """A socket's frames for its player: read by the player itself between calls, and during a
-    call that takes a while by a watcher that keeps them (None once the client has left)."""
+    call that takes a while by a watcher that keeps them (None once the client has left); the
+    relay's answers go to the relay as they come."""
 
     def __init__(self, websocket: WebSocket):
         self._websocket = websocket
@@ -136,10 +143,15 @@ class _Frames:
         self._kept: deque[str | None] = deque()  # read by the watcher, not handled yet
         self._watcher: asyncio.Task | None = None
         self._alarm = Alarm(self._start_watching)
+        self.relay = WebSocketUpstream(websocket.send_text)
 
     async def next(self) -> str | None:
         """The next frame's text; None when the client has left."""
-        return self._kept.popleft() if self._kept else await _read(self._websocket)
+        if self._kept:
+            return self._kept.popleft()
+        while (text := await _read(self._websocket)) is not None and self._relayed(text):
+            pass  # the relay's: the player reads on
+        return text
 
     def watch(self) -> None:
         """A call begins: watch the socket if it is still running after WATCH_AFTER_S."""
@@ -155,15 +167,25 @@ class _Frames:
     def close(self) -> None:
         self.unwatch()
         self._alarm.cancel()
+        self.relay.close("the session's socket closed (its client left, or closed the session) before it answered")
 
     def _start_watching(self) -> None:
         self._watcher = asyncio.create_task(self._watch())
+
+    def _relayed(self, text: str) -> bool:
+        """Whether `text` was the client's answer to a model call (then handed to the relay)."""
+        response = model_response(text)
+        if response is not None:
+            self.relay.answer(response)
+        return response is not None
 
     async def _watch(self) -> None:
         # Bounded: a client that floods frames during a call waits (its socket is not read)
         # instead of filling the server's memory; its leaving is then seen once the call ends.
         while len(self._kept) < INBOX_FRAMES:
             text = await _read(self._websocket)
+            if text is not None and self._relayed(text):
+                continue
             self._kept.append(text)
             if text is None:  # the client left: the call ends now, and its episode with the session
                 assert self._player is not None
