@@ -59,3 +59,18 @@ def test_the_starter_agent_runs_in_the_sandbox_and_its_word_is_scored(served, ta
         assert len(engine.sampled) - before == 2  # the bash call, then the closing answer
         capture = env._episode.final.metadata["capture"]
         assert capture["summary"]["calls"] == 2 and capture["level"] == "tokens"
+
+
+def test_over_the_relay_the_client_answers_the_agents_calls_from_its_own_engine(served):
+    # The reset names no llm_url: only the relay (the client's engine, over its own WebSocket)
+    # can answer, so an env host needs no route to the trainer's engine.
+    server, engine_url, engine = served
+    with Bundle(server.url, split="train", llm_url=engine_url, llm_model=MODEL) as bundle:
+        row = next(row for row in bundle.dataset if row["task_id"] == "write-amber")
+        env = bundle.factory()
+        env.reset(**row)
+        before = len(engine.sampled)
+        env.run_agent()
+        assert env.get_reward() == 1.0
+        assert len(engine.sampled) - before == 2 and engine.sampled[-1].body["model"] == MODEL
+        assert env._episode.final.metadata["capture"]["training_trace"]["turns"]

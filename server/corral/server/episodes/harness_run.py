@@ -3,7 +3,7 @@ end, its model calls captured by the server, and the episode is scored as `end_t
 
 The server listens for the agent's calls on the sandbox's own socket (harness.listen), with a
 capture proxy of this episode's (harness.capture), whose upstream is the engine the reset named
-(`upstream_for`); corral's runtime in the sandbox starts the relay and the agent, waits for it,
+or the client's over its WebSocket (`upstream_for`); corral's runtime in the sandbox starts the relay and the agent, waits for it,
 and kills what it started (corral.env.harness). What the agent left is then reported and scored
 by the task's verifiers; the capture rides on the ended observation's metadata.
 """
@@ -28,6 +28,7 @@ from corral.server.episodes.env_answers import field_of, refused
 from corral.server.harness import listen
 from corral.server.harness.agents import COMMON_ENVIRONMENT, KNOWN_AGENTS, fill
 from corral.server.harness.capture import CaptureProxy, HttpUpstream, Upstream, create_capture_app
+from corral.server.harness.socket_upstream import session_relay
 
 log = logging.getLogger("corral.server")
 RELAY_PORT = 8377  # on the sandbox's own loopback: the relay to the server's socket
@@ -72,12 +73,17 @@ class NoEngine(Exception):
 
 
 def upstream_for(engine: EngineOptions) -> Upstream:
-    """The upstream that answers the episode's model calls: the engine at `llm_url`, which the
-    server calls itself. (The relay over the client's WebSocket is another `Upstream`.)"""
+    """The upstream that answers the episode's model calls: the client's own engine over its
+    WebSocket, where its reset asked for the relay (`llm: "relay"`); else the engine at
+    `llm_url`, which the server calls itself."""
+    relayed = session_relay()
+    if relayed is not None:
+        return relayed
     if not engine.llm_url:
         raise NoEngine(
             "this harness episode has no engine to call: reset with llm_url (the trainer's vLLM, e.g. "
-            '{"llm_url": "http://gpu-box:8000", "model": "Qwen/Qwen3-0.6B"})'
+            '{"llm_url": "http://gpu-box:8000", "model": "Qwen/Qwen3-0.6B"}), or from corral\'s client '
+            'ask for the relay (llm: "relay": Bundle(url, llm_url=...) answers the calls from its engine)'
         )
     return HttpUpstream(engine.llm_url, model=engine.model)
 
