@@ -6,25 +6,38 @@ import time
 from html import escape
 from urllib.parse import quote
 
-from corral.cli.viewer.charts import heatmap, line_plot
+from corral.cli.viewer.charts import MAX_SERIES, heatmap, line_plot
 from corral.cli.viewer.layout import filter_form, flags, number, page, query, search_box
 from corral.client import run_views
 from corral.client.run_index import EpisodeFilter, RunIndex
 from corral.protocol.records import RunHeader
 
+COMPARED = MAX_SERIES  # runs one comparison overlays, a colour each
+
 
 def runs_page(index: RunIndex) -> str:
     rows = "".join(
-        f"<tr><td><a class='run' href='/runs/{quote(r.run)}'>{escape(r.run)}</a></td>{_header_cells(r.header)}"
+        f"<tr><td><input type='checkbox' name='run' value='{escape(r.run)}'> "
+        f"<a class='run' href='/runs/{quote(r.run)}'>{escape(r.run)}</a></td>{_header_cells(r.header)}"
         f"<td>{r.episodes}</td><td>{r.steps}</td><td>{number(r.mean_reward)}</td></tr>"
         for r in run_views.runs(index)
     )
     return page(
         "Runs",
-        "<table id='runs'><tr><th>run</th><th>kind</th><th>model</th><th>bundle</th><th>split</th><th>started</th>"
-        f"<th>ended</th><th>episodes</th><th>steps</th><th>mean reward</th></tr>{rows}</table>",
+        "<form method='get' action='/compare'><table id='runs'><tr><th>run</th><th>kind</th><th>model</th><th>bundle</th>"
+        "<th>split</th><th>started</th><th>ended</th><th>episodes</th><th>steps</th><th>mean reward</th></tr>"
+        f"{rows}</table><button type='submit'>compare the runs ticked (up to {COMPARED})</button></form>",
         live=EpisodeFilter(),
     )
+
+
+def compare_page(index: RunIndex, runs: list[str]) -> str:
+    """The mean reward per step of up to `COMPARED` runs, overlaid on one chart."""
+    by_run = {run: {s.step: s.mean_reward for s in run_views.steps(index, run) if s.step is not None} for run in runs}
+    axis = sorted({step for steps in by_run.values() for step in steps})
+    series = {f"{run} mean reward": [steps.get(n) for n in axis] for run, steps in by_run.items()}
+    links = " · ".join(f"<a class='run' href='/runs/{quote(run)}'>{escape(run)}</a>" for run in runs)
+    return page("Compare runs", f"<p>{links}</p><h2>Reward over steps</h2>{line_plot(axis, series)}")
 
 
 def _when(seconds: float | None) -> str:
