@@ -22,6 +22,7 @@ from tests.e2e.support import CPU_RUN
 GROUP = 2  # num_generations
 BATCH = 4  # rows per step: two groups
 STEPS = 3
+SUCCESS = 0.1  # the all-zeros schedule the model is taught scores above it, no schedule 0: pass@1 varies
 
 
 @dataclass
@@ -33,6 +34,7 @@ class RecordedRun:
     steps: int
     model: Path  # the tiny model's folder, its tokenizer with it
     headed: list[bool]  # per step: the run's header was on disk while it trained
+    log_history: list[dict[str, Any]]  # the trainer's log (trainer.state.log_history)
 
 
 def record_grpo_run(folder: Path) -> RecordedRun:
@@ -45,7 +47,7 @@ def record_grpo_run(folder: Path) -> RecordedRun:
     with Bundle.local(
         BUNDLES / "gridsim", split="train", sandbox="local", max_concurrent_envs=BATCH, record_dir=records
     ) as env:
-        rollout = CorralRollout(env, max_tool_calls=3, record_dir=records)
+        rollout = CorralRollout(env, max_tool_calls=3, record_dir=records, success=SUCCESS)
         dataset = rollout.dataset.select(range(2)).map(
             lambda row: {
                 "prompt": [
@@ -95,4 +97,4 @@ def record_grpo_run(folder: Path) -> RecordedRun:
         advantages.append(list(trainer._logs["advantages"]))
         run = rollout.records.run
         rollout.close()
-    return RecordedRun(records, run, advantages, GROUP, STEPS, model_dir, headed)
+    return RecordedRun(records, run, advantages, GROUP, STEPS, model_dir, headed, trainer.state.log_history)

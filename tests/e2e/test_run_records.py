@@ -13,6 +13,8 @@ if os.environ.get("CI") != "true":
 from corral.client.run_index import RunIndex
 from corral.protocol.record_store import EpisodeStore
 from corral.protocol.records import RolloutRecord
+from corral.training.accounting import UNSCORED_CAUSES
+from tests.e2e.grpo_run import SUCCESS
 
 pytestmark = [pytest.mark.trl]
 
@@ -67,3 +69,31 @@ def test_the_run_records_the_trainers_loss_beside_corrals_figures_for_each_step(
         assert sorted(metrics[name]) == steps, name
     for name in ("rollouts/groups_zero_variance", "rollouts/unscored"):  # corral's, through TRL's log
         assert sorted(metrics[name]) == steps, name
+
+
+def test_the_trainers_log_holds_corrals_per_step_figures_as_the_records_count_them(grpo_run) -> None:
+    """pass@1, episodes, sandbox and verifier seconds and the unscored by cause of each step reach TRL's
+    own log (what W&B or trackio get), and from it the run's metrics.ndjson, equal to what the
+    server's records of that step's episodes say."""
+    with EpisodeStore(grpo_run.records) as store:
+        episodes = {r.episode_id: store.episode(r.episode_id) for r in _rollouts(grpo_run)}
+    logged = [entry for entry in grpo_run.log_history if "loss" in entry]
+    recorded = RunIndex(grpo_run.records).metrics(grpo_run.run)
+    assert [entry["step"] for entry in logged] == list(range(1, grpo_run.steps + 1))
+    for entry in logged:
+        played = [episodes[r.episode_id] for r in _rollouts(grpo_run) if r.step == entry["step"] - 1]
+        scored = [e.reward for e in played if e.reward is not None]
+        expected = {
+            "rollouts/episodes": len(played),
+            "rollouts/pass@1": sum(r >= SUCCESS for r in scored) / len(scored),
+            "rollouts/sandbox_seconds": pytest.approx(sum(e.seconds["total"] for e in played), abs=0.01),
+            "rollouts/verify_seconds": pytest.approx(sum(e.seconds["verify"] for e in played), abs=0.01),
+            **{
+                f"rollouts/unscored/{cause}": sum(e.cause == cause and e.status == "unscored" for e in played)
+                for cause in UNSCORED_CAUSES
+            },
+        }
+        assert {name: entry[name] for name in expected} == expected
+        assert {name: recorded[name][entry["step"]] for name in expected} == expected
+        assert entry["rollouts/sandbox_seconds"] > entry["rollouts/verify_seconds"] > 0
+    assert any(entry["rollouts/pass@1"] for entry in logged)  # some member passed: groups differed (above)

@@ -214,6 +214,8 @@ def test_rollout_metrics_go_through_log_metric_and_count_groups_across_processes
             reward=0.0,
             status="scored",
             unscored_reason=None,
+            cause="scored",
+            seconds={},
             truncated=None,
             tool_calls=2,
             tool_errors=0,

@@ -229,3 +229,69 @@ def test_with_a_tokenizer_each_chip_shows_its_tokens_text(grpo_run, browser, tmp
         f"id {i} · logprob {lp:.3f}" if m else f"id {i} · env token"
         for i, m, lp in zip(answered.completion_ids, answered.env_mask, answered.logprobs, strict=True)
     ]
+
+
+def _shown(browser: webdriver.Chrome, css: str) -> list[str]:
+    return [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, css) if cell.is_displayed()]
+
+
+def test_a_search_box_keeps_the_rows_that_hold_a_task_id_and_the_tasks_table_sorts_by_pass_rate(
+    grpo_run, viewer, browser
+) -> None:
+    records = _records(grpo_run)
+    by_task: dict[str, list[float]] = defaultdict(list)
+    for rollout, episode in records:
+        if episode.reward is not None:
+            by_task[rollout.task_id].append(episode.reward)
+    rates = {task: sum(r >= SUCCESS for r in rewards) / len(rewards) for task, rewards in by_task.items()}
+    browser.get(f"{viewer}/runs/{grpo_run.run}")
+    # The tasks table: each task's pass rate over the run, from the records; sorted by it on a click.
+    browser.find_element(By.XPATH, "//table[@id='tasks']//th[text()='pass rate']").click()
+    ordered = sorted(sorted(rates), key=lambda task: rates[task])  # ties by name: the table's first order
+    assert _cells(browser, "#tasks tr td:nth-child(1)") == ordered
+    assert _cells(browser, "#tasks tr td:nth-child(4)") == [f"{rates[task]:.3f}" for task in ordered]
+    browser.find_element(By.XPATH, "//table[@id='tasks']//th[text()='pass rate']").click()
+    assert _cells(browser, "#tasks tr td:nth-child(1)") == sorted(sorted(rates), key=lambda task: -rates[task])
+
+    # A task id in the search boxes: its rows alone stay, in the tasks and the episodes tables.
+    task = ordered[-1]
+    browser.find_element(By.CSS_SELECTOR, "input.search[data-table=tasks]").send_keys(task)
+    browser.find_element(By.CSS_SELECTOR, "input.search[data-table=episodes]").send_keys(task)
+    assert _shown(browser, "#tasks tr td:nth-child(1)") == [task]
+    shown = _shown(browser, "#episodes tr.episode td:nth-child(2)")
+    assert shown == [task] * sum(r.task_id == task for r, _ in records) and len(shown) < len(records)
+
+    # The state is in the link: the reload a live page makes when episodes arrive keeps it.
+    browser.refresh()
+    assert _shown(browser, "#tasks tr td:nth-child(1)") == [task]
+    assert browser.find_element(By.CSS_SELECTOR, "input.search[data-table=tasks]").get_attribute("value") == task
+    _no_console_errors(browser)
+
+
+def test_a_column_heading_sorts_the_steps_by_number_and_the_order_survives_a_reload(
+    grpo_run, browser, tmp_path
+) -> None:
+    """Twelve steps (the run's, and nine more written after them), where 10 and 11 sort after 9
+    as numbers do, not between 1 and 2 as text does."""
+    records = tmp_path / "records"
+    shutil.copytree(grpo_run.records, records)
+    rollouts = next((records / grpo_run.run).glob("rollouts-*.jsonl"))
+    last = RolloutRecord.model_validate_json(rollouts.read_text().splitlines()[-1])
+    with open(rollouts, "a") as file:
+        for step in range(grpo_run.steps, 12):
+            late = last.model_copy(update={"episode_id": f"late-{step}", "step": step, "group": 0, "group_index": 0})
+            file.write(late.model_dump_json() + "\n")
+    with serving(records) as url:
+        browser.get(f"{url}/runs/{grpo_run.run}")
+        pairs = set(zip(_cells(browser, "#steps a.step"), _cells(browser, "#steps td.mean-reward"), strict=True))
+        step = browser.find_element(By.XPATH, "//table[@id='steps']//th[text()='step']")
+        step.click()
+        step.click()  # the second click: descending
+        assert _cells(browser, "#steps a.step") == [str(n) for n in range(11, -1, -1)]
+        browser.find_element(By.XPATH, "//table[@id='steps']//th[text()='mean reward']").click()
+        means = _cells(browser, "#steps td.mean-reward")
+        assert [float(m) for m in means] == sorted(float(m) for m in means)
+        assert set(zip(_cells(browser, "#steps a.step"), means, strict=True)) == pairs  # whole rows moved
+        browser.refresh()
+        assert _cells(browser, "#steps td.mean-reward") == means
+        _no_console_errors(browser)

@@ -193,7 +193,7 @@ def test_each_ending_is_recorded_with_its_cause_status_and_reward(serve, tmp_pat
         reward=lambda scores: 1 / scores["judge"],
     )
 
-    def play(cause: str) -> tuple[str, tuple]:
+    def play(cause: str) -> tuple[str, tuple, tuple]:
         task_id, calls, _ = PROVOKED[cause]
         episode = episode_on(server, task_id)
         for name, arguments in calls:
@@ -201,19 +201,23 @@ def test_each_ending_is_recorded_with_its_cause_status_and_reward(serve, tmp_pat
         if cause != "abandoned":
             episode.finish()
         episode.session.close()
-        return episode.opened.episode_id, (episode.status, episode.reward)
+        return episode.opened.episode_id, (episode.status, episode.reward), (episode.cause, episode.seconds)
 
     with ThreadPoolExecutor(len(PROVOKED)) as pool:
         played = dict(zip(PROVOKED, pool.map(play, PROVOKED), strict=True))
     server.stop()  # writes what is queued
 
     with EpisodeStore(records) as store:
-        found = {cause: store.episode(episode_id) for cause, (episode_id, _) in played.items()}
+        found = {cause: store.episode(episode_id) for cause, (episode_id, *_) in played.items()}
     assert {cause: (record.cause, record.status, record.reward) for cause, record in found.items()} == {
         cause: (cause, *outcome) for cause, (_, _, outcome) in PROVOKED.items()
     }
-    seen_by_client = {cause: outcome for cause, (_, outcome) in played.items() if cause != "abandoned"}
+    seen_by_client = {cause: outcome for cause, (_, outcome, _) in played.items() if cause != "abandoned"}
     assert seen_by_client == {cause: outcome for cause, (_, _, outcome) in PROVOKED.items() if cause != "abandoned"}
+    # The ending's cause and seconds reach the client too (a trainer counts them per step), as recorded.
+    for cause, (_, _, (client_cause, seconds)) in played.items():
+        if cause != "abandoned":
+            assert (client_cause, seconds) == (cause, pytest.approx(found[cause].seconds, abs=1e-3)), cause
     # The operator is warned of each episode the platform failed while a client was there to see it.
     warned = {
         record.args[0]
@@ -222,7 +226,7 @@ def test_each_ending_is_recorded_with_its_cause_status_and_reward(serve, tmp_pat
     }
     assert warned == {
         episode_id
-        for cause, (episode_id, (status, _)) in played.items()
+        for cause, (episode_id, (status, _), _) in played.items()
         if status == "unscored" and cause != "abandoned"
     }
 

@@ -61,6 +61,7 @@ REPLY_MARGIN_S = 30.0  # the server enforces deadlines; the client waits a littl
 MAX_CLOSING_TURNS = 64
 CAPACITY_FIRST_PAUSE_S, CAPACITY_MAX_PAUSE_S = 0.25, 5.0
 T = TypeVar("T")
+SERVER_LOST = "server_lost"  # the cause of an ending the client saw alone: the server went away mid-episode
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,8 @@ class Episode(Displayed):
         self.scores: dict[str, float] = {}
         self.status: EpisodeStatus | None = None  # scored, failed (by the agent) or unscored, once ended
         self.reason: str | None = None  # why it ended early (failed or unscored)
+        self.cause: str | None = None  # what ended it, in a word (outcomes.CAUSES, or SERVER_LOST); None: not said
+        self.seconds: dict[str, float] = {}  # the server's seconds by phase: start, reset, tools, verify, total
         self.calls: list[CallRecord] = []  # the transcript, kept for people reading it
         self.final: ResetObservation | CallToolObservation | None = None  # what ended it (e.g. verifier_output)
 
@@ -143,7 +146,14 @@ class Episode(Displayed):
         except (ServerError, SessionLost, ServerUnreachable) as error:  # ServerUnreachable: it died while idle
             reason = f"the server went away: {error}"
             failure = ToolError(error_type="transport_error", message=f"{EPISODE_ENDED} {reason}")
-            observed = CallToolObservation(tool_name=name, error=failure, done=True, status="unscored", reason=reason)
+            observed = CallToolObservation(
+                tool_name=name,
+                error=failure,
+                done=True,
+                status="unscored",
+                reason=reason,
+                metadata={"cause": SERVER_LOST},
+            )
         self.calls.append(CallRecord(name, dict(arguments), observed))
         if observed.done:
             self._end(observed)
@@ -241,11 +251,12 @@ class Episode(Displayed):
         self.scores = observed.scores or {}
         self.status = observed.status
         self.reward, self.reason = observed.reward, observed.reason
+        self.cause, self.seconds = observed.metadata.get("cause"), observed.metadata.get("seconds") or {}
         if self.status == "scored" and self._rule is not None:  # a failure's score is the task's, not a rule's
             try:
                 self.reward = pick_reward(self.scores, self._rule)
             except RewardError as error:
-                self.status, self.reward, self.reason = "unscored", None, str(error)
+                self.status, self.reward, self.reason, self.cause = "unscored", None, str(error), "reward_failed"
         if self.reward is None and self.reason is None:
             self.reason = "the episode ended without a reward"
 

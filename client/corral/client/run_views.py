@@ -47,6 +47,16 @@ class Heatmap:
 
 
 @dataclass(frozen=True)
+class TaskRow:
+    task_id: str
+    steps: int  # steps at which it was scored
+    scored: int
+    pass_rate: float  # passed / scored over the run
+    first_step: int
+    mark: str  # "too easy", "never solved" or ""
+
+
+@dataclass(frozen=True)
 class Member:
     episode_id: str
     group_index: int | None
@@ -170,6 +180,20 @@ def heatmap(index: RunIndex, run: str) -> Heatmap:
         elif passed == 0:
             found.marks[task] = "never solved"
     return found
+
+
+def tasks(grid: Heatmap) -> list[TaskRow]:
+    """A run's scored tasks over all its steps, from its heatmap's counts, the most often scored first
+    (ties by name)."""
+    at: dict[str, list[int]] = defaultdict(list)
+    for task, step in grid.counts:
+        at[task].append(step)
+    rows = []
+    for task, steps in at.items():
+        scored = sum(grid.counts[task, step][0] for step in steps)
+        passed = sum(grid.counts[task, step][1] for step in steps)
+        rows.append(TaskRow(task, len(steps), scored, passed / scored, min(steps), grid.marks.get(task, "")))
+    return sorted(rows, key=lambda row: (-row.steps, row.task_id))
 
 
 def groups(index: RunIndex, run: str, step: int) -> list[GroupRow]:

@@ -5,18 +5,26 @@ out of its group. So a step's log says how many rollouts were scored, how many t
 fail (scored its failure score: a policy drifting towards failures shows here) and why, how many
 the platform left unscored and why,
 how many groups were left with one scored rollout or none (nothing to compare) or with equal
-rewards (zero advantage), the reward per environment class, and how many rollouts hit a limit.
+rewards (zero advantage), the reward per environment class, and how many rollouts hit a limit;
+and corral's own figures: episodes played, pass@1 (the share of scored episodes that passed),
+the unscored by cause, and the seconds their sandboxes were held and their verifiers ran.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from corral.protocol.outcomes import EpisodeStatus
+from corral.client.episode import SERVER_LOST
+from corral.protocol.outcomes import CAUSES, EpisodeStatus
+
+# Every cause an unscored episode may have, logged each step (0 when none): TRL averages a metric
+# over the steps it was logged in, so a cause logged only when seen would read as every step's.
+UNSCORED_CAUSES = (*(cause for cause in CAUSES if cause != "scored"), SERVER_LOST)
 
 
 class RolloutOutcome(Protocol):
@@ -26,6 +34,8 @@ class RolloutOutcome(Protocol):
     reward: float | None
     status: EpisodeStatus | None
     unscored_reason: str | None
+    cause: str | None
+    seconds: dict[str, float]
     truncated: str | None
     tool_calls: int
     tool_errors: int
@@ -39,6 +49,8 @@ class Outcome:
     reward: float | None
     status: EpisodeStatus | None
     unscored_reason: str | None
+    cause: str | None
+    seconds: dict[str, float]
     truncated: str | None
     tool_calls: int
     tool_errors: int
@@ -50,6 +62,8 @@ class Outcome:
             rollout.reward,
             rollout.status,
             rollout.unscored_reason,
+            rollout.cause,
+            rollout.seconds,
             rollout.truncated,
             rollout.tool_calls,
             rollout.tool_errors,
@@ -61,10 +75,14 @@ class StepAccount:
     """One generation step's rollouts, counted.
 
     Attributes:
-        rollouts: Rollouts played.
+        rollouts: Rollouts played (episodes).
+        passed: Scored rollouts whose reward reached `success` (pass@1 is passed / scored).
         scored: Rollouts with a reward: the verifiers', or the failure score of those that failed.
         failed_reasons: Why rollouts failed by the agent's doing (scored their failure score), with counts.
         unscored_reasons: Why the others were left unscored (the platform's failures), with counts.
+        unscored_causes: The same, by the server's cause in a word (`outcomes.CAUSES`).
+        sandbox_seconds: Seconds the rollouts' sandboxes were held, reset to end, all added up.
+        verify_seconds: Seconds their verifiers ran, all added up.
         groups: Groups of `num_generations` rollouts of one prompt.
         groups_under_two_scored: Groups with fewer than two scored rollouts: no comparison, no signal.
         groups_zero_variance: Groups whose scored rollouts (two or more) all got the same reward.
@@ -75,9 +93,13 @@ class StepAccount:
     """
 
     rollouts: int = 0
+    passed: int = 0
     scored: int = 0
     failed_reasons: Counter[str] = field(default_factory=Counter)
     unscored_reasons: Counter[str] = field(default_factory=Counter)
+    unscored_causes: Counter[str] = field(default_factory=Counter)
+    sandbox_seconds: float = 0.0
+    verify_seconds: float = 0.0
     groups: int = 0
     groups_under_two_scored: int = 0
     groups_zero_variance: int = 0
@@ -87,19 +109,24 @@ class StepAccount:
     tool_errors: int = 0
 
     @classmethod
-    def of(cls, outcomes: Sequence[RolloutOutcome], group_size: int) -> StepAccount:
-        """Count `outcomes`, consecutive runs of `group_size` of them being one prompt's group."""
+    def of(cls, outcomes: Sequence[RolloutOutcome], group_size: int, success: float = 1.0) -> StepAccount:
+        """Count `outcomes`, consecutive runs of `group_size` of them being one prompt's group; a
+        scored one passes at a reward of `success` or more."""
         account = cls(rollouts=len(outcomes))
         rewards: dict[str, list[float]] = {}
         for outcome in outcomes:
             account.tool_calls += outcome.tool_calls
             account.tool_errors += outcome.tool_errors
+            account.sandbox_seconds += outcome.seconds.get("total", 0.0)
+            account.verify_seconds += outcome.seconds.get("verify", 0.0)
             if outcome.truncated:
                 account.truncated[outcome.truncated] += 1
             if outcome.reward is None:
                 account.unscored_reasons[outcome.unscored_reason or "no reason given"] += 1
+                account.unscored_causes[outcome.cause or "unknown"] += 1
             else:
                 account.scored += 1
+                account.passed += outcome.reward >= success
                 if outcome.status == "failed":
                     account.failed_reasons[outcome.unscored_reason or "no reason given"] += 1
                 rewards.setdefault(outcome.toolset, []).append(outcome.reward)
@@ -124,6 +151,10 @@ class StepAccount:
     def metrics(self) -> dict[str, float]:
         """Flat metrics for the trainer's logger (W&B, trackio, ...), under `rollouts/`."""
         metrics = {
+            "rollouts/episodes": float(self.rollouts),
+            "rollouts/pass@1": self.passed / self.scored if self.scored else math.nan,  # TRL's log skips a NaN
+            "rollouts/sandbox_seconds": self.sandbox_seconds,
+            "rollouts/verify_seconds": self.verify_seconds,
             "rollouts/scored": float(self.scored),
             "rollouts/failed": float(self.failed),
             "rollouts/unscored": float(self.unscored),
@@ -133,6 +164,8 @@ class StepAccount:
             "rollouts/tool_calls_per_rollout": self.tool_calls / max(self.rollouts, 1),
             "rollouts/tool_errors_per_rollout": self.tool_errors / max(self.rollouts, 1),
         }
+        for cause in {**dict.fromkeys(UNSCORED_CAUSES), **self.unscored_causes}:
+            metrics[f"rollouts/unscored/{cause}"] = float(self.unscored_causes[cause])
         for limit, count in self.truncated.items():
             metrics[f"rollouts/truncated/{limit}"] = float(count)
         for toolset, reward in self.reward_by_toolset.items():

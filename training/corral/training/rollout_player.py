@@ -43,6 +43,8 @@ class Rollout:
     reward: float | None = None
     status: EpisodeStatus | None = None  # scored, failed (by the agent: its failure score) or unscored
     unscored_reason: str | None = None  # why it failed or went unscored
+    cause: str | None = None  # what ended it, in a word (the server's `outcomes.CAUSES`)
+    seconds: dict[str, float] = field(default_factory=dict)  # the server's, by phase (start, ..., verify, total)
     truncated: str | None = None  # the limit that stopped it: "completion_length" or "tool_calls"
     tool_calls: int = 0
     tool_errors: int = 0
@@ -194,6 +196,7 @@ class RolloutPlayer:
     def _scored(self, rollout: Rollout) -> Rollout:
         rollout.reward, rollout.status = self.episode.reward, self.episode.status
         rollout.unscored_reason = self.episode.reason if self.episode.status != "scored" else None
+        rollout.cause, rollout.seconds = self.episode.cause, self.episode.seconds
         return rollout
 
 

@@ -75,6 +75,7 @@ class CorralRollout:
         weight_sync: Where NCCL is not available (a CPU trainer): a `FileWeightSync` that pushes
             the trainer's weights to the generator's vLLM server before each generation that
             follows an update (with `use_vllm=False`; see `corral.training.weight_sync`).
+        success: The reward at which a scored episode passes, for the `rollouts/pass@1` it logs.
     """
 
     def __init__(
@@ -87,6 +88,7 @@ class CorralRollout:
         max_completion_length: int | None = None,
         record_dir: str | Path | None = None,
         weight_sync: FileWeightSync | None = None,
+        success: float = 1.0,
     ):
         self.bundle = bundle
         self.processor = processor
@@ -94,6 +96,7 @@ class CorralRollout:
         self.max_tool_calls = max_tool_calls
         self.max_completion_length = max_completion_length
         self.weight_sync = weight_sync
+        self.success = success
         self.history: list[StepAccount] = []
         self.last_rollouts: list[Rollout] = []
         self.records = RecordWriter(record_dir, "rollouts", source=bundle.name) if record_dir is not None else None
@@ -151,7 +154,8 @@ class CorralRollout:
         training = trainer.model.training
         # Groups may span processes: count the step over every process's rollouts.
         outcomes = gather_object([Outcome.of(r) for r in rollouts])
-        account = StepAccount.of(outcomes, trainer.num_generations if training else trainer.num_generations_eval)
+        size = trainer.num_generations if training else trainer.num_generations_eval
+        account = StepAccount.of(outcomes, size, self.success)
         advantages = trainer_advantages(trainer, [o.reward for o in outcomes])
         first = trainer.accelerator.process_index * len(rollouts)
         for i, rollout in enumerate(rollouts):

@@ -9,11 +9,11 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from corral.cli.viewer.layout import FILTERS
-from corral.cli.viewer.pages import run_page, runs_page, step_page
+from corral.cli.viewer.pages import COMPARED, compare_page, run_page, runs_page, step_page
 from corral.cli.viewer.tokens import load_tokenizer
 from corral.cli.viewer.transcripts import episode_page, group_page
 from corral.client import run_views
@@ -51,6 +51,12 @@ def create_viewer(
     @app.get("/", response_class=HTMLResponse)
     def runs() -> str:
         return runs_page(index)
+
+    @app.get("/compare", response_class=HTMLResponse)
+    def compare(run: list[str] = Query(default=[])) -> str:  # noqa: B008 - FastAPI's way to read a repeated key
+        if not 1 <= len(run) <= COMPARED:
+            raise HTTPException(400, f"tick 1 to {COMPARED} runs to compare (/compare?run=A&run=B); {len(run)} given")
+        return compare_page(index, run)
 
     @app.get("/runs/{run}", response_class=HTMLResponse)
     def run(run: str, request: Request) -> str:

@@ -11,6 +11,7 @@ from html import escape
 from corral.client.run_views import Heatmap
 
 _COLOURS = ("#2563eb", "#dc2626", "#16a34a", "#9333ea")
+MAX_SERIES = len(_COLOURS)  # series one plot draws, a colour each
 _EMPTY = "#eee"
 MARKERS_UP_TO = 60  # points per series drawn as dots (past this the line alone)
 

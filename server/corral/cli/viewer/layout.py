@@ -1,5 +1,5 @@
-"""The page every view shares: inline CSS, the filter form, and the script that reloads the page
-when new episodes match its filter (a run still training)."""
+"""The page every view shares: inline CSS, the filter form, sortable and searchable tables, and the
+script that reloads the page when new episodes match its filter (a run still training)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,31 @@ table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding
 .differs{border-left-color:#dc2626;background:#fef2f2}.tok{display:inline-block;font-family:monospace;font-size:11px;padding:0 1px;margin:0 1px 1px 0}
 .sampled{background:#dbeafe}.env{background:#e5e7eb;color:#666}.prompt{background:#fef3c7}form.filters input{width:7em}
 .timeline{display:flex;height:18px;width:480px}.timeline div{font-size:10px;color:#fff;overflow:hidden}
+table.sortable th{cursor:pointer}th[data-dir=asc]:after{content:' \\25b2'}th[data-dir=desc]:after{content:' \\25bc'}
+"""
+
+# Sortable tables (click a heading; numbers as numbers, dashes last) and search boxes that hide the
+# rows of their table without the text; their state lives in the URL's fragment, so the reload a
+# live page makes when new episodes arrive keeps it, and a link shares it.
+_TABLES = """
+<script>
+(function(){var state={};try{state=JSON.parse(decodeURIComponent(location.hash.slice(1)))||{}}catch(e){}
+function body(t){return Array.prototype.slice.call(t.rows,1)}
+function key(r,i){var t=(r.cells[i]||{}).textContent||'';t=t.trim();
+return /^-?[0-9.]+(e-?[0-9]+)?$/.test(t)?[0,parseFloat(t)]:t==='-'||t===''?[2,'']:[1,t.toLowerCase()]}
+function sort(t,i,dir){var head=t.rows[0];Array.prototype.forEach.call(head.cells,function(h){h.removeAttribute('data-dir')});
+head.cells[i].setAttribute('data-dir',dir);body(t).sort(function(a,b){var x=key(a,i),y=key(b,i);
+if(x[0]!==y[0])return x[0]-y[0];var c=x[1]<y[1]?-1:x[1]>y[1]?1:0;return dir==='asc'?c:-c})
+.forEach(function(r){r.parentNode.appendChild(r)})}
+function search(t,q){q=q.toLowerCase();body(t).forEach(function(r){r.style.display=r.textContent.toLowerCase().indexOf(q)<0?'none':''})}
+function save(){history.replaceState(null,'','#'+encodeURIComponent(JSON.stringify(state)))}
+document.querySelectorAll('table.sortable').forEach(function(t){var s=state[t.id]||{};
+Array.prototype.forEach.call(t.rows[0].cells,function(h,i){h.onclick=function(){
+var dir=h.getAttribute('data-dir')==='asc'?'desc':'asc';sort(t,i,dir);s.sort=i;s.dir=dir;state[t.id]=s;save()}});
+if(s.sort!==undefined)sort(t,s.sort,s.dir)});
+document.querySelectorAll('input.search').forEach(function(box){var t=document.getElementById(box.dataset.table),s=state[t.id]||{};
+box.oninput=function(){search(t,box.value);s.q=box.value;state[t.id]=s;save()};if(s.q){box.value=s.q;search(t,s.q)}})})();
+</script>
 """
 
 _POLL = """
@@ -37,8 +62,13 @@ def page(title: str, body: str, *, live: EpisodeFilter | None = None) -> str:
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
         f"<link rel='icon' href='data:,'><style>{_STYLE}</style></head><body><p><a href='/'>runs</a></p><h1>{escape(title)}</h1>{body}"
-        f"{poll}</body></html>"
+        f"{_TABLES}{poll}</body></html>"
     )
+
+
+def search_box(table: str, placeholder: str) -> str:
+    """A box that hides the rows of the sortable table `table` (its id) that do not hold its text."""
+    return f"<p><input class='search' type='search' data-table='{table}' placeholder='{escape(placeholder)}'></p>"
 
 
 def filter_form(where: EpisodeFilter, action: str) -> str:

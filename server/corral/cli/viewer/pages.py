@@ -6,25 +6,38 @@ import time
 from html import escape
 from urllib.parse import quote
 
-from corral.cli.viewer.charts import heatmap, line_plot
-from corral.cli.viewer.layout import filter_form, flags, number, page, query
+from corral.cli.viewer.charts import MAX_SERIES, heatmap, line_plot
+from corral.cli.viewer.layout import filter_form, flags, number, page, query, search_box
 from corral.client import run_views
 from corral.client.run_index import EpisodeFilter, RunIndex
 from corral.protocol.records import RunHeader
 
+COMPARED = MAX_SERIES  # runs one comparison overlays, a colour each
+
 
 def runs_page(index: RunIndex) -> str:
     rows = "".join(
-        f"<tr><td><a class='run' href='/runs/{quote(r.run)}'>{escape(r.run)}</a></td>{_header_cells(r.header)}"
+        f"<tr><td><input type='checkbox' name='run' value='{escape(r.run)}'> "
+        f"<a class='run' href='/runs/{quote(r.run)}'>{escape(r.run)}</a></td>{_header_cells(r.header)}"
         f"<td>{r.episodes}</td><td>{r.steps}</td><td>{number(r.mean_reward)}</td></tr>"
         for r in run_views.runs(index)
     )
     return page(
         "Runs",
-        "<table id='runs'><tr><th>run</th><th>kind</th><th>model</th><th>bundle</th><th>split</th><th>started</th>"
-        f"<th>ended</th><th>episodes</th><th>steps</th><th>mean reward</th></tr>{rows}</table>",
+        "<form method='get' action='/compare'><table id='runs'><tr><th>run</th><th>kind</th><th>model</th><th>bundle</th>"
+        "<th>split</th><th>started</th><th>ended</th><th>episodes</th><th>steps</th><th>mean reward</th></tr>"
+        f"{rows}</table><button type='submit'>compare the runs ticked (up to {COMPARED})</button></form>",
         live=EpisodeFilter(),
     )
+
+
+def compare_page(index: RunIndex, runs: list[str]) -> str:
+    """The mean reward per step of up to `COMPARED` runs, overlaid on one chart."""
+    by_run = {run: {s.step: s.mean_reward for s in run_views.steps(index, run) if s.step is not None} for run in runs}
+    axis = sorted({step for steps in by_run.values() for step in steps})
+    series = {f"{run} mean reward": [steps.get(n) for n in axis] for run, steps in by_run.items()}
+    links = " · ".join(f"<a class='run' href='/runs/{quote(run)}'>{escape(run)}</a>" for run in runs)
+    return page("Compare runs", f"<p>{links}</p><h2>Reward over steps</h2>{line_plot(axis, series)}")
 
 
 def _when(seconds: float | None) -> str:
@@ -69,6 +82,7 @@ TRAINER_PLOTS = (  # the trainer's logged values plotted on a run page, when rec
     "rollouts/unscored",
 )
 STEP_ROWS = 100  # rows of the steps table on a run page (the plot and heatmap cover every step)
+TASK_ROWS = 200  # rows of the tasks table: the most often scored (the episodes' task filter finds any)
 
 
 def run_page(index: RunIndex, run: str, where: EpisodeFilter) -> str:
@@ -90,12 +104,14 @@ def run_page(index: RunIndex, run: str, where: EpisodeFilter) -> str:
         for s in steps[-STEP_ROWS:]
     )
     older = f"<p>The newest {STEP_ROWS} of {len(steps)} steps.</p>" if len(steps) > STEP_ROWS else ""
+    grid = run_views.heatmap(index, run)
     body = (
         f"{_header_table(header)}"
         f"<h2>Reward over steps</h2>{plot}{trainer_plots(index.metrics(run))}<h2>Tasks x steps (pass rate)</h2>"
-        f"{heatmap(run_views.heatmap(index, run))}<h2>Steps</h2><table id='steps'><tr><th>step</th><th>episodes</th>"
-        "<th>scored</th><th>mean reward</th><th>pass@1</th><th>groups</th><th>zero-variance groups</th></tr>"
-        f"{step_rows}</table>{older}{episodes_table(index, where)}"
+        f"{heatmap(grid)}<h2>Steps</h2>{search_box('steps', 'search steps')}<table id='steps' class='sortable'>"
+        "<tr><th>step</th><th>episodes</th><th>scored</th><th>mean reward</th><th>pass@1</th><th>groups</th>"
+        f"<th>zero-variance groups</th></tr>{step_rows}</table>{older}{tasks_table(run_views.tasks(grid))}"
+        f"{episodes_table(index, where)}"
     )
     return page(f"Run {run}", body, live=where)
 
@@ -110,6 +126,19 @@ def trainer_plots(metrics: dict[str, dict[int, float]]) -> str:
         if metrics.get(name)
     ]
     return f"<h2>Trainer</h2><div id='trainer'>{''.join(plots)}</div>" if plots else ""
+
+
+def tasks_table(tasks: list[run_views.TaskRow]) -> str:
+    """The run's scored tasks, `TASK_ROWS` of them at most, sortable and searchable."""
+    rows = "".join(  # end tags left out (HTML allows it): 200 rows in 10 KB
+        f"<tr><td>{escape(t.task_id)}<td>{t.steps}<td>{t.scored}<td>{t.pass_rate:.3f}<td>{t.first_step}<td>{t.mark}"
+        for t in tasks[:TASK_ROWS]
+    )
+    more = f"<p>The {TASK_ROWS} most often scored of {len(tasks)} tasks.</p>" if len(tasks) > TASK_ROWS else ""
+    return (
+        f"<h2>Tasks</h2>{search_box('tasks', 'search tasks')}<table id='tasks' class='sortable'><tr><th>task</th>"
+        f"<th>steps</th><th>scored</th><th>pass rate</th><th>first step</th><th></th></tr>{rows}</table>{more}"
+    )
 
 
 def episodes_table(index: RunIndex, where: EpisodeFilter) -> str:
@@ -132,7 +161,7 @@ def episodes_table(index: RunIndex, where: EpisodeFilter) -> str:
         f"<h2>Episodes</h2>{filter_form(where, action)}"
         f"<p><span id='episode-count'>{total}</span> episodes match (newest {len(rows)} shown) · download "
         f"as {downloads} (one per prompt; add min_pass, max_pass, per_prompt, target, seed to the link)</p>"
-        "<table id='episodes'><tr><th>episode</th><th>task</th><th>split</th><th>step</th><th>group</th>"
+        f"{search_box('episodes', 'search these episodes')}<table id='episodes' class='sortable'><tr><th>episode</th><th>task</th><th>split</th><th>step</th><th>group</th>"
         "<th>reward</th><th>advantage</th><th>status</th><th>cause</th><th>seconds</th><th>flags</th></tr>"
         f"{cells}</table>"
     )
@@ -158,7 +187,7 @@ def step_page(index: RunIndex, run: str, step: int) -> str:
     )
     body = (
         f"<p id='around'>{around}</p>"
-        "<table id='groups'><tr><th>group</th><th>task</th><th>rewards</th><th>advantages</th><th></th>"
+        f"{search_box('groups', 'search groups')}<table id='groups' class='sortable'><tr><th>group</th><th>task</th><th>rewards</th><th>advantages</th><th></th>"
         f"<th>flags</th></tr>{''.join(rows)}</table>"
     )
     return page(f"Run {run} · step {step}", body, live=EpisodeFilter(run=run, min_step=step, max_step=step))

@@ -17,7 +17,7 @@ import logging
 import math
 import time
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
 from corral.errors import SandboxError
 from corral.protocol.catalog import END_TURN, RUN_AGENT
@@ -48,6 +48,7 @@ from corral.server.metrics import Timed
 log = logging.getLogger("corral.server")
 # A call until its record is made: tool, arguments, observation, turn, seconds from the reset, seconds.
 AnsweredCall = tuple[str, dict[str, Any], CallToolObservation, int, float, float]
+Ended = TypeVar("Ended", ResetObservation, CallToolObservation)
 
 
 class ServedEpisode:
@@ -267,7 +268,14 @@ class ServedEpisode:
             )
         self.status, self.scores, self.reward = "scored", scores, reward
         self._ended("scored")
-        return ended.model_copy(update={"done": True, "reward": reward, "status": "scored", "scores": scores})
+        return self._ending(ended, {"reward": reward, "status": "scored", "scores": scores})
+
+    def _ending(self, observed: Ended, update: dict[str, Any]) -> Ended:
+        """The observation that ends the episode: `update` applied, and in its metadata what ended it
+        (`cause`) and its seconds by phase, which a trainer counts per step (corral.training.accounting)."""
+        seconds = {phase: round(s, 3) for phase, s in self.seconds.items()}
+        metadata = {**observed.metadata, "cause": self.cause, "seconds": seconds}
+        return observed.model_copy(update={**update, "done": True, "metadata": metadata})
 
     async def _out_of_time(self, name: str) -> CallToolObservation:
         """The agent's time budget is spent: its turn is over, and what it left is scored."""
@@ -314,13 +322,13 @@ class ServedEpisode:
 
     async def _end_early(
         self,
-        observed: ResetObservation | CallToolObservation,
+        observed: Ended,
         reason: str,
         *,
         cause: Cause,
         error_type: str = "execution_error",
         scores: dict[str, float] | None = None,
-    ) -> Any:
+    ) -> Ended:
         """End the episode before it could be scored, with the reason where the client and the
         logs see it: the task's failure score if the agent caused it, else unscored (endings.py)."""
         await self._close_sandbox()  # first: an untouched replay may need the room
@@ -342,16 +350,10 @@ class ServedEpisode:
         self.status, self.reward, self.reason = ("failed" if by_agent else "unscored"), reward, reason
         self.scores = scores or {}
         self._ended(ending.cause)
-        update: dict[str, Any] = {
-            "done": True,
-            "reward": reward,
-            "status": self.status,
-            "scores": self.scores,
-            "reason": reason,
-        }
+        update: dict[str, Any] = {"reward": reward, "status": self.status, "scores": self.scores, "reason": reason}
         if isinstance(observed, CallToolObservation):
             update.update(result=None, error=ToolError(error_type=error_type, message=reason))  # type: ignore[arg-type]
-        return observed.model_copy(update=update)
+        return self._ending(observed, update)
 
     def _time_left(self) -> float:
         """Seconds left of the agent's time budget (infinity without one)."""
