@@ -17,7 +17,9 @@ if os.environ.get("CI") != "true":
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from corral.client import Bundle
+from corral.client import Bundle, run_views
+from corral.client.run_headers import read_metrics
+from corral.client.run_index import RunIndex
 from corral.protocol.record_store import EpisodeStore
 from corral.training.rollouts import chat_tools
 from corral.training.sft import gold_dataset, load_gold_calls, sampled_tool_calls, trainer_tools
@@ -150,6 +152,27 @@ def test_grpo_recipe_trains_two_steps_on_the_servers_rewards(tmp_path: Path, ser
         served = [row.reward for row in reversed(store.find())]  # in the order the episodes ended
     assert len(served) == 4 and None not in served and sum(served) > 0, served
     assert logged == pytest.approx([sum(served[:2]) / 2, sum(served[2:]) / 2], abs=1e-3)
+
+
+def test_grpo_recipe_records_a_run_corral_view_lists_and_reads_as_text(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from corral.cli.viewer.app import create_viewer
+
+    records = tmp_path / "records"
+    out = run_recipe("grpo.py", "--record", str(records), tmp_path=tmp_path)
+
+    assert f"browse it with `corral view {records}`" in out
+    index = RunIndex(records)
+    (training,) = [row for row in run_views.runs(index) if row.header is not None and row.header.kind == "training"]
+    assert training.steps == 2 and training.episodes == 4  # two steps of two rollouts
+    assert "loss" in read_metrics([records], training.run)  # the trainer's half of each step
+    viewer = TestClient(create_viewer(records))  # no --tokenizer: the one kept beside the records
+    assert f"/runs/{training.run}" in viewer.get("/").text
+    with EpisodeStore(records) as store:
+        rollout = store.read(store.find(kind="rollouts", run=training.run)[0])
+    page = viewer.get(f"/episodes/{rollout.episode_id}").text
+    assert "id='tokens'" in page and "token-hint" not in page
 
 
 def test_async_grpo_recipe_plays_the_pickled_factory_in_a_spawned_process(tmp_path: Path) -> None:
