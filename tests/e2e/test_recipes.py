@@ -105,11 +105,14 @@ def test_gold_conversations_earn_the_optimum_and_extend_the_prompt_grpo_samples_
 
 
 def test_sft_recipe_warm_starts_a_tiny_model_on_gold_episodes(tmp_path: Path) -> None:
-    out = run_recipe("sft_gridsim.py", tmp_path=tmp_path)
+    out = run_recipe("sft_gridsim.py", "--record", str(tmp_path / "records"), tmp_path=tmp_path)
 
     assert "4 gold episodes played on the server, lowest reward 1" in out
     assert "done: 2 steps" in out
     assert (tmp_path / "sft" / "model.safetensors").exists()
+    # --record: the gold episodes, a run `corral view` lists, and the tokenizer beside them
+    (played,) = run_views.runs(RunIndex(tmp_path / "records"))
+    assert played.episodes == 4 and (tmp_path / "records" / "tokenizer" / "tokenizer.json").is_file()
 
 
 @pytest.mark.parametrize("rollouts", ["environment_factory", "token_exact"])
@@ -176,12 +179,17 @@ def test_grpo_recipe_records_a_run_corral_view_lists_and_reads_as_text(tmp_path:
 
 
 def test_async_grpo_recipe_plays_the_pickled_factory_in_a_spawned_process(tmp_path: Path) -> None:
-    out = run_recipe("async_grpo.py", "--vllm-server-url", "http://127.0.0.1:9", tmp_path=tmp_path)
+    records = tmp_path / "records"
+    out = run_recipe(
+        "async_grpo.py", "--vllm-server-url", "http://127.0.0.1:9", "--record", str(records), tmp_path=tmp_path
+    )
 
     assert "AsyncGRPOConfig: 2 rollouts per task, 2 per step" in out
     assert "played 2 idle days in a spawned process: rewards [0.2, 0.2]" in out  # an idle day's grade
     assert "vLLM server at http://127.0.0.1:9: does not answer" in out
     assert "--tiny stops here" in out
+    (played,) = run_views.runs(RunIndex(records))  # --record: the two days, a run `corral view` lists
+    assert played.episodes == 2
 
 
 def test_sampled_tool_calls_parses_the_calls_a_taught_model_makes(tmp_path: Path) -> None:
