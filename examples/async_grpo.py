@@ -17,6 +17,9 @@ transfer; vLLM does not install on this machine) and CUDA (its packed training f
 flash-attention 3 kernels). It checks what does not need them: the run's `AsyncGRPOConfig` is
 built, the factory is pickled and played in a spawned process exactly as the rollout worker
 would (reset, a tool call, get_reward against the live server), and the vLLM server is probed.
+
+`--record DIR` records the episodes there for `corral view DIR`: each environment's, with its
+group and policy version, against a server's URL; the in-process server's, with a bundle folder.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import pickle
 import sys
 from typing import Any
 
-from common import add_arguments, lora_config, open_bundle, resolve_model, say
+from common import add_arguments, keep_tokenizer, lora_config, open_bundle, resolve_model, say
 
 HOURS = 24
 
@@ -132,6 +135,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"AsyncGRPOConfig: {config.num_generations} rollouts per task, {config.per_device_train_batch_size} per "
         f"step, weights synced every {config.weight_sync_steps} step(s), max staleness {config.max_staleness}"
     )
+    if model is not None:
+        keep_tokenizer(opts, model)
     with open_bundle(opts, sandbox="local" if opts.tiny else "auto", max_concurrent_envs=opts.concurrency) as bundle:
         pickled = pickle.dumps(bundle.factory)  # AsyncGRPO refuses a factory that does not pickle
         rows = [bundle.dataset[i] for i in range(2)]

@@ -38,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run on this CPU with a tiny model made here, a few rows and one or two steps",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--record",
+        type=Path,
+        metavar="DIR",
+        help="record the run in DIR, with the model's tokenizer, to browse with `corral view DIR`",
+    )
 
 
 def resolve_model(opts: argparse.Namespace) -> str:
@@ -58,14 +64,26 @@ def open_bundle(opts: argparse.Namespace, **local_options):
     """The bundle at `--server`: a URL is opened as it is; a folder is served in this process."""
     from corral.client import Bundle
 
-    if "://" in opts.server:
-        bundle = Bundle(opts.server, split=opts.split, token=opts.token)
+    if "://" in opts.server:  # the environments record their episodes; the server, with `corral serve --record`
+        bundle = Bundle(opts.server, split=opts.split, token=opts.token, record_dir=opts.record)
     elif Path(opts.server).is_dir():
-        bundle = Bundle.local(opts.server, split=opts.split, **local_options)
+        bundle = Bundle.local(opts.server, split=opts.split, record_dir=opts.record, **local_options)
     else:
         sys.exit(f"error: --server {opts.server!r} is neither a URL (http://host:port) nor a bundle folder")
     say(f"opened {bundle!r}")
     return bundle
+
+
+def keep_tokenizer(opts: argparse.Namespace, model: str) -> None:
+    """With --record, the model's tokenizer beside the records: `corral view` shows its text."""
+    if opts.record is None:
+        return
+    from transformers import AutoTokenizer
+
+    from corral.client.run_headers import TOKENIZER
+
+    AutoTokenizer.from_pretrained(model).save_pretrained(opts.record / TOKENIZER)
+    say(f"recording in {opts.record}: browse it with `corral view {opts.record}`")
 
 
 def say(message: str) -> None:

@@ -6,13 +6,16 @@
     python examples/grpo.py --model Qwen/Qwen3-4B --server http://env-host:8000 \\
         --use-vllm --vllm-mode server --vllm-server-url http://localhost:8000
     python examples/grpo.py --tiny                            # a tiny model, 2 steps, CPU
+    python examples/grpo.py --tiny --record records/ && corral view records/   # ... and read it
 
 The trainer plays each rollout through `environment_factory=bundle.factory`: every tool call
 is a call on the server, and the server's verifier gives the reward (`get_reward`), so there
 are no `reward_funcs`. `--token-exact` trains instead through `corral.training.rollouts`
 (`CorralRollout` as `rollout_func`): the trainer learns from the ids the model sampled, tool
 answers masked out of the loss; with `--use-vllm --vllm-mode server` it samples from that
-server's `/v1/completions`.
+server's `/v1/completions`. `--record DIR` rolls out so too, and records the run in DIR (the
+server's episodes, each rollout's step, group and tokens, the trainer's logged metrics, the
+tokenizer) for `corral view DIR`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from common import add_arguments, lora_config, open_bundle, resolve_model, run_training, say
+from common import add_arguments, keep_tokenizer, lora_config, open_bundle, resolve_model, run_training, say
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -65,7 +68,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="share of the GPU colocated vLLM takes (default: %(default)s)",
     )
     parser.add_argument("--lora", action="store_true", help="train a LoRA adapter (needs peft)")
-    parser.add_argument("--token-exact", action="store_true", help="roll out with corral.training.rollouts")
+    parser.add_argument(
+        "--token-exact",
+        action="store_true",
+        help="roll out with corral.training.rollouts (--record does: it records each rollout's step and tokens)",
+    )
     parser.add_argument(
         "--concurrency",
         type=int,
@@ -131,7 +138,8 @@ def main(argv: list[str] | None = None):
         args = algorithm.config(output_dir=str(opts.output_dir / opts.preset), **grpo_settings(opts))
         peft = lora_config() if opts.lora else None
         rollout = None
-        if opts.token_exact:
+        keep_tokenizer(opts, model)
+        if opts.token_exact or opts.record:
             trainer, rollout = token_exact_trainer(algorithm, model, args, bundle, opts, days, peft)
         else:
             evaluation = bundle.dataset_for(opts.eval_split) if opts.eval_split else None
@@ -160,6 +168,7 @@ def main(argv: list[str] | None = None):
 def token_exact_trainer(algorithm, model: str, args, bundle, opts: argparse.Namespace, days: int | None, peft):
     """A trainer that rolls out with `CorralRollout` (the ids the model sampled, tool answers masked),
     and the rollout_func, whose sessions the caller closes."""
+    from corral.training.metrics_callback import RecordMetrics
     from corral.training.rollouts import CorralRollout, episode_reward
 
     if opts.use_vllm and opts.vllm_mode != "server":
@@ -169,8 +178,10 @@ def token_exact_trainer(algorithm, model: str, args, bundle, opts: argparse.Name
         )
     # With --use-vllm --vllm-mode server, CorralRollout samples from the trainer's vLLM server (the one TRL
     # syncs the weights to), under the name that server lists at /v1/models; else from the trainer's model.
-    rollout = CorralRollout(bundle, max_tool_calls=args.max_tool_calling_iterations)
+    rollout = CorralRollout(bundle, max_tool_calls=args.max_tool_calling_iterations, record_dir=opts.record)
     evaluation = rollout.dataset_for(opts.eval_split) if opts.eval_split else None
+    # With --record, the trainer's loss, KL and the rest go into the run beside its rollouts.
+    callbacks = [RecordMetrics(rollout)] if opts.record else None
     trainer = algorithm.trainer(
         model=model,
         args=args,
@@ -179,6 +190,7 @@ def token_exact_trainer(algorithm, model: str, args, bundle, opts: argparse.Name
         reward_funcs=episode_reward,
         rollout_func=rollout,
         peft_config=peft,
+        callbacks=callbacks,
     )
     return trainer, rollout
 

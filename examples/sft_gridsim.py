@@ -8,7 +8,8 @@ then `end_turn`) is played against the server first, through the same environmen
 uses, and must earn 1.0; the conversations keep the server's tool answers and the tools as
 `Bundle.factory` offers them, and render with thinking off. `SFTTrainer` then trains on the
 assistant turns only (the `sft` preset). The model is saved to `--output-dir/sft`, ready for
-`examples/grpo.py --model OUTPUT_DIR/sft`.
+`examples/grpo.py --model OUTPUT_DIR/sft`. `--record DIR` records the gold episodes (and keeps
+the tokenizer) there, for `corral view DIR`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from common import (
     GRIDSIM,
     add_arguments,
+    keep_tokenizer,
     lora_config,
     open_bundle,
     resolve_model,
@@ -68,6 +70,7 @@ def main(argv: list[str] | None = None) -> Path:
     from corral.training.presets import activation_checkpointing, preset
     from corral.training.sft import gold_dataset, load_gold_calls
 
+    keep_tokenizer(opts, model)
     calls = load_gold_calls(opts.gold_bundle, opts.split)
     say(f"gold calls for {len(calls)} {opts.split} tasks from {opts.gold_bundle / 'gold.py'}")
     with open_bundle(opts, sandbox="local" if opts.tiny else "auto", max_concurrent_envs=opts.concurrency) as bundle:

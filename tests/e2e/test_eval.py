@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 if os.environ.get("CI") != "true":
     pytest.importorskip("trl")
@@ -25,6 +26,7 @@ if os.environ.get("CI") != "true":
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+from corral.cli.main import app
 from corral.client import Bundle, run_views
 from corral.client.run_index import RunIndex
 from corral.protocol.record_store import EpisodeStore
@@ -97,6 +99,10 @@ def test_evaluate_through_the_vllm_standin_reports_known_outcomes_and_unscored_r
     header = RunIndex(tmp_path / "records").header(run)
     assert header is not None and (header.kind, header.bundle, header.split) == ("eval", "evalbox", "eval")
     assert header.model.startswith("scripted at http://127.0.0.1") and header.step is None and header.ended_at
+    # The names the report gives are those `corral episodes` lists: the tokens' run, and the server's.
+    assert f"rollouts recorded as run {run}; their episodes as the server's run {report.served_run}" in table
+    listed = CliRunner().invoke(app, ["episodes", str(tmp_path / "records"), "--limit", "100"]).stdout
+    assert {line.split()[-1] for line in listed.splitlines()[1:29]} == {report.served_run}  # its 28 rows
 
 
 def test_a_turn_vllm_ends_on_the_generation_configs_other_eos_is_read_without_it(

@@ -17,7 +17,9 @@ if os.environ.get("CI") != "true":
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from corral.client import Bundle
+from corral.client import Bundle, run_views
+from corral.client.run_headers import read_metrics
+from corral.client.run_index import RunIndex
 from corral.protocol.record_store import EpisodeStore
 from corral.training.rollouts import chat_tools
 from corral.training.sft import gold_dataset, load_gold_calls, sampled_tool_calls, trainer_tools
@@ -103,11 +105,14 @@ def test_gold_conversations_earn_the_optimum_and_extend_the_prompt_grpo_samples_
 
 
 def test_sft_recipe_warm_starts_a_tiny_model_on_gold_episodes(tmp_path: Path) -> None:
-    out = run_recipe("sft_gridsim.py", tmp_path=tmp_path)
+    out = run_recipe("sft_gridsim.py", "--record", str(tmp_path / "records"), tmp_path=tmp_path)
 
     assert "4 gold episodes played on the server, lowest reward 1" in out
     assert "done: 2 steps" in out
     assert (tmp_path / "sft" / "model.safetensors").exists()
+    # --record: the gold episodes, a run `corral view` lists, and the tokenizer beside them
+    (played,) = run_views.runs(RunIndex(tmp_path / "records"))
+    assert played.episodes == 4 and (tmp_path / "records" / "tokenizer" / "tokenizer.json").is_file()
 
 
 @pytest.mark.parametrize("rollouts", ["environment_factory", "token_exact"])
@@ -152,13 +157,39 @@ def test_grpo_recipe_trains_two_steps_on_the_servers_rewards(tmp_path: Path, ser
     assert logged == pytest.approx([sum(served[:2]) / 2, sum(served[2:]) / 2], abs=1e-3)
 
 
+def test_grpo_recipe_records_a_run_corral_view_lists_and_reads_as_text(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from corral.cli.viewer.app import create_viewer
+
+    records = tmp_path / "records"
+    out = run_recipe("grpo.py", "--record", str(records), tmp_path=tmp_path)
+
+    assert f"browse it with `corral view {records}`" in out
+    index = RunIndex(records)
+    (training,) = [row for row in run_views.runs(index) if row.header is not None and row.header.kind == "training"]
+    assert training.steps == 2 and training.episodes == 4  # two steps of two rollouts
+    assert "loss" in read_metrics([records], training.run)  # the trainer's half of each step
+    viewer = TestClient(create_viewer(records))  # no --tokenizer: the one kept beside the records
+    assert f"/runs/{training.run}" in viewer.get("/").text
+    with EpisodeStore(records) as store:
+        rollout = store.read(store.find(kind="rollouts", run=training.run)[0])
+    page = viewer.get(f"/episodes/{rollout.episode_id}").text
+    assert "id='tokens'" in page and "token-hint" not in page
+
+
 def test_async_grpo_recipe_plays_the_pickled_factory_in_a_spawned_process(tmp_path: Path) -> None:
-    out = run_recipe("async_grpo.py", "--vllm-server-url", "http://127.0.0.1:9", tmp_path=tmp_path)
+    records = tmp_path / "records"
+    out = run_recipe(
+        "async_grpo.py", "--vllm-server-url", "http://127.0.0.1:9", "--record", str(records), tmp_path=tmp_path
+    )
 
     assert "AsyncGRPOConfig: 2 rollouts per task, 2 per step" in out
     assert "played 2 idle days in a spawned process: rewards [0.2, 0.2]" in out  # an idle day's grade
     assert "vLLM server at http://127.0.0.1:9: does not answer" in out
     assert "--tiny stops here" in out
+    (played,) = run_views.runs(RunIndex(records))  # --record: the two days, a run `corral view` lists
+    assert played.episodes == 2
 
 
 def test_sampled_tool_calls_parses_the_calls_a_taught_model_makes(tmp_path: Path) -> None:

@@ -43,8 +43,9 @@ def viewer(grpo_run) -> Iterator[str]:
 
 
 @contextmanager
-def serving(records: Path, *options: str) -> Iterator[str]:
-    """`corral view records [options]` on a free loopback port, until the block ends."""
+def serving(records: Path, *options: str, token: str | None = None) -> Iterator[str]:
+    """`corral view records [options]` on a free loopback port, until the block ends (`token`:
+    the one it was given, sent while waiting for it to answer)."""
     port = free_port()
     command, environ = corral_command("view", str(records), "--port", str(port), "--success", str(SUCCESS), *options)
     server = subprocess.Popen(command, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -52,7 +53,8 @@ def serving(records: Path, *options: str) -> Iterator[str]:
     try:
         for _ in range(300):
             try:
-                if httpx.get(url, trust_env=False).status_code == 200:
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
+                if httpx.get(url, headers=headers, trust_env=False).status_code == 200:
                     break
             except httpx.TransportError:
                 time.sleep(0.2)
@@ -294,4 +296,18 @@ def test_a_column_heading_sorts_the_steps_by_number_and_the_order_survives_a_rel
         assert set(zip(_cells(browser, "#steps a.step"), means, strict=True)) == pairs  # whole rows moved
         browser.refresh()
         assert _cells(browser, "#steps td.mean-reward") == means
+
+
+def test_behind_a_token_the_browser_opens_it_once_and_the_page_keeps_polling(grpo_run, browser, tmp_path) -> None:
+    (tmp_path / "token").write_text("view-token\n")
+    browser.get("about:blank")
+    browser.get_log("browser")  # dropped: an earlier test's page polling the server that test stopped
+    with serving(grpo_run.records, "--token-file", str(tmp_path / "token"), token="view-token") as url:
+        assert httpx.get(f"{url}/runs/{grpo_run.run}", trust_env=False).status_code == 401
+        browser.get(f"{url}/runs/{grpo_run.run}?token=view-token")
+        assert "token" not in browser.current_url  # the cookie holds it from now on
+        assert browser.find_element(By.ID, "episode-count").text == str(len(_records(grpo_run)))
+        time.sleep(4)  # one poll of /api/count (every 3 s), which would log a 401 without the cookie
+        browser.find_element(By.CSS_SELECTOR, "a.step").click()
+        assert "/steps/" in browser.current_url
         _no_console_errors(browser)

@@ -5,6 +5,7 @@ notebook's `jupyter` from an extra that installs it."""
 from __future__ import annotations
 
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -51,4 +52,16 @@ def test_the_extra_that_opens_the_notebook_installs_jupyter_and_nbconvert():
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     notebook = " ".join(extras["notebook"])
     assert "jupyterlab" in notebook and "nbconvert" in notebook
+    assert "ipywidgets" in notebook  # tqdm's notebook bars (datasets' map) warn without it
     assert any(need.startswith("nbconvert") for need in extras["dev"])  # the tests run it headless too
+
+
+def test_the_notebooks_headless_command_writes_where_git_ignores():
+    """Run as the notebook says, from the repository root, nbconvert leaves no untracked file."""
+    (command,) = re.findall(r"`(jupyter nbconvert [^`]+)`", (REPO / "examples" / "play.ipynb").read_text())
+    words = command.split()
+    folder = words[words.index("--output-dir") + 1] if "--output-dir" in words else "examples"
+    name = words[words.index("--output") + 1] if "--output" in words else "play.ipynb"
+    written = Path(folder) / name
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", "-q", str(written)], cwd=REPO, check=False)
+    assert ignored.returncode == 0, f"{command} writes {written}, which git does not ignore"

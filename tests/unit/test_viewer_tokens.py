@@ -156,7 +156,8 @@ def test_a_folder_with_no_tokenizer_is_one_line(tmp_path: Path) -> None:
     assert f"--tokenizer {tmp_path / 'empty'}" in result.stderr
 
 
-def test_the_episode_page_shows_a_real_tokenizers_text_escaped(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kept", [False, True], ids=["--tokenizer", "kept beside the records"])
+def test_the_episode_page_shows_a_real_tokenizers_text_escaped(tmp_path: Path, kept: bool) -> None:
     if os.environ.get("CI") != "true":
         pytest.importorskip("transformers")
     from fastapi.testclient import TestClient
@@ -165,12 +166,12 @@ def test_the_episode_page_shows_a_real_tokenizers_text_escaped(tmp_path: Path) -
     from transformers import PreTrainedTokenizerFast
 
     vocab = {text: i for i, text in enumerate(HOSTILE)}
-    PreTrainedTokenizerFast(tokenizer_object=Rust(WordLevel(vocab, unk_token=HOSTILE[0]))).save_pretrained(
-        tmp_path / "tokenizer"
-    )
+    # A recipe's --record keeps it in the records folder, where the viewer finds it with no option.
+    folder = tmp_path / "records" / "tokenizer" if kept else tmp_path / "tokenizer"
+    PreTrainedTokenizerFast(tokenizer_object=Rust(WordLevel(vocab, unk_token=HOSTILE[0]))).save_pretrained(folder)
     from corral.cli.viewer.app import create_viewer
 
-    viewer = create_viewer(_records(tmp_path / "records"), tokenizer=str(tmp_path / "tokenizer"))
+    viewer = create_viewer(_records(tmp_path / "records"), tokenizer=None if kept else str(folder))
     page = TestClient(viewer).get("/episodes/e").text
     fragment = page[page.index("<h2>Tokens</h2>") : page.index("</body>")]
     assert Chips(fragment).texts == SHOWN[:2]

@@ -192,6 +192,13 @@ class Bundle:
         classes = {name: environment_class(self.environment_spec(name)) for name in self.split_toolsets}
         return classes if len(classes) > 1 else next(iter(classes.values()))
 
+    @property
+    def served_run(self) -> str | None:
+        """The run the server `local` started records its episodes under (with `record_dir`);
+        None for a server elsewhere, whose records this process does not see."""
+        served = self._server.served if self._server is not None else None
+        return served.recorder.run if served is not None and served.recorder is not None else None
+
     def close(self) -> None:
         """End every episode the environments hold, and stop the server `local` started."""
         close_environments(self.url)

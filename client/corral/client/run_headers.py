@@ -16,6 +16,7 @@ from corral.protocol.records import RunHeader
 
 HEADER = "run.json"
 METRICS = "metrics.ndjson"  # the trainer's logged values, an object a line (not .jsonl: no episode file)
+TOKENIZER = "tokenizer"  # a records folder's own: the model's tokenizer, which `corral view` reads its ids with
 
 
 def write_header(root: str | Path, header: RunHeader) -> None:

@@ -12,6 +12,7 @@ import typer
 import uvicorn
 
 from corral.cli.exits import fail, refuse_bad_call
+from corral.cli.token import serve_token
 from corral.errors import AuthError, BundleInvalid, ConfigError, CorralError
 from corral.server.bundles.problems import merge_shared, problems_of
 
@@ -92,6 +93,7 @@ def episodes(
 
 
 def view(
+    ctx: typer.Context,
     folder: Annotated[
         Path,
         typer.Argument(metavar="DIR", help="The folder episodes and rollouts were recorded in.", show_default=False),
@@ -108,15 +110,35 @@ def view(
             help="The model's tokenizer (its folder, or a name): an episode's tokens show their text, not ids. Needs transformers."
         ),
     ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="CORRAL_TOKEN",
+            help="Answer only requests that carry it: a browser opens /?token=TOKEN once, a script sends 'Authorization: Bearer TOKEN'. Needed for a --host other than loopback. Prefer CORRAL_TOKEN or --token-file: any process here can read a command line.",
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(help="Read the token from FILE (its first line), so it is on no command line.", dir_okay=False),
+    ] = None,
 ) -> None:
     """Browse training runs in a local web app: reward over steps, groups, episodes (docs/viewer.md)."""
+    from corral.cli.viewer.access import is_loopback
     from corral.cli.viewer.app import create_viewer
 
     try:
-        viewer = create_viewer(folder, rollouts, success=success, tokenizer=tokenizer)
+        token = serve_token(
+            token, token_file, on_command_line=getattr(ctx.get_parameter_source("token"), "name", "") == "COMMANDLINE"
+        )
+        if token is None and not is_loopback(host):
+            fail(
+                f"--host {host} lets other machines read every prompt and transcript of the runs: "
+                "give a token with --token-file FILE or CORRAL_TOKEN, or listen on 127.0.0.1"
+            )
+        viewer = create_viewer(folder, rollouts, success=success, tokenizer=tokenizer, token=token)
     except ConfigError as error:
         fail(str(error))
-    typer.echo(f"corral view: http://{host}:{port}/")
+    typer.echo(f"corral view: http://{host}:{port}/" + ("?token=TOKEN (once, then a cookie)" if token else ""))
     uvicorn.run(viewer, host=host, port=port, log_level="warning")
 
 

@@ -54,6 +54,7 @@ class EvalReport:
     failed_reasons: Counter[str] = field(default_factory=Counter)
     unscored_reasons: Counter[str] = field(default_factory=Counter)
     run: str | None = None  # the run its rollouts were recorded under, if they were
+    served_run: str | None = None  # the run an in-process server recorded their episodes under
     context_length: int | None = None  # a local model's positions: no episode reaches past them
     context_cut: int = 0  # episodes cut there, short of their completion limit
 
@@ -125,8 +126,9 @@ class EvalReport:
                 f"note: {self.context_cut} episode(s) reached the model's context of {self.context_length} "
                 "positions (prompt and completion together) and were cut there, short of the completion limit"
             )
-        if self.run is not None:
-            lines.append(f"rollouts recorded as run {self.run}")
+        if self.run is not None:  # the names `corral episodes DIR --runs` lists: the tokens', the server's
+            served = f"; their episodes as the server's run {self.served_run}" if self.served_run else ""
+            lines.append(f"rollouts recorded as run {self.run}{served}")
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -157,6 +159,7 @@ class EvalReport:
             "failed_reasons": dict(self.failed_reasons),
             "unscored_reasons": dict(self.unscored_reasons),
             "run": self.run,
+            "served_run": self.served_run,
             "context_length": self.context_length,
             "context_cut": self.context_cut,
         }

@@ -142,6 +142,7 @@ def evaluate(
             seconds=time.monotonic() - started,
             run=run,
         )
+        report.served_run = opened.served_run
         report.context_length = policy.context_length
         if report.context_length is not None:
             report.context_cut = sum(len(r.prompt_ids) + len(r.completion_ids) >= report.context_length for r in played)

@@ -1,6 +1,6 @@
 """The viewer's web app: routes only; the pages are built in `pages`, `transcripts` and `tokens`.
 
-corral view records/ [--rollouts GPU_DIR] [--tokenizer MODEL_DIR] [--port 8765]
+corral view records/ [--rollouts GPU_DIR] [--tokenizer MODEL_DIR] [--port 8765] [--token-file FILE]
 """
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ from typing import Literal
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
+from corral.cli.viewer.access import require_token
 from corral.cli.viewer.layout import FILTERS
 from corral.cli.viewer.pages import COMPARED, compare_page, run_page, runs_page, step_page
 from corral.cli.viewer.tokens import load_tokenizer
 from corral.cli.viewer.transcripts import episode_page, group_page
 from corral.client import run_views
 from corral.client.difficulty_exports import Difficulty, rl_prompts, sft_rows
+from corral.client.run_headers import TOKENIZER
 from corral.client.run_index import EpisodeFilter, RunIndex
 
 _NUMBERS = {"min_reward": float, "max_reward": float, "min_step": int, "max_step": int}
@@ -40,13 +42,24 @@ def episode_filter(request: Request, run: str | None = None) -> EpisodeFilter:
 
 
 def create_viewer(
-    records: Path, rollouts: Path | None = None, *, success: float = 1.0, tokenizer: str | None = None
+    records: Path,
+    rollouts: Path | None = None,
+    *,
+    success: float = 1.0,
+    tokenizer: str | None = None,
+    token: str | None = None,
 ) -> FastAPI:
     """The viewer over a records folder (and the trainer's, when it recorded elsewhere); with a
-    tokenizer (its folder or name), an episode's tokens show their text."""
+    tokenizer (its folder or name; by default the records' own `tokenizer/`, when they keep one),
+    an episode's tokens show their text; with a token, only a
+    request that carries it is answered (`access`)."""
     index = RunIndex(records, rollouts, success=success)
+    if tokenizer is None and (records / TOKENIZER).is_dir():  # a recipe's --record keeps it there
+        tokenizer = str(records / TOKENIZER)
     text = None if tokenizer is None else load_tokenizer(tokenizer)
     app = FastAPI(title="corral view", docs_url=None, redoc_url=None, openapi_url=None)
+    if token is not None:
+        require_token(app, token)
 
     @app.get("/", response_class=HTMLResponse)
     def runs() -> str:
