@@ -16,7 +16,8 @@ import typer
 from corral.errors import BundleInvalid, ConfigError
 from corral.sandboxes import KINDS, NETWORK_POLICIES
 from corral.server.bundles.problems import merge_shared, problems_of
-from corral.server.serving.served import ServedBundle, ServeOptions
+from corral.server.serving.options import ServeOptions
+from corral.server.serving.served import ServedBundle
 
 USAGE_ERROR = 2  # the exit status of a mistake in how corral was called
 
