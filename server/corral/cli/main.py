@@ -160,14 +160,7 @@ def serve(
         asyncio.run(served.aclose())
         fail(str(error))
     typer.echo(summary(served))
-    sandboxes = served.provider.status()  # warm pools fill once serving starts; local processes keep none
-    warm = f", {options.warm_pool} warm sandbox(es) per env" if options.warm_pool else ""
-    recording = f"; recording episodes in {served.recorder.root}" if served.recorder is not None else ""
-    processes = f", {workers} workers" if workers > 1 else ""
-    typer.echo(
-        f"serving on http://{host}:{port} (sandbox: {sandboxes.kind}{warm}, at most {options.max_concurrent_envs} "
-        f"sessions{processes}{recording})"
-    )
+    typer.echo(serving_line(served, host, port, workers))
     if workers > 1:  # this process holds the instance and watches the workers; they serve
         try:
             status = Supervisor(bundle, options, listener, workers).run()
@@ -188,7 +181,21 @@ app.command()(view)
 app.command(name="eval")(eval_command)
 
 
+def serving_line(served: ServedBundle, host: str, port: int, workers: int) -> str:
+    """The line `corral serve` prints once the bundle is open: where, in what, how many at once."""
+    options = served.options
+    sandboxes = served.provider.status()  # warm pools fill once serving starts; local processes keep none
+    warm = f", {options.warm_pool} warm sandbox(es) per env" if options.warm_pool else ""
+    recording = f"; recording episodes in {served.recorder.root}" if served.recorder is not None else ""
+    processes = f", {workers} workers" if workers > 1 else ""
+    return (
+        f"serving on http://{host}:{port} (sandbox: {sandboxes.kind}{warm}, at most {options.max_concurrent_envs} "
+        f"sessions{processes}{recording})"
+    )
+
+
 def summary(served: ServedBundle) -> str:
+    """The bundle served, in one line (or its format's lines): tasks, splits, envs and tools."""
     bundle = served.bundle
     splits = ", ".join(
         f"{name} (0: every task is in an eval split)" if name == TRAIN_SPLIT and not tasks else f"{name} ({len(tasks)})"
