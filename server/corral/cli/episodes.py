@@ -103,6 +103,7 @@ def listing(store: EpisodeStore, filters: Filters, limit: int) -> str:
 
 
 def runs(store: EpisodeStore) -> str:
+    """The runs recorded in `store`, one line each: name, kind, records, source."""
     lines = [f"{run.run}  {run.kind:<8}  {run.records:>7} records  {run.source}" for run in store.runs()]
     return "\n".join(lines) or f"no runs recorded in {store.root}"
 

@@ -67,5 +67,6 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def fail(message: str) -> NoReturn:
+    """Stop the command with `message` on stderr as one line, exit status 2 (a mistake in the call)."""
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(USAGE_ERROR)
