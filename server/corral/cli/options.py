@@ -20,6 +20,16 @@ BundleArg = Annotated[
     typer.Argument(help="The bundle folder (it holds bundle.toml), or a folder of Harbor tasks.", show_default=False),
 ]
 
+TargetArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="BUNDLE|URL",
+        help="A bundle folder (served in this process) or a corral server's URL.",
+        show_default=False,
+    ),
+]
+UrlTokenOption = Annotated[str | None, typer.Option(envvar="CORRAL_TOKEN", help="A URL's bearer token.")]
+
 _FIELDS = {field.name: field for field in dataclasses.fields(ServeOptions) if FLAG in field.metadata}
 _TYPES = typing.get_type_hints(ServeOptions)
 

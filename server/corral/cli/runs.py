@@ -12,6 +12,7 @@ import typer
 import uvicorn
 
 from corral.cli.exits import fail, refuse_bad_call
+from corral.cli.options import TargetArg, UrlTokenOption
 from corral.errors import AuthError, BundleInvalid, ConfigError, CorralError
 from corral.server.bundles.problems import merge_shared, problems_of
 
@@ -128,14 +129,7 @@ def eval_command(
             show_default=False,
         ),
     ],
-    target: Annotated[
-        str,
-        typer.Argument(
-            metavar="BUNDLE|URL",
-            help="A bundle folder (served in this process) or a corral server's URL.",
-            show_default=False,
-        ),
-    ],
+    target: TargetArg,
     split: Annotated[str, typer.Option(help="The split whose tasks to play.")] = "eval",
     k: Annotated[
         int, typer.Option("-k", "--k", min=1, help="Samples per task; pass@k is reported for 1, powers of two and k.")
@@ -163,7 +157,7 @@ def eval_command(
     limit: Annotated[int | None, typer.Option(min=1, help="Play only the split's first N tasks.")] = None,
     record: Annotated[Path | None, typer.Option(help="Record the episodes (server and tokens) in DIR.")] = None,
     sandbox: Annotated[str, typer.Option(help="A bundle folder's sandbox: auto, docker, local or modal.")] = "auto",
-    token: Annotated[str | None, typer.Option(envvar="CORRAL_TOKEN", help="A URL's bearer token.")] = None,
+    token: UrlTokenOption = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the numbers as JSON to FILE.")] = None,
     tasks_shown: Annotated[int, typer.Option(min=0, help="Rows of the per-task table.")] = 50,
 ) -> None:

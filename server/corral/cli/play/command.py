@@ -9,20 +9,13 @@ from typing import Annotated
 import typer
 
 from corral.cli.exits import fail, refuse_bad_call
-from corral.cli.options import UnsafeLocalShellOption
+from corral.cli.options import TargetArg, UnsafeLocalShellOption, UrlTokenOption
 from corral.errors import AuthError, BundleInvalid, CorralError
 from corral.server.bundles.problems import merge_shared, problems_of
 
 
 def play_command(
-    target: Annotated[
-        str,
-        typer.Argument(
-            metavar="BUNDLE|URL",
-            help="A bundle folder (served in this process) or a corral server's URL.",
-            show_default=False,
-        ),
-    ],
+    target: TargetArg,
     task: Annotated[str | None, typer.Option(help="The task id to play.")] = None,
     split: Annotated[str | None, typer.Option(help="Play a task of this split (its first, or --index).")] = None,
     index: Annotated[int | None, typer.Option(min=0, help="The task's index in --split (default split: all).")] = None,
@@ -32,7 +25,7 @@ def play_command(
             help="A bundle folder's sandbox: auto (docker when an engine answers, else local), docker, local or modal."
         ),
     ] = "auto",
-    token: Annotated[str | None, typer.Option(envvar="CORRAL_TOKEN", help="A URL's bearer token.")] = None,
+    token: UrlTokenOption = None,
     script: Annotated[
         Path | None,
         typer.Option(
