@@ -11,10 +11,9 @@ from typing import Annotated
 import typer
 import uvicorn
 
-from corral.cli.exits import fail, refuse_bad_call
+from corral.cli.exits import exits_on_refusal, fail, refuse_bad_target
 from corral.cli.options import TargetArg, UrlTokenOption
-from corral.errors import AuthError, BundleInvalid, ConfigError, CorralError
-from corral.server.bundles.problems import merge_shared, problems_of
+from corral.errors import ConfigError
 
 
 def episodes(
@@ -168,10 +167,8 @@ def eval_command(
         from corral.training.generation import SamplingParams
     except ImportError as error:
         fail(f"corral eval needs the training extra: pip install 'corral[train]' ({error})")
-    remote = target.startswith(("http://", "https://"))
-    if not remote:
-        refuse_bad_call(Path(target), sandbox)
-    try:
+    refuse_bad_target(target, sandbox)
+    with exits_on_refusal(target):
         report = evaluate(
             model,
             target,
@@ -188,13 +185,6 @@ def eval_command(
             sandbox=sandbox,
             token=token,
         )
-    except BundleInvalid as error:
-        typer.echo(str(BundleInvalid(target, merge_shared(problems_of(error)))), err=True)
-        raise typer.Exit(1) from None
-    except AuthError as error:
-        fail(str(error.passed_as("--token TOKEN")))
-    except CorralError as error:
-        fail(str(error))
     typer.echo(report.table(tasks_shown=tasks_shown))
     if json_out is not None:
         json_out.write_text(json.dumps(report.as_dict(), indent=1))
