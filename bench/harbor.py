@@ -48,7 +48,8 @@ from corral.server.harbor.hosted import HarborProvider
 from corral.server.harbor.images import BaseBuild, ImagePlan
 from corral.server.harbor.part import harbor_part
 from corral.server.serving.embedded import EmbeddedServer
-from corral.server.serving.served import ServedBundle, ServeOptions
+from corral.server.serving.options import ServeOptions
+from corral.server.serving.served import ServedBundle
 
 from common import exchange
 

@@ -41,7 +41,7 @@ from corral.protocol.frames import (
     StepRequest,
 )
 from corral.server.serving.embedded import EmbeddedServer
-from corral.server.serving.served import ServeOptions
+from corral.server.serving.options import ServeOptions
 
 from common import exchange
 

@@ -13,7 +13,7 @@ from typing import NoReturn
 import pytest
 
 from corral.server.serving.embedded import EmbeddedServer
-from corral.server.serving.served import ServeOptions
+from corral.server.serving.options import ServeOptions
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLES = REPO / "bundles"

@@ -11,7 +11,8 @@ import pytest
 from corral.errors import BundleInvalid, ImageError, SandboxError
 from corral.sandboxes import ProviderStatus, SandboxSpec
 from corral.sandboxes.docker.provider import DockerProvider
-from corral.server.serving.served import ServedBundle, ServeOptions
+from corral.server.serving.options import ServeOptions
+from corral.server.serving.served import ServedBundle
 from tests.conftest import FIXTURES
 from tests.docker.conftest import DOCKERBOX, containers
 

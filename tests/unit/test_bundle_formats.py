@@ -19,7 +19,8 @@ from corral.server.bundles.model import RESERVED_SPLIT, TRAIN_SPLIT, BundleEnv, 
 from corral.server.bundles.problems import Problem
 from corral.server.connection.base import EnvConnection
 from corral.server.formats import load_bundle
-from corral.server.serving.served import ServedBundle, ServeOptions
+from corral.server.serving.options import ServeOptions
+from corral.server.serving.served import ServedBundle
 from tests.conftest import FIXTURES
 
 TOYBOX = FIXTURES / "toybox"

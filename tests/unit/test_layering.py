@@ -38,7 +38,7 @@ LAYERS: dict[str, set[str]] = {
 # Imports made only when called, back down the layers: Bundle.local serves a bundle in-process.
 LAZY = {
     ("corral.client.bundle", "corral.server.serving.embedded"),
-    ("corral.client.bundle", "corral.server.serving.served"),
+    ("corral.client.bundle", "corral.server.serving.options"),
 }
 
 

@@ -147,7 +147,7 @@ class Bundle:
         (`corral serve --unsafe-local-shell`; docs/sandboxes.md)."""
         try:  # imported here: the server is optional for a client
             from corral.server.serving.embedded import EmbeddedServer
-            from corral.server.serving.served import ServeOptions
+            from corral.server.serving.options import ServeOptions
         except ImportError as error:
             raise ImportError(
                 f"Bundle.local serves the bundle in this process and needs corral's server: "

@@ -99,6 +99,7 @@ def show(thing: Any, limit: int = ROWS_SHOWN) -> Shown:
 
 
 def reset_doc(opened: ResetObservation) -> Doc:
+    """A reset's observation, readable: the task, its prompts and tools, and its end if it ended."""
     doc = Doc().add("title", f"task {opened.task_id} · episode {opened.episode_id}")
     _prompts(doc, opened.system_prompt, opened.prompt, opened.turn)
     doc.add(
@@ -110,10 +111,12 @@ def reset_doc(opened: ResetObservation) -> Doc:
 
 
 def frame_doc(frame: ResetObservation | CallToolObservation) -> Doc:
+    """A reset's or a tool call's observation, readable."""
     return reset_doc(frame) if isinstance(frame, ResetObservation) else call_doc(frame)
 
 
 def call_doc(observed: CallToolObservation) -> Doc:
+    """A tool call's observation, readable: its answer, and the episode's end if it ended."""
     doc = Doc().add("title", observed.tool_name)
     _answer(doc, observed)
     if observed.done:
@@ -203,6 +206,7 @@ def record_doc(record: EpisodeRecord, rollout: RolloutRecord | None = None) -> D
 
 
 def row_doc(row: dict[str, Any]) -> Doc:
+    """A dataset row, readable: its task and where it stands, and its prompt's messages."""
     where = ", ".join(f"{key} {row[key]}" for key in ("split", "index", "environment") if key in row)
     doc = Doc().add("title", f"task {row.get('task_id', '?')}" + (f" ({where})" if where else ""))
     for message in row["prompt"]:
@@ -212,6 +216,7 @@ def row_doc(row: dict[str, Any]) -> Doc:
 
 
 def rows_doc(rows: Any, limit: int) -> Doc:
+    """A dataset's first `limit` rows as a table: index, task, split and the prompt's start."""
     shown = [rows[i] for i in range(min(limit, len(rows)))]
     doc = Doc().add("title", f"{len(rows)} rows" + (f" (the first {len(shown)})" if len(shown) < len(rows) else ""))
     table = tuple(

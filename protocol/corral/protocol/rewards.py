@@ -34,6 +34,7 @@ def pick_reward(scores: Mapping[str, float], rule: RewardRule) -> float:
 
 
 def missing_rule_message(score_ids: list[str]) -> str:
+    """Why a task recording several scores has no reward, and the two ways to choose one."""
     return (
         f"the task records {len(score_ids)} scores ({', '.join(score_ids)}) and no reward was chosen: "
         f"pick one with reward={score_ids[0]!r} (corral serve --reward {score_ids[0]}), or combine "

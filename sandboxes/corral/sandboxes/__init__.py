@@ -64,43 +64,59 @@ def make_provider(
     if kind not in KINDS:
         raise ConfigError(f"unknown sandbox {kind!r}; choose one of: {', '.join(KINDS)}")
     if kind == "modal":
-        try:
-            # The modal extra is optional, as docker's is.
-            from corral.sandboxes.modal.provider import ModalProvider
-        except ImportError as error:
-            raise ConfigError(
-                f"--sandbox modal needs the modal package: pip install 'corral[modal]' ({error})"
-            ) from None
-        modal = ModalProvider(instance=instance, warm_pool=warm_pool)  # ConfigError without credentials
-        log.info("sandbox: Modal sandboxes (one per episode, in Modal's cloud)")
-        return modal
+        return _modal(instance, warm_pool)
     if kind == "kubernetes":
         return _kubernetes(instance, warm_pool)
-    if kind in ("auto", "docker"):
-        try:
-            # The docker extra is optional: a laptop serving with local processes needs no docker package.
-            from corral.sandboxes.docker.engine import engine_answers
-            from corral.sandboxes.docker.provider import DockerProvider
-        except ImportError as error:
-            if kind == "docker":
-                raise ConfigError(
-                    f"--sandbox docker needs the docker package: pip install 'corral[docker]' ({error})"
-                ) from None
-            if engine := _engine_address():
-                log.warning(
-                    "sandbox: a Docker engine seems to be here (%s) but the docker package is not installed, "
-                    "so episodes run as local processes; pip install 'corral[docker]' to run them in containers",
-                    engine,
-                )
-        else:
-            if engine_answers():
-                log.info("sandbox: docker containers (hardened; one per episode)")
-                return DockerProvider(instance=instance, warm_pool=warm_pool)
-            if kind == "docker":
-                raise ConfigError(
-                    "--sandbox docker: no Docker engine answers (DOCKER_HOST, else /var/run/docker.sock); "
-                    "start the engine, or serve with --sandbox local"
-                )
+    if kind in ("auto", "docker") and (docker := _docker(kind, instance, warm_pool)) is not None:
+        return docker
+    return _local(instance, warm_pool, unsafe_local_shell)
+
+
+def _modal(instance: str | None, warm_pool: int) -> SandboxProvider:
+    """Modal's provider; ConfigError without the modal package or Modal's credentials."""
+    try:
+        # The modal extra is optional, as docker's is.
+        from corral.sandboxes.modal.provider import ModalProvider
+    except ImportError as error:
+        raise ConfigError(f"--sandbox modal needs the modal package: pip install 'corral[modal]' ({error})") from None
+    modal = ModalProvider(instance=instance, warm_pool=warm_pool)  # ConfigError without credentials
+    log.info("sandbox: Modal sandboxes (one per episode, in Modal's cloud)")
+    return modal
+
+
+def _docker(kind: str, instance: str | None, warm_pool: int) -> SandboxProvider | None:
+    """Docker's provider when its package is installed and an engine answers; else, for `auto`,
+    None (local processes serve, with a warning where an engine seems to be here), and for
+    `docker` ConfigError saying what is missing."""
+    try:
+        # The docker extra is optional: a laptop serving with local processes needs no docker package.
+        from corral.sandboxes.docker.engine import engine_answers
+        from corral.sandboxes.docker.provider import DockerProvider
+    except ImportError as error:
+        if kind == "docker":
+            raise ConfigError(
+                f"--sandbox docker needs the docker package: pip install 'corral[docker]' ({error})"
+            ) from None
+        if engine := _engine_address():
+            log.warning(
+                "sandbox: a Docker engine seems to be here (%s) but the docker package is not installed, "
+                "so episodes run as local processes; pip install 'corral[docker]' to run them in containers",
+                engine,
+            )
+        return None
+    if engine_answers():
+        log.info("sandbox: docker containers (hardened; one per episode)")
+        return DockerProvider(instance=instance, warm_pool=warm_pool)
+    if kind == "docker":
+        raise ConfigError(
+            "--sandbox docker: no Docker engine answers (DOCKER_HOST, else /var/run/docker.sock); "
+            "start the engine, or serve with --sandbox local"
+        )
+    return None
+
+
+def _local(instance: str | None, warm_pool: int, unsafe_local_shell: bool) -> SandboxProvider:
+    """Local processes, saying whether bubblewrap isolates them."""
     provider = LocalProvider(instance=instance, warm_pool=warm_pool, unsafe_local_shell=unsafe_local_shell)
     if provider.isolated:
         log.info("sandbox: local processes, each episode in namespaces of its own (bubblewrap)")

@@ -121,6 +121,7 @@ def _rescored(rescore: RescoreRecord | None) -> str:
 
 
 def runs(store: EpisodeStore) -> str:
+    """The runs recorded in `store`, one line each: name, kind, records, source."""
     lines = [f"{run.run}  {run.kind:<8}  {run.records:>7} records  {run.source}" for run in store.runs()]
     return "\n".join(lines) or f"no runs recorded in {store.root}"
 

@@ -6,17 +6,20 @@ status 1."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
 import typer
 
-from corral.errors import BundleInvalid, ConfigError
+from corral.errors import AuthError, BundleInvalid, ConfigError, CorralError
 from corral.sandboxes import KINDS, NETWORK_POLICIES
 from corral.server.bundles.problems import merge_shared, problems_of
-from corral.server.serving.served import ServedBundle, ServeOptions
+from corral.server.serving.options import ServeOptions
+from corral.server.serving.served import ServedBundle
 
 USAGE_ERROR = 2  # the exit status of a mistake in how corral was called
 
@@ -47,6 +50,28 @@ def refuse_bad_call(bundle: Path, sandbox: str, network: str | None = None) -> N
         )
 
 
+def refuse_bad_target(target: str, sandbox: str) -> None:
+    """`refuse_bad_call` for a target that is a bundle folder; a server's URL is for it to judge."""
+    if not target.startswith(("http://", "https://")):
+        refuse_bad_call(Path(target), sandbox)
+
+
+@contextlib.contextmanager
+def exits_on_refusal(target: str) -> Iterator[None]:
+    """Around a command that plays `target` (a bundle folder or a server's URL): exit 1 listing a
+    bundle's problems, exit 2 (one line) for a wrong token, a server that is not there, a task
+    the bundle lacks."""
+    try:
+        yield
+    except BundleInvalid as error:
+        typer.echo(str(BundleInvalid(target, merge_shared(problems_of(error)))), err=True)
+        raise typer.Exit(1) from None
+    except AuthError as error:
+        fail(str(error.passed_as("--token TOKEN")))
+    except CorralError as error:
+        fail(str(error))
+
+
 def listen(host: str, port: int) -> socket.socket:
     """A socket bound to host:port for the server to listen on; exit 2 saying why when it cannot be."""
     listener = None
@@ -67,5 +92,6 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def fail(message: str) -> NoReturn:
+    """Stop the command with `message` on stderr as one line, exit status 2 (a mistake in the call)."""
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(USAGE_ERROR)

@@ -6,6 +6,7 @@ was asked (exit status 2 for a mistake in the call, 1 for a bundle with problems
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.metadata
 import logging
 import os
@@ -17,7 +18,7 @@ import uvicorn
 
 from corral.cli.exits import fail, listen, open_or_exit, refuse_bad_call
 from corral.cli.images import build
-from corral.cli.options import BundleArg, UnsafeLocalShellOption
+from corral.cli.options import BundleArg, NetworkOption, UnsafeLocalShellOption, serve_flags
 from corral.cli.oracle import play_and_close
 from corral.cli.play.command import play_command
 from corral.cli.rescore import rescore
@@ -27,7 +28,8 @@ from corral.cli.token import serve_token
 from corral.errors import ConfigError
 from corral.server.bundles.model import TRAIN_SPLIT
 from corral.server.serving.app import create_app, socket_settings
-from corral.server.serving.served import ServedBundle, ServeOptions, default_instance
+from corral.server.serving.options import ServeOptions
+from corral.server.serving.served import ServedBundle, default_instance
 from corral.server.serving.supervisor import Supervisor, reap_dropped_workers
 
 app = typer.Typer(
@@ -35,13 +37,6 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-
-NetworkOption = Annotated[
-    str | None,
-    typer.Option(
-        help="Harbor tasks: none (each runs offline; one that asks for a network is left out, and listed) or egress (each gets the network it asks for). Default: the folder's bundle.toml, else none."
-    ),
-]
 
 
 def _version(show: bool) -> None:
@@ -121,6 +116,7 @@ def check(
 
 
 @app.command()
+@serve_flags
 def serve(
     ctx: typer.Context,
     bundle: BundleArg,
@@ -128,35 +124,8 @@ def serve(
         str, typer.Option(help="Address to listen on; 0.0.0.0 to serve trainers on other machines.")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8000,
-    sandbox: Annotated[
-        str,
-        typer.Option(
-            help="Where episodes run: auto (docker when an engine answers, else local), docker (a hardened container each), local (a child process each; no isolation), modal (a Modal Sandbox each, in Modal's cloud) or kubernetes (a hardened pod each; docs/kubernetes.md)."
-        ),
-    ] = "auto",
-    warm_pool: Annotated[
-        int,
-        typer.Option(
-            envvar="CORRAL_WARM_POOL",
-            min=0,
-            help="Started sandboxes kept waiting per env, so a reset skips the sandbox's start.",
-        ),
-    ] = 0,
-    instance: Annotated[
-        str | None,
-        typer.Option(
-            envvar="CORRAL_INSTANCE",
-            help="This server's name on its containers and local folders; on start it removes what a killed run of the same name left, and a second server of the name refuses (default: HOSTNAME-PORT).",
-        ),
-    ] = None,
-    max_concurrent_envs: Annotated[
-        int,
-        typer.Option(
-            envvar="MAX_CONCURRENT_ENVS",
-            min=1,
-            help="Sessions allowed at once; a trainer holds one per rollout it generates at once.",
-        ),
-    ] = 8,
+    *,
+    options: ServeOptions,  # made from a flag per field (serve_flags)
     workers: Annotated[
         int,
         typer.Option(
@@ -167,80 +136,23 @@ def serve(
             "is passed to it.",
         ),
     ] = 1,
-    reward: Annotated[
-        str | None, typer.Option(help="The score id that is the reward, for tasks that record several scores.")
-    ] = None,
-    tool_timeout: Annotated[
-        float | None,
-        typer.Option(
-            help="Seconds one tool call may take before its episode ends unscored (default: the bundle's, else 60)."
-        ),
-    ] = None,
-    reset_timeout: Annotated[
-        float | None,
-        typer.Option(
-            help="Seconds a reset (deploy and task load) or an end_turn may take (default: the bundle's, else 600)."
-        ),
-    ] = None,
-    token: Annotated[
-        str | None,
-        typer.Option(
-            envvar="CORRAL_TOKEN",
-            help="Require 'Authorization: Bearer TOKEN' on every request. On the command line any process on this machine can read it (/proc/PID/cmdline): prefer CORRAL_TOKEN or --token-file.",
-        ),
-    ] = None,
     token_file: Annotated[
         Path | None,
         typer.Option(help="Read the token from FILE (its first line), so it is on no command line.", dir_okay=False),
     ] = None,
-    max_frame_mb: Annotated[
-        float,
-        typer.Option(
-            min=0.01,
-            help="The largest WebSocket frame a client may send, in MB; a larger one closes its socket (1009).",
-        ),
-    ] = 4.0,
-    verifier_workers: Annotated[int, typer.Option(min=1, help="Processes that run the bundle's Python verifiers.")] = 2,
-    concurrent_starts: Annotated[
-        int | None,
-        typer.Option(
-            min=1, help="Sandboxes starting at once; more resets wait their turn (default: twice the CPUs, at least 4)."
-        ),
-    ] = None,
-    network: NetworkOption = None,
-    record: Annotated[
-        Path | None,
-        typer.Option(
-            help="Record every episode in DIR (JSON lines and an SQLite index; list them with `corral episodes DIR`); default: the bundle's \\[serve] record."
-        ),
-    ] = None,
-    unsafe_local_shell: UnsafeLocalShellOption = False,
 ) -> None:
     """Serve every task of a bundle over OpenEnv's WebSocket protocol and Task API."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:  # by its name: typer carries a copy of click whose ParameterSource is not click's own
         token = serve_token(
-            token, token_file, on_command_line=getattr(ctx.get_parameter_source("token"), "name", "") == "COMMANDLINE"
+            options.token,
+            token_file,
+            on_command_line=getattr(ctx.get_parameter_source("token"), "name", "") == "COMMANDLINE",
         )
     except ConfigError as error:
         fail(str(error))
-    options = ServeOptions(
-        sandbox=sandbox,
-        max_concurrent_envs=max_concurrent_envs,
-        reward=reward,
-        tool_timeout_s=tool_timeout,
-        reset_timeout_s=reset_timeout,
-        token=token,
-        warm_pool=warm_pool,
-        instance=instance or default_instance(port),
-        max_frame_bytes=int(max_frame_mb * 1024 * 1024),
-        verifier_workers=verifier_workers,
-        network=network,
-        record_dir=record,
-        unsafe_local_shell=unsafe_local_shell,
-        **({"concurrent_starts": concurrent_starts} if concurrent_starts else {}),
-    )
-    refuse_bad_call(bundle, sandbox, network)
+    options = dataclasses.replace(options, token=token, instance=options.instance or default_instance(port))
+    refuse_bad_call(bundle, options.sandbox, options.network)
     listener = listen(host, port)  # before the bundle is opened: a port in use is known at once
     try:
         served = open_or_exit(bundle, options)
@@ -253,14 +165,7 @@ def serve(
         asyncio.run(served.aclose())
         fail(str(error))
     typer.echo(summary(served))
-    sandboxes = served.provider.status()  # warm pools fill once serving starts; local processes keep none
-    warm = f", {warm_pool} warm sandbox(es) per env" if warm_pool else ""
-    recording = f"; recording episodes in {served.recorder.root}" if served.recorder is not None else ""
-    processes = f", {workers} workers" if workers > 1 else ""
-    typer.echo(
-        f"serving on http://{host}:{port} (sandbox: {sandboxes.kind}{warm}, at most {max_concurrent_envs} "
-        f"sessions{processes}{recording})"
-    )
+    typer.echo(serving_line(served, host, port, workers))
     if workers > 1:  # this process holds the instance and watches the workers; they serve
         try:
             status = Supervisor(bundle, options, listener, workers).run()
@@ -282,7 +187,21 @@ app.command(name="eval")(eval_command)
 app.command()(rescore)
 
 
+def serving_line(served: ServedBundle, host: str, port: int, workers: int) -> str:
+    """The line `corral serve` prints once the bundle is open: where, in what, how many at once."""
+    options = served.options
+    sandboxes = served.provider.status()  # warm pools fill once serving starts; local processes keep none
+    warm = f", {options.warm_pool} warm sandbox(es) per env" if options.warm_pool else ""
+    recording = f"; recording episodes in {served.recorder.root}" if served.recorder is not None else ""
+    processes = f", {workers} workers" if workers > 1 else ""
+    return (
+        f"serving on http://{host}:{port} (sandbox: {sandboxes.kind}{warm}, at most {options.max_concurrent_envs} "
+        f"sessions{processes}{recording})"
+    )
+
+
 def summary(served: ServedBundle) -> str:
+    """The bundle served, in one line (or its format's lines): tasks, splits, envs and tools."""
     bundle = served.bundle
     splits = ", ".join(
         f"{name} (0: every task is in an eval split)" if name == TRAIN_SPLIT and not tasks else f"{name} ({len(tasks)})"

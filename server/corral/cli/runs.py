@@ -11,10 +11,10 @@ from typing import Annotated
 import typer
 import uvicorn
 
-from corral.cli.exits import fail, refuse_bad_call
+from corral.cli.exits import exits_on_refusal, fail, refuse_bad_target
+from corral.cli.options import TargetArg, UrlTokenOption
 from corral.cli.token import serve_token
-from corral.errors import AuthError, BundleInvalid, ConfigError, CorralError
-from corral.server.bundles.problems import merge_shared, problems_of
+from corral.errors import ConfigError
 
 
 def episodes(
@@ -150,14 +150,7 @@ def eval_command(
             show_default=False,
         ),
     ],
-    target: Annotated[
-        str,
-        typer.Argument(
-            metavar="BUNDLE|URL",
-            help="A bundle folder (served in this process) or a corral server's URL.",
-            show_default=False,
-        ),
-    ],
+    target: TargetArg,
     split: Annotated[str, typer.Option(help="The split whose tasks to play.")] = "eval",
     k: Annotated[
         int, typer.Option("-k", "--k", min=1, help="Samples per task; pass@k is reported for 1, powers of two and k.")
@@ -185,7 +178,7 @@ def eval_command(
     limit: Annotated[int | None, typer.Option(min=1, help="Play only the split's first N tasks.")] = None,
     record: Annotated[Path | None, typer.Option(help="Record the episodes (server and tokens) in DIR.")] = None,
     sandbox: Annotated[str, typer.Option(help="A bundle folder's sandbox: auto, docker, local or modal.")] = "auto",
-    token: Annotated[str | None, typer.Option(envvar="CORRAL_TOKEN", help="A URL's bearer token.")] = None,
+    token: UrlTokenOption = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the numbers as JSON to FILE.")] = None,
     tasks_shown: Annotated[int, typer.Option(min=0, help="Rows of the per-task table.")] = 50,
 ) -> None:
@@ -196,10 +189,8 @@ def eval_command(
         from corral.training.generation import SamplingParams
     except ImportError as error:
         fail(f"corral eval needs the training extra: pip install 'corral[train]' ({error})")
-    remote = target.startswith(("http://", "https://"))
-    if not remote:
-        refuse_bad_call(Path(target), sandbox)
-    try:
+    refuse_bad_target(target, sandbox)
+    with exits_on_refusal(target):
         report = evaluate(
             model,
             target,
@@ -216,13 +207,6 @@ def eval_command(
             sandbox=sandbox,
             token=token,
         )
-    except BundleInvalid as error:
-        typer.echo(str(BundleInvalid(target, merge_shared(problems_of(error)))), err=True)
-        raise typer.Exit(1) from None
-    except AuthError as error:
-        fail(str(error.passed_as("--token TOKEN")))
-    except CorralError as error:
-        fail(str(error))
     typer.echo(report.table(tasks_shown=tasks_shown))
     if json_out is not None:
         json_out.write_text(json.dumps(report.as_dict(), indent=1))

@@ -12,7 +12,7 @@ _HOMES = {
     "BundleInvalid": "corral.errors",
     "create_app": "corral.server.serving.app",
     "ServedBundle": "corral.server.serving.served",
-    "ServeOptions": "corral.server.serving.served",
+    "ServeOptions": "corral.server.serving.options",
 }
 
 

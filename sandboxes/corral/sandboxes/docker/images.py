@@ -22,6 +22,7 @@ from corral.sandboxes.env_digest import context_files, image_tag
 
 
 def image_exists(client: docker.DockerClient, tag: str) -> bool:
+    """Whether the engine holds an image tagged `tag`."""
     try:
         client.images.get(tag)
     except docker.errors.ImageNotFound:

@@ -89,7 +89,30 @@ def pod_manifest(
     """The pod that runs `spec`'s env from `image`, marked with `labels`: see the module docstring.
     With `idle`, a verifier's pod: it runs `idle` instead, with an emptyDir at `files_dir`."""
     refuse_unsupported(spec)
-    cpu, memory = f"{round(spec.resources.cpus * 1000)}m", f"{spec.resources.memory_mb}Mi"
+    volumes, mounts = _volumes(spec, files_dir)
+    pod_spec: dict[str, Any] = {
+        "containers": [_container(spec, image, idle, mounts)],
+        "volumes": volumes,
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": LIFETIME_S,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,  # no other service's address in the env's variables
+        "terminationGracePeriodSeconds": 0,  # an episode's end is final: no grace to wait out
+        "securityContext": {"runAsNonRoot": True, "fsGroup": ENV_UID, "seccompProfile": {"type": "RuntimeDefault"}},
+    }
+    if runtime_class:
+        pod_spec["runtimeClassName"] = runtime_class
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {key: label_value(value) for key, value in labels.items()}},
+        "spec": pod_spec,
+    }
+
+
+def _volumes(spec: SandboxSpec, files_dir: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's volumes and the env container's mounts of them: an emptyDir in memory for the
+    scratch folder and each writable one, and a verifier's files folder."""
     writable = (SCRATCH, *spec.writable)
     volumes: list[dict[str, Any]] = [
         {"name": f"writable-{i}", "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.scratch_mb}Mi"}}
@@ -99,6 +122,14 @@ def pod_manifest(
     if files_dir is not None:  # written by corral, not the agent; in memory, so within the pod's memory limit
         volumes.append({"name": "verifier", "emptyDir": {"medium": "Memory"}})
         mounts.append({"name": "verifier", "mountPath": files_dir})
+    return volumes, mounts
+
+
+def _container(
+    spec: SandboxSpec, image: str, idle: Sequence[str] | None, mounts: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The env's container (or, with `idle`, a verifier's): its command, limits and hardening."""
+    cpu, memory = f"{round(spec.resources.cpus * 1000)}m", f"{spec.resources.memory_mb}Mi"
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
@@ -125,24 +156,7 @@ def pod_manifest(
     }
     if spec.workdir is not None:
         container["workingDir"] = spec.workdir
-    pod_spec: dict[str, Any] = {
-        "containers": [container],
-        "volumes": volumes,
-        "restartPolicy": "Never",
-        "activeDeadlineSeconds": LIFETIME_S,
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,  # no other service's address in the env's variables
-        "terminationGracePeriodSeconds": 0,  # an episode's end is final: no grace to wait out
-        "securityContext": {"runAsNonRoot": True, "fsGroup": ENV_UID, "seccompProfile": {"type": "RuntimeDefault"}},
-    }
-    if runtime_class:
-        pod_spec["runtimeClassName"] = runtime_class
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {key: label_value(value) for key, value in labels.items()}},
-        "spec": pod_spec,
-    }
+    return container
 
 
 def why_not_started(pod: Any) -> str | None:

@@ -84,6 +84,9 @@ async def resolve(shell: Shell, roots: list[bytes]) -> list[bytes]:
 
 
 async def judge_links(shell: Shell, links: dict[bytes, bytes], roots: list[bytes]) -> list[str]:
+    """Each of the agent's links (path -> target) that, resolved through `shell`, must not be
+    followed (it enters one of `roots`, where the verifier brings its own files in, or /proc,
+    loops, or cannot be read), as a line saying why; empty when none does."""
     if not links:
         return []
     walks = {path: resolution(posixpath.dirname(path), target, roots) for path, target in links.items()}

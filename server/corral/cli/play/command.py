@@ -8,21 +8,12 @@ from typing import Annotated
 
 import typer
 
-from corral.cli.exits import fail, refuse_bad_call
-from corral.cli.options import UnsafeLocalShellOption
-from corral.errors import AuthError, BundleInvalid, CorralError
-from corral.server.bundles.problems import merge_shared, problems_of
+from corral.cli.exits import exits_on_refusal, fail, refuse_bad_target
+from corral.cli.options import TargetArg, UnsafeLocalShellOption, UrlTokenOption
 
 
 def play_command(
-    target: Annotated[
-        str,
-        typer.Argument(
-            metavar="BUNDLE|URL",
-            help="A bundle folder (served in this process) or a corral server's URL.",
-            show_default=False,
-        ),
-    ],
+    target: TargetArg,
     task: Annotated[str | None, typer.Option(help="The task id to play.")] = None,
     split: Annotated[str | None, typer.Option(help="Play a task of this split (its first, or --index).")] = None,
     index: Annotated[int | None, typer.Option(min=0, help="The task's index in --split (default split: all).")] = None,
@@ -32,7 +23,7 @@ def play_command(
             help="A bundle folder's sandbox: auto (docker when an engine answers, else local), docker, local or modal."
         ),
     ] = "auto",
-    token: Annotated[str | None, typer.Option(envvar="CORRAL_TOKEN", help="A URL's bearer token.")] = None,
+    token: UrlTokenOption = None,
     script: Annotated[
         Path | None,
         typer.Option(
@@ -55,30 +46,22 @@ def play_command(
         fail(f"corral play needs prompt_toolkit and rich: pip install 'corral[play]' ({error})")
     if task is not None and (split is not None or index is not None):
         fail("name the task one way: --task ID, or --split (and --index)")
-    remote = target.startswith(("http://", "https://"))
-    if not remote:
-        refuse_bad_call(Path(target), sandbox)
+    refuse_bad_target(target, sandbox)
     try:
-        calls = read_script(script) if script is not None else None
-        options = PlayOptions(
-            target=target,
-            task_id=task,
-            split=split,
-            index=index,
-            sandbox=sandbox,
-            token=token,
-            script=calls,
-            record=record,
-            unsafe_local_shell=unsafe_local_shell,
-        )
-        status = play(options, Console(highlight=False))
-    except BundleInvalid as error:
-        typer.echo(str(BundleInvalid(target, merge_shared(problems_of(error)))), err=True)
-        raise typer.Exit(1) from None
-    except AuthError as error:
-        fail(str(error.passed_as("--token TOKEN")))
-    except CorralError as error:  # a server that is not there, a task the bundle lacks
-        fail(str(error))
+        with exits_on_refusal(target):
+            calls = read_script(script) if script is not None else None
+            options = PlayOptions(
+                target=target,
+                task_id=task,
+                split=split,
+                index=index,
+                sandbox=sandbox,
+                token=token,
+                script=calls,
+                record=record,
+                unsafe_local_shell=unsafe_local_shell,
+            )
+            status = play(options, Console(highlight=False))
     except KeyboardInterrupt:  # Ctrl-C during a call: the session and server are already closed
         raise typer.Exit(130) from None
     raise typer.Exit(status)

@@ -136,18 +136,9 @@ def _read_tasks(
     root: Path, manifest: HarborManifest, policy: str, problems: list[Problem]
 ) -> tuple[dict[str, HarborTask], list[Problem], list[str]]:
     """The tasks served, the tasks left out (each with why), and notes for `corral check`."""
-    folders = (
-        [root]
-        if _is_task(root)
-        else sorted(
-            child
-            for child in root.iterdir()
-            if child.is_dir() and not child.name.startswith((".", "_")) and _is_task(child)
-        )
-    )
+    folders = _task_folders(root)
     served: dict[str, HarborTask] = {}
     left_out: list[Problem] = []
-    defaulted, unenforced, rooted, shared, startup = [], [], [], [], []
     for folder in folders:
         where = f"{root.name}/{folder.name}" if folder != root else root.name
         try:
@@ -164,18 +155,33 @@ def _read_tasks(
             left_out.append(Problem(where, why))
             continue
         served[task.id] = task
-        if task.config.environment.network_mode is None and task.config.environment.allow_internet is None:
-            defaulted.append(task.id)
-        if task.config.environment.healthcheck:
-            unenforced.append(task.id)
-        if task.agent_may_be_root:
-            rooted.append(task.id)
-        if task.tests_run_as_the_agent:
-            shared.append(task.id)
-        if started := task.image_startup_variables:
-            startup.append(f"{task.id} ({', '.join(started)})")
     if not folders:
         problems.append(Problem(root.name, "no task folders (a folder with task.toml, or task.yaml); add some"))
+    return served, left_out, _check_notes(list(served.values()), policy)
+
+
+def _task_folders(root: Path) -> list[Path]:
+    """`root` when it is a task's folder, else its task folders (not hidden, not `_`-named)."""
+    if _is_task(root):
+        return [root]
+    return sorted(
+        child
+        for child in root.iterdir()
+        if child.is_dir() and not child.name.startswith((".", "_")) and _is_task(child)
+    )
+
+
+def _check_notes(tasks: list[HarborTask], policy: str) -> list[str]:
+    """What `corral check` says of the tasks served: what each kind of task risks, and its fix."""
+    defaulted = [
+        task.id
+        for task in tasks
+        if task.config.environment.network_mode is None and task.config.environment.allow_internet is None
+    ]
+    unenforced = [task.id for task in tasks if task.config.environment.healthcheck]
+    rooted = [task.id for task in tasks if task.agent_may_be_root]
+    shared = [task.id for task in tasks if task.tests_run_as_the_agent]
+    startup = [f"{task.id} ({', '.join(started)})" for task in tasks if (started := task.image_startup_variables)]
     notes = []
     if defaulted and policy == "none":
         notes.append(
@@ -206,7 +212,7 @@ def _read_tasks(
         notes.append(
             f"{len(unenforced)} task(s) set a healthcheck, which corral does not run ({', '.join(unenforced[:3])})"
         )
-    return served, left_out, notes
+    return notes
 
 
 def _broken(task: HarborTask) -> str | None:

@@ -4,7 +4,8 @@ metadata and schema, every route behind the bearer token when one is set."""
 from __future__ import annotations
 
 import secrets
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request, WebSocket
@@ -45,12 +46,35 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
     """An app serving `served` (see `ServedBundle.open`); shutting it down tears every episode down.
     `seat`: this process is one worker of several (workers.py), whose session limit is the host's."""
     registry = SessionRegistry(served, served.options.max_concurrent_envs, seat)
-    token = served.options.token
     served.metrics.count_sessions(lambda: len(registry.sessions))
     forwarder = Forwarder(seat) if seat is not None else None
+    app = FastAPI(
+        title=f"corral: {served.name}",
+        version=OPENENV_HTTP_VERSION,
+        lifespan=_lifespan(served, registry, seat, forwarder),
+        dependencies=[Depends(_authorizer(served.options.token))],
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.registry = registry
+    app.state.served = served
+    _add_docs_routes(app)
+    _add_status_routes(app, served, registry, seat, forwarder)
+    _add_description_routes(app, served, registry)
+    _add_mcp_route(app, registry, forwarder)
+    app.include_router(task_router(served))
+    _add_socket_route(app, registry, forwarder, served.options.token)
+    return app
+
+
+def _lifespan(
+    served: ServedBundle, registry: SessionRegistry, seat: WorkerSeat | None, forwarder: Forwarder | None
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start the pools before the first request; at shutdown close every session, then the bundle."""
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await served.start_pools()  # uvicorn accepts no request until this returns
         registry.start_reaping()
         if seat is not None:
@@ -61,21 +85,22 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
         if forwarder is not None:
             await forwarder.aclose()
 
+    return lifespan
+
+
+def _authorizer(token: str | None) -> Callable[[HTTPConnection], None]:
+    """Every HTTP route's dependency: refuse a request without the bearer token (the WebSocket
+    route refuses its own, with a denial response)."""
+
     def authorize(connection: HTTPConnection) -> None:
         if connection.scope["type"] == "http" and (refusal := _refusal(connection, token)):
             raise HTTPException(*refusal)
 
-    app = FastAPI(
-        title=f"corral: {served.name}",
-        version=OPENENV_HTTP_VERSION,
-        lifespan=lifespan,
-        dependencies=[Depends(authorize)],
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
-    )
-    app.state.registry = registry
-    app.state.served = served
+    return authorize
+
+
+def _add_docs_routes(app: FastAPI) -> None:
+    """The API's own description: the OpenAPI schema and its two readers, behind the token."""
 
     @app.get("/openapi.json", include_in_schema=False)
     def openapi() -> dict[str, Any]:
@@ -88,6 +113,13 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
     @app.get("/redoc", include_in_schema=False)
     def redoc() -> HTMLResponse:
         return get_redoc_html(openapi_url="/openapi.json", title=app.title)
+
+
+def _add_status_routes(
+    app: FastAPI, served: ServedBundle, registry: SessionRegistry, seat: WorkerSeat | None, forwarder: Forwarder | None
+) -> None:
+    """How the server is doing, for operators: /health and Prometheus' /metrics (the host's, summed
+    over its workers)."""
 
     @app.get("/health")
     async def health() -> dict[str, Any]:  # on the loop: the provider's state is the loop's
@@ -110,6 +142,10 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
         peers = await peers_metrics(seat, forwarder, request.headers.get("authorization"))
         return Response(summed([own.decode(), *peers]), media_type=CONTENT_TYPE_LATEST)
 
+
+def _add_description_routes(app: FastAPI, served: ServedBundle, registry: SessionRegistry) -> None:
+    """What OpenEnv's clients read of the environment before they play: /metadata and /schema."""
+
     @app.get("/metadata")
     def metadata() -> dict[str, Any]:
         manifest = served.bundle.manifest
@@ -130,6 +166,10 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
     def schema() -> dict[str, Any]:
         return schemas()
 
+
+def _add_mcp_route(app: FastAPI, registry: SessionRegistry, forwarder: Forwarder | None) -> None:
+    """POST /mcp: sessions played over HTTP, one JSON-RPC request at a time."""
+
     @app.post("/mcp")
     async def mcp(request: Request) -> Response:
         """JSON-RPC 2.0 (always HTTP 200, as OpenEnv answers): see corral.server.serving.mcp. A request for
@@ -143,7 +183,9 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
             return forwarded
         return JSONResponse((await answer_mcp(body, registry)).model_dump(mode="json"))
 
-    app.include_router(task_router(served))
+
+def _add_socket_route(app: FastAPI, registry: SessionRegistry, forwarder: Forwarder | None, token: str | None) -> None:
+    """/ws: a session on a WebSocket (serving.ws), refused before its upgrade without the token."""
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
@@ -153,8 +195,6 @@ def create_app(served: ServedBundle, seat: WorkerSeat | None = None) -> FastAPI:
             return
         if forwarder is None or not await forwarder.socket(websocket):  # a session another worker holds
             await serve_socket(websocket, registry)
-
-    return app
 
 
 def _refusal(connection: HTTPConnection, token: str | None) -> tuple[int, str] | None:

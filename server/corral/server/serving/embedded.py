@@ -21,7 +21,8 @@ import uvicorn
 
 from corral.errors import ServeFailed
 from corral.server.serving.app import create_app, socket_settings
-from corral.server.serving.served import ServedBundle, ServeOptions, default_instance
+from corral.server.serving.options import ServeOptions
+from corral.server.serving.served import ServedBundle, default_instance
 
 START_TIMEOUT_S = 60.0  # from the bundle being open (images built, envs probed) to accepting sessions
 SHUTDOWN_TIMEOUT_S = 420.0  # a local server's sandboxes get time to tear down

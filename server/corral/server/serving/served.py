@@ -11,7 +11,6 @@ import asyncio
 import functools
 import json
 import logging
-import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,36 +37,10 @@ from corral.server.bundles.verifiers import CommandScore, run_command_verifier, 
 from corral.server.connection.base import EnvConnection
 from corral.server.formats import load_bundle
 from corral.server.metrics import Metrics
+from corral.server.serving.options import ServeOptions
 from corral.server.serving.recording import EpisodeRecorder
 
 log = logging.getLogger("corral.server")
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    """How to serve a bundle; None takes the bundle's [serve] value, then corral's default."""
-
-    sandbox: str = "auto"
-    max_concurrent_envs: int = 8
-    reward: RewardRule = None
-    tool_timeout_s: float | None = None
-    reset_timeout_s: float | None = None
-    token: str | None = None
-    warm_pool: int = 0  # started sandboxes waiting per env
-    instance: str | None = None  # whose leftovers (containers, local folders) the reaper removes on start
-    verifier_workers: int = 2  # processes running the Python verifiers
-    # Sandboxes starting at once; more resets wait their turn. A start is mostly an interpreter
-    # booting: hundreds at once would starve the server's loop of CPU, and handshakes time out.
-    concurrent_starts: int = max(4, 2 * (os.cpu_count() or 1))
-    max_frame_bytes: int = 4 * 1024 * 1024  # the largest WebSocket frame a client may send
-    max_argument_bytes: int = 1024 * 1024  # a tool call's arguments, as JSON
-    max_output_chars: int = 1_000_000  # a tool's answer; a longer one is cut in the middle, with a note
-    network: str | None = (
-        None  # tasks that ask for a network (Harbor's): "none" or "egress"; None: the bundle's, else none
-    )
-    record_dir: Path | None = None  # record every episode there (None: the bundle's [serve] record, else none)
-    # The local sandbox serves envs that give the agent a shell even where it cannot contain them
-    unsafe_local_shell: bool = False
 
 
 @dataclass

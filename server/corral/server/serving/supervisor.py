@@ -43,7 +43,8 @@ from corral.errors import CorralError
 from corral.sandboxes import SandboxProvider, make_provider
 from corral.sandboxes.runtime_dirs import private_folder, safe_name
 from corral.server.serving.app import create_app, socket_settings
-from corral.server.serving.served import ServedBundle, ServeOptions
+from corral.server.serving.options import ServeOptions
+from corral.server.serving.served import ServedBundle
 from corral.server.workers.seat import SOCKET_NAME, WorkerSeat, socket_name
 
 log = logging.getLogger("corral.server")

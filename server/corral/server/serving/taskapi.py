@@ -38,6 +38,7 @@ class RangeRequest(SplitRequest):
 
 
 def task_router(served: ServedBundle) -> APIRouter:
+    """OpenEnv's Task API routes over `served`'s splits (the env is the bundle), and `/toolsets`."""
     router = APIRouter()
     splits = served.bundle.splits
 

@@ -70,7 +70,7 @@ from corral.sandboxes.docker.whole_image.disk import past_limit, watch_disk, wri
 from corral.sandboxes.docker.whole_image.fresh import VERIFIER_HOME, fresh_config, runs_as_root
 from corral.sandboxes.docker.whole_image.keeper import remove_keeper, sizes_mb, start_keeper
 from corral.sandboxes.docker.whole_image.links import forged_links
-from corral.sandboxes.docker.whole_image.search_path import for_the_tests
+from corral.sandboxes.docker.whole_image.search_path import SearchPath, for_the_tests
 from corral.sandboxes.shared.archives import tar_of
 from corral.sandboxes.shared.links import stopped_by
 
@@ -105,33 +105,13 @@ async def verify_snapshot(
     kept: list[str] = []  # the keeper's
     committed = threading.Event()  # set once the commit has ended, in time or not
     commit_started = False
-
-    def commit() -> None:
-        try:
-            engine.api.commit(
-                source,
-                repository=snapshot.split(":")[0],
-                tag=snapshot.split(":")[1],
-                pause=False,
-                changes=["LABEL corral.purpose=verify", f"LABEL corral.instance={engine.instance}"],
-            )
-        finally:
-            committed.set()
-
     try:
         async with asyncio.timeout(SETUP_TIMEOUT_S):
-            if (gone := await _pause(engine, source)) is not None:
-                return CommandResult(exit_code=1, output=gone)
-            # What the agent made, by the engine's word, measured before the commit, which would
-            # write all of it out: a sparse file of terabytes too.
-            size_rw, changed = await written(engine, source) or (0, [])
-            limit_mb = spec.resources.disk_mb
-            if limit_mb is not None and (over := past_limit(size_rw, len(changed), limit_mb)) is not None:
-                return CommandResult(
-                    exit_code=1, output=f"[corral] the tests did not run, nothing was committed: {over}"
-                )
+            refused, changed = await _paused_in_bounds(engine, spec, source)
+            if refused is not None:
+                return CommandResult(exit_code=1, output=refused)
             commit_started = True
-            await engine.call(commit)
+            await _commit(engine, source, snapshot, committed)
             user = config["user"] if user is None else user
             as_root = await runs_as_root(engine, snapshot, user)
             keeper = await start_keeper(
@@ -145,14 +125,7 @@ async def verify_snapshot(
             )
             searched = await for_the_tests(engine, snapshot, keeper.container, config, environment or {}, changed or [])
             if searched.planted:
-                return CommandResult(
-                    exit_code=1,
-                    output=(
-                        "[corral] the tests did not run: the agent's user changed folders their Python imports from: "
-                        + ", ".join(searched.planted[:5])
-                        + (f" and {len(searched.planted) - 5} more" if len(searched.planted) > 5 else "")
-                    ),
-                )
+                return CommandResult(exit_code=1, output=_planted(searched.planted))
             fresh = fresh_config(
                 config,
                 snapshot,
@@ -164,15 +137,7 @@ async def verify_snapshot(
                 command=list(command(files_dir)),
             )
             made.append((await engine.call(engine.api.create_container, **fresh))["Id"])
-            # Into the keeper's volume: its paths are the task's image's, not the agent's.
-            await engine.call(engine.api.put_archive, keeper.container, files_dir, tar_of(files, file_mode=FILES_MODE))
-            stream = await MuxStream.open(
-                await engine.call(
-                    engine.api.attach_socket, made[0], {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-                ),
-                merged=True,
-            )
-            refused = await _start(engine, made[0], files_dir)
+            stream, refused = await _started_at_gate(engine, made[0], keeper.container, files, files_dir)
             if refused is None:
                 refused = await _links_checked(
                     engine, made[0], fresh["user"], changed, [files_dir, *folders_of(results)], searched.agent
@@ -183,22 +148,12 @@ async def verify_snapshot(
         # The gate opens. Its stdin stays open: closing it would end the attach, output and all.
         await stream.write(b"go\n")
         code, output = await _watched_run(engine, spec, made[0], stream, timeout_s=timeout_s, keep=keep)
-        if searched.left_off:  # last: the output's head may be cut
-            output += (
-                f"\n[corral] left off the tests' PATH and PYTHONPATH, as the agent's user could write there: "
-                f"{', '.join(searched.left_off)}"
-            )
-        if searched.emptied:
-            output += (
-                "\n[corral] set empty for the tests, as the image's value runs code as a program starts or "
-                f"names a path the agent's user could write: {', '.join(searched.emptied)}"
-            )
         found = {
             path: content
             for path in results
             if (content := await _read_back(engine, keeper.container, path)) is not None
         }
-        return CommandResult(code, output, found)
+        return CommandResult(code, output + _notes(searched), found)  # last: the output's head may be cut
     except TimeoutError:
         raise SandboxError(
             f"setting up the verification of env {spec.env_name} took more than {SETUP_TIMEOUT_S:g}s; "
@@ -223,6 +178,79 @@ async def verify_snapshot(
 def folders_of(results: Sequence[str]) -> list[str]:
     """The folders the verifier brings in beside its files: HOME and each result file's."""
     return [VERIFIER_HOME, *dict.fromkeys(posixpath.dirname(path) for path in results)]
+
+
+async def _paused_in_bounds(engine: Engine, spec: SandboxSpec, source: str) -> tuple[str | None, list[dict]]:
+    """Pause the agent's container and measure what it wrote: why the tests cannot run (it is
+    gone, or past the task's disk bound), else None; and the paths it changed."""
+    if (gone := await _pause(engine, source)) is not None:
+        return gone, []
+    # What the agent made, by the engine's word, measured before the commit, which would
+    # write all of it out: a sparse file of terabytes too.
+    size_rw, changed = await written(engine, source) or (0, [])
+    limit_mb = spec.resources.disk_mb
+    if limit_mb is not None and (over := past_limit(size_rw, len(changed), limit_mb)) is not None:
+        return f"[corral] the tests did not run, nothing was committed: {over}", changed
+    return None, changed
+
+
+async def _commit(engine: Engine, source: str, snapshot: str, committed: threading.Event) -> None:
+    """Commit the (paused) agent's container as the image `snapshot`; `committed` is set once the
+    commit has ended, even one still under way on the engine's thread past this call's deadline."""
+
+    def commit() -> None:
+        try:
+            engine.api.commit(
+                source,
+                repository=snapshot.split(":")[0],
+                tag=snapshot.split(":")[1],
+                pause=False,
+                changes=["LABEL corral.purpose=verify", f"LABEL corral.instance={engine.instance}"],
+            )
+        finally:
+            committed.set()
+
+    await engine.call(commit)
+
+
+async def _started_at_gate(
+    engine: Engine, container: str, keeper: str, files: Mapping[str, bytes], files_dir: str
+) -> tuple[MuxStream, str | None]:
+    """The fresh container with the files in, attached and started: its command waits at the
+    gate. Its stream, and why it cannot run, if it cannot."""
+    # Into the keeper's volume: its paths are the task's image's, not the agent's.
+    await engine.call(engine.api.put_archive, keeper, files_dir, tar_of(files, file_mode=FILES_MODE))
+    stream = await MuxStream.open(
+        await engine.call(engine.api.attach_socket, container, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}),
+        merged=True,
+    )
+    return stream, await _start(engine, container, files_dir)
+
+
+def _planted(planted: Sequence[str]) -> str:
+    """Why the tests did not run when the agent changed folders their Python imports from."""
+    more = f" and {len(planted) - 5} more" if len(planted) > 5 else ""
+    return (
+        "[corral] the tests did not run: the agent's user changed folders their Python imports from: "
+        + ", ".join(planted[:5])
+        + more
+    )
+
+
+def _notes(searched: SearchPath) -> str:
+    """What the tests' output says of the folders and variables taken from them."""
+    notes = ""
+    if searched.left_off:
+        notes += (
+            f"\n[corral] left off the tests' PATH and PYTHONPATH, as the agent's user could write there: "
+            f"{', '.join(searched.left_off)}"
+        )
+    if searched.emptied:
+        notes += (
+            "\n[corral] set empty for the tests, as the image's value runs code as a program starts or "
+            f"names a path the agent's user could write: {', '.join(searched.emptied)}"
+        )
+    return notes
 
 
 async def _links_checked(
