@@ -21,7 +21,7 @@ from corral.sandboxes.modal.provider import ModalProvider
 from corral.server.serving.embedded import EmbeddedServer
 from tests.conftest import BUNDLES, serving, wait_for_no_env_processes
 from tests.integration.test_command_verifiers import solution
-from tests.integration.test_fork import episode_on, sessions_on
+from tests.integration.test_fork import episode_on, sessions_left, sessions_on
 
 SHELLFIX = BUNDLES / "shellfix"
 TASK = "shellfix-median"
@@ -81,7 +81,7 @@ def test_a_shellfix_episode_forked_three_ways_after_two_calls_plays_on_in_each_c
             episode.session.close()
     uids = {name: said.splitlines()[1] for name, said in seen.items()}
     assert len(set(uids.values())) == 4, uids  # each a user of its own
-    assert sessions_on(shellfix) == 0
+    assert sessions_left(shellfix) == 0
     assert wait_for_no_env_processes() == []
     assert shellfix.served is not None
     root = shellfix.served.provider.root

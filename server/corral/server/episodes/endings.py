@@ -19,8 +19,9 @@ Who caused an ending is decided by evidence, not by the kind of error it raised:
   agent controls everything its sandbox holds, so only a platform that shows itself broken
   leaves such an episode unscored.
 
-Where it is recorded: the status travels on the observation that ends the episode and on
-`state` (corral.protocol.outcomes names statuses and causes); the cause and the
+Where it is recorded: the status, the cause and the seconds by phase travel on the
+observation that ends the episode (`ending_observation`), the status on `state` too
+(corral.protocol.outcomes names statuses and causes); the cause and the
 reason go on the server's `EpisodeRecord` and its `corral.episodes` log line. Errors a caller
 catches are corral.errors'; an env connection's failures (corral.server.connection) reach the
 episode as those errors, and the episode asks this module what they mean.
@@ -28,12 +29,15 @@ episode as those errors, and the episode asks this module what they mean.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
+from corral.protocol.frames import CallToolObservation, ResetObservation
 from corral.protocol.outcomes import Cause
 
 Blame = Literal["agent", "platform", "evidence"]
+Ended = TypeVar("Ended", ResetObservation, CallToolObservation)
 
 
 @dataclass(frozen=True)
@@ -75,3 +79,11 @@ ENDINGS: dict[Cause, Ending] = {
         ),
     )
 }
+
+
+def ending_observation(observed: Ended, update: dict[str, Any], cause: Cause, seconds: Mapping[str, float]) -> Ended:
+    """The observation that ends an episode: `update` applied, and in its metadata what ended it
+    (`cause`) and its seconds by phase, which a trainer counts per step (corral.training.accounting)."""
+    rounded = {phase: round(value, 3) for phase, value in seconds.items()}
+    metadata = {**observed.metadata, "cause": cause, "seconds": rounded}
+    return observed.model_copy(update={**update, "done": True, "metadata": metadata})

@@ -17,7 +17,7 @@ import logging
 import math
 import time
 import uuid
-from typing import Any, TypeVar
+from typing import Any
 
 from corral.errors import SandboxError
 from corral.protocol.catalog import END_TURN, RUN_AGENT
@@ -38,7 +38,7 @@ from corral.server.bundles.format import Task
 from corral.server.connection.base import EnvCallError, EnvConnection, EnvDied
 from corral.server.episodes.alarms import CallDeadline
 from corral.server.episodes.canary import judge
-from corral.server.episodes.endings import ENDINGS
+from corral.server.episodes.endings import ENDINGS, Ended, ending_observation
 from corral.server.episodes.env_answers import field_of, refused, tool_answer
 from corral.server.episodes.harness_run import Harness, play
 from corral.server.episodes.runtime import EpisodeRuntime
@@ -48,7 +48,6 @@ from corral.server.metrics import Timed
 log = logging.getLogger("corral.server")
 # A call until its record is made: tool, arguments, observation, turn, seconds from the reset, seconds.
 AnsweredCall = tuple[str, dict[str, Any], CallToolObservation, int, float, float]
-Ended = TypeVar("Ended", ResetObservation, CallToolObservation)
 
 
 class ServedEpisode:
@@ -268,14 +267,8 @@ class ServedEpisode:
             )
         self.status, self.scores, self.reward = "scored", scores, reward
         self._ended("scored")
-        return self._ending(ended, {"reward": reward, "status": "scored", "scores": scores})
-
-    def _ending(self, observed: Ended, update: dict[str, Any]) -> Ended:
-        """The observation that ends the episode: `update` applied, and in its metadata what ended it
-        (`cause`) and its seconds by phase, which a trainer counts per step (corral.training.accounting)."""
-        seconds = {phase: round(s, 3) for phase, s in self.seconds.items()}
-        metadata = {**observed.metadata, "cause": self.cause, "seconds": seconds}
-        return observed.model_copy(update={**update, "done": True, "metadata": metadata})
+        outcome = {"reward": reward, "status": "scored", "scores": scores}
+        return ending_observation(ended, outcome, "scored", self.seconds)
 
     async def _out_of_time(self, name: str) -> CallToolObservation:
         """The agent's time budget is spent: its turn is over, and what it left is scored."""
@@ -353,7 +346,7 @@ class ServedEpisode:
         update: dict[str, Any] = {"reward": reward, "status": self.status, "scores": self.scores, "reason": reason}
         if isinstance(observed, CallToolObservation):
             update.update(result=None, error=ToolError(error_type=error_type, message=reason))  # type: ignore[arg-type]
-        return self._ending(observed, update)
+        return ending_observation(observed, update, ending.cause, self.seconds)
 
     def _time_left(self) -> float:
         """Seconds left of the agent's time budget (infinity without one)."""
