@@ -66,7 +66,8 @@ def test_the_mcp_sdk_client_plays_gridsim_through_corral_s_runtime():
     assert init.protocolVersion == types.LATEST_PROTOCOL_VERSION  # the client's own, echoed
     assert init.serverInfo.name == "GridSim"
     assert init.capabilities.tools is not None
-    assert init.capabilities.experimental == {"corral": {"hooks": ["corral/reset", "corral/end_turn", "corral/report"]}}
+    hooks = ["corral/reset", "corral/end_turn", "corral/report", "corral/run_agent"]
+    assert init.capabilities.experimental == {"corral": {"hooks": hooks}}
     assert [tool.name for tool in seen["tools"].tools] == ["submit_schedule"]
     assert seen["tools"].tools[0].inputSchema["required"] == ["actions"]
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from corral.sandboxes.docker.whole_image import disk as docker_disk
 from corral.sandboxes.docker.whole_image.disk import PATH_BYTES, SPACING, watch_disk
 
 FILES = 200_000  # empty files: SizeRw 0, one changed path each
@@ -50,22 +49,26 @@ class FakeEngine:
 
 
 @pytest.fixture
-def clock(monkeypatch) -> Clock:
-    clock = Clock()
+def clock() -> Clock:
+    return Clock()
+
+
+def watched(engine: FakeEngine, limit_mb: int, said: list[str]) -> None:
+    """watch_disk on the fake clock: its sleeps advance it (the process's own clock and sleep are
+    never patched: a server other tests left running in this process runs on them)."""
+    clock = engine.clock
 
     async def sleep(seconds: float) -> None:
         clock.now += seconds
 
-    monkeypatch.setattr(docker_disk.asyncio, "sleep", sleep)
-    monkeypatch.setattr(docker_disk.time, "monotonic", lambda: clock.now)
-    return clock
+    asyncio.run(watch_disk(engine, "c", limit_mb, said.append, clock=lambda: clock.now, sleep=sleep))  # type: ignore[arg-type]
 
 
 def test_a_layer_of_many_small_files_holds_the_engine_a_bounded_share_of_the_watch_s_time(clock):
     engine = FakeEngine(clock, asks=20)
     said: list[str] = []
 
-    asyncio.run(watch_disk(engine, "c", (FILES * PATH_BYTES >> 20) + 1, said.append))  # type: ignore[arg-type]
+    watched(engine, (FILES * PATH_BYTES >> 20) + 1, said)
 
     assert not said and not engine.killed  # under the limit: watched, not stopped
     assert clock.busy / clock.now <= 1 / (SPACING + 1) + 0.01, f"the engine spent {clock.busy / clock.now:.0%}"
@@ -76,7 +79,7 @@ def test_many_empty_files_past_the_limit_stop_the_container(clock):
     said: list[str] = []
     limit_mb = (FILES * PATH_BYTES >> 20) // 2
 
-    asyncio.run(watch_disk(engine, "c", limit_mb, said.append))  # type: ignore[arg-type]
+    watched(engine, limit_mb, said)
 
     assert engine.killed and engine.asks == 19
     assert f"{FILES} paths changed" in said[0] and f"more than its limit of {limit_mb} MB" in said[0], said

@@ -42,8 +42,8 @@ def episode_filter(request: Request, run: str | None = None) -> EpisodeFilter:
 
 
 def create_viewer(
-    records: Path,
-    rollouts: Path | None = None,
+    records: Path | str,
+    rollouts: Path | str | None = None,
     *,
     success: float = 1.0,
     tokenizer: str | None = None,
@@ -51,8 +51,9 @@ def create_viewer(
 ) -> FastAPI:
     """The viewer over a records folder (and the trainer's, when it recorded elsewhere); with a
     tokenizer (its folder or name; by default the records' own `tokenizer/`, when they keep one),
-    an episode's tokens show their text; with a token, only a
-    request that carries it is answered (`access`)."""
+    an episode's tokens show their text; with a token, only a request that carries it is
+    answered (`access`)."""
+    records, rollouts = Path(records), None if rollouts is None else Path(rollouts)
     index = RunIndex(records, rollouts, success=success)
     if tokenizer is None and (records / TOKENIZER).is_dir():  # a recipe's --record keeps it there
         tokenizer = str(records / TOKENIZER)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import docker.errors
 
@@ -57,19 +57,28 @@ def past_limit(size_rw: int, changed: int, limit_mb: int) -> str | None:
     )
 
 
-async def watch_disk(engine: Engine, container_id: str, limit_mb: int, say: Callable[[str], None]) -> None:
+async def watch_disk(
+    engine: Engine,
+    container_id: str,
+    limit_mb: int,
+    say: Callable[[str], None],
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> None:
     """Until the container is gone: kill it once its writable layer holds more than `limit_mb`,
-    telling `say` why first."""
+    telling `say` why first. (`clock` and `sleep`: a test's own; patching the process's would
+    stop every other event loop in it.)"""
     wait = POLL_S
     while True:
-        await asyncio.sleep(wait)
-        began = time.monotonic()
+        await sleep(wait)
+        began = clock()
         try:
             measured = await written(engine, container_id)
         except docker.errors.APIError:
             continue  # the engine is busy or restarting, or the container just went: the next ask tells
         finally:
-            wait = max(POLL_S, SPACING * (time.monotonic() - began))
+            wait = max(POLL_S, SPACING * (clock() - began))
         if measured is None:
             return
         if (why := past_limit(measured[0], len(measured[1]), limit_mb)) is not None:
