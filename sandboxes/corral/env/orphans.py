@@ -35,6 +35,12 @@ def start_reaper(uid: int, started_by_the_env: Callable[[], set[int]], starting:
     threading.Thread(target=reap_forever, name="corral-orphan-reaper", daemon=True).start()
 
 
+def children() -> set[int]:
+    """The pids of this process's children, living or exited."""
+    me = str(os.getpid())
+    return {pid for pid, _, parent, _ in _processes() if parent == me}
+
+
 def _zombie_children(uid: int) -> set[int]:
     me = str(os.getpid())
     return {pid for pid, state, parent, owner in _processes() if state == "Z" and parent == me and owner == uid}

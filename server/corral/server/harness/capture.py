@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 from collections.abc import AsyncIterator, Iterator
@@ -50,6 +51,7 @@ from corral.server.harness.request import (
 
 log = logging.getLogger("corral.server")
 MAX_TOKENS = 8192  # a call's output cap where the episode sets none
+MAX_BODY_BYTES = 32 * 1024 * 1024  # a call's request body: a long agent context is a few MB; more is a flood
 KEEPALIVE_S = 10.0  # a streaming agent waiting longer gets SSE comments, so its reader does not time out
 
 
@@ -161,8 +163,12 @@ class CaptureProxy:
         episode = self.episode_for(request)
         if episode is None:
             return JSONResponse(error_body("a harness agent calls with its own episode's key", "401"), 401)
+        raw = await _body(request)
+        if raw is None:
+            message = f"the request body is over the capture proxy's MAX_BODY_BYTES ({MAX_BODY_BYTES}); send less"
+            return JSONResponse(error_body(message, "request_too_large"), 413)
         try:
-            body = await request.json()
+            body = json.loads(raw)
         except ValueError:
             return JSONResponse(error_body("the request body is not JSON", "invalid_request"), 400)
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
@@ -223,6 +229,19 @@ class CaptureProxy:
             episode.capture.calls.append(call)
             episode.note_level(call.level, call.problems)
         return 200, agent_reply(reply, wants_logprobs=bool(body.get("logprobs")))
+
+
+async def _body(request: Request) -> bytes | None:
+    """The request's body, or None past MAX_BODY_BYTES (read no further: all episodes share this memory)."""
+    if _int(request.headers.get("content-length")) > MAX_BODY_BYTES:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _sse(events: Iterator[bytes] | AsyncIterator[bytes]) -> StreamingResponse:

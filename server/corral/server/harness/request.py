@@ -27,6 +27,9 @@ SAMPLING_KEYS = (
 # Decoding the engine would constrain: the sampled tokens would not be the policy's.
 CONSTRAINED_KEYS = ("logit_bias", "allowed_token_ids", "bad_words", "min_tokens", "structured_outputs")
 CONSTRAINED_PREFIX = "guided_"
+# vLLM's extras that pick or reshape tokens past the policy's sampling (beam search, best of
+# several, the request's own logits processors), refused unless left at their defaults.
+POLICY_CHANGING = {"use_beam_search": (False,), "best_of": (1,), "logits_processors": (), "vllm_xargs": ()}
 # The agent's streaming and output-length knobs: the proxy sets its own.
 REPLACED_KEYS = ("stream", "stream_options", "max_tokens", "max_completion_tokens")
 TOKEN_ID = re.compile(r"token_id:(\d+)")
@@ -41,6 +44,7 @@ def upstream_body(body: dict[str, Any], *, sampling: dict[str, Any], max_tokens:
     if body.get("n", 1) != 1:
         raise RequestRefused(f"n={body['n']}: the capture proxy samples one choice per call; send n=1")
     constrained = [key for key in body if key in CONSTRAINED_KEYS or key.startswith(CONSTRAINED_PREFIX)]
+    constrained += [key for key, defaults in POLICY_CHANGING.items() if body.get(key) not in (None, *defaults)]
     format_type = (body.get("response_format") or {}).get("type", "text")
     if format_type != "text":
         constrained.append(f"response_format={format_type}")
