@@ -4,12 +4,10 @@ verifiers read what the agent left."""
 
 from __future__ import annotations
 
-import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
-
-from corral.env.harness import run_agent
 
 # The agent's detached child: its own session, its pid written, then it would forge its result late.
 DETACH = """
@@ -23,20 +21,30 @@ time.sleep(0.5)
 """
 
 
+# corral's runtime, as the sandbox runs it: a process of its own, which run_agent makes the
+# subreaper of what the agent leaves (never the test's process, whose other children it would reap).
+RUNTIME = """
+import json, socket, sys
+from corral.env.harness import run_agent
+folder, pid_file = sys.argv[1], sys.argv[2]
+server = socket.socket(socket.AF_UNIX)
+server.bind(folder + "/model.sock")
+command = [sys.executable, "-c", sys.argv[3], pid_file]
+ended = run_agent({"command": command, "environment": {}, "socket": folder + "/model.sock", "port": 0, "timeout_s": 10})
+print(json.dumps(ended["exit_code"]))
+"""
+
+
 def test_a_detached_child_of_the_agent_is_killed_when_its_run_ends(tmp_path: Path):
     pid_file = tmp_path / "pid"
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(str(tmp_path / "model.sock"))
-    ended = run_agent(
-        {
-            "command": [sys.executable, "-c", DETACH, str(pid_file)],
-            "environment": {},
-            "socket": str(tmp_path / "model.sock"),
-            "port": 0,
-            "timeout_s": 10,
-        }
+    runtime = subprocess.run(
+        [sys.executable, "-c", RUNTIME, str(tmp_path), str(pid_file), DETACH],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
-    assert ended["exit_code"] == 0
+    assert runtime.stdout.strip() == "0", runtime.stderr
     pid = int(pid_file.read_text())
     deadline = time.monotonic() + 2
     while _alive(pid) and time.monotonic() < deadline:
