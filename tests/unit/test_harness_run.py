@@ -43,6 +43,9 @@ def test_the_engine_comes_from_the_reset_or_the_call_is_refused_naming_llm_url()
     assert upstream == HttpUpstream("http://gpu-box:8000", model="Qwen/Qwen3-0.6B")
     with pytest.raises(NoEngine, match="llm_url"):
         upstream_for(EngineOptions())
+    # The agent's own model name would pick another model or adapter the engine serves.
+    with pytest.raises(NoEngine, match="names no model: reset with model"):
+        upstream_for(EngineOptions("http://gpu-box:8000"))
 
 
 def test_a_harness_task_s_toolset_offers_run_agent_before_end_turn():

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from corral.errors import ConfigError
 from corral.training.harness import HarnessSessions, PlatformFailing, _last_user_text, _UnscoredStreak
 
 pytestmark = pytest.mark.fast
@@ -16,6 +17,8 @@ pytestmark = pytest.mark.fast
 def test_the_factory_pickles_as_trl_spawns_it() -> None:
     sessions = HarnessSessions("http://env-host:8000", llm_url="http://gpu-box:8000", model="m")
     assert pickle.loads(pickle.dumps(sessions)) == sessions
+    with pytest.raises(ConfigError, match="names no model"):  # the agent's own name would pick the model
+        HarnessSessions("http://env-host:8000", llm_url="http://gpu-box:8000")
 
 
 def test_unscored_in_a_row_stops_training_naming_the_causes_and_a_scored_one_resets_the_count() -> None:

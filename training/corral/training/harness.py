@@ -33,7 +33,7 @@ from typing import Any
 from corral.client import Bundle
 from corral.client.episode import Episode
 from corral.client.session import Session
-from corral.errors import CorralError
+from corral.errors import ConfigError, CorralError
 from corral.protocol.frames import ResetData
 
 RUN_AGENT = "run_agent"
@@ -64,6 +64,13 @@ class HarnessSessions:
     model: str | None = None
     token: str | None = None
     max_unscored_in_a_row: int = 8
+
+    def __post_init__(self) -> None:
+        if self.llm_url is not None and self.model is None:
+            raise ConfigError(
+                f"HarnessSessions(llm_url={self.llm_url!r}) names no model: give model= the trained model's name as "
+                "that engine serves it (else each agent's own model name is sent)"
+            )
 
     def __call__(self, sampling: Mapping[str, Any] | None = None) -> HarnessRunFactory:
         temperature = float((sampling or {}).get("temperature", 1.0))

@@ -85,6 +85,11 @@ def upstream_for(engine: EngineOptions) -> Upstream:
             '{"llm_url": "http://gpu-box:8000", "model": "Qwen/Qwen3-0.6B"}), or from corral\'s client '
             'ask for the relay (llm: "relay": Bundle(url, llm_url=...) answers the calls from its engine)'
         )
+    if not engine.model:  # else the agent's own name is sent: another model or adapter of the engine's
+        raise NoEngine(
+            "this harness episode names no model: reset with model (the trained model's name as the engine at "
+            f"{engine.llm_url} serves it), so that every call samples from the policy being trained"
+        )
     return HttpUpstream(engine.llm_url, model=engine.model)
 
 
