@@ -311,3 +311,21 @@ def test_behind_a_token_the_browser_opens_it_once_and_the_page_keeps_polling(grp
         browser.find_element(By.CSS_SELECTOR, "a.step").click()
         assert "/steps/" in browser.current_url
         _no_console_errors(browser)
+
+
+def test_each_breadcrumb_of_an_episode_leads_to_the_page_it_names(grpo_run, viewer, browser) -> None:
+    rollout = next(r for r, _ in _records(grpo_run) if r.group_index == 0)
+    run, step, group = grpo_run.run, rollout.step, rollout.group
+    titles = {
+        "runs": "Runs",
+        "run": f"Run {run}",
+        "step": f"Run {run} · step {step}",
+        "group": f"Run {run} · step {step} · group {group} ·",
+        "episode": f"Episode {rollout.episode_id[:12]} ·",
+    }
+    for kind, title in titles.items():
+        browser.get(f"{viewer}/episodes/{rollout.episode_id}")
+        browser.find_element(By.CSS_SELECTOR, f"#crumbs a[data-kind={kind}]").click()
+        heading = browser.find_element(By.TAG_NAME, "h1").text
+        assert heading == title or (title.endswith("·") and heading.startswith(title)), (kind, heading)
+        _no_console_errors(browser)

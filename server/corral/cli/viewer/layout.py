@@ -4,8 +4,9 @@ script that reloads the page when new episodes match its filter (a run still tra
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from html import escape
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from corral.client.run_index import EpisodeFilter
 
@@ -56,13 +57,41 @@ _POLL = """
 """
 
 
-def page(title: str, body: str, *, live: EpisodeFilter | None = None) -> str:
-    """A page; with `live`, it reloads itself when the number of episodes that filter matches changes."""
+def page(title: str, body: str, *, live: EpisodeFilter | None = None, crumbs: Crumbs = ()) -> str:
+    """A page under its breadcrumbs; with `live`, it reloads itself when the number of episodes
+    that filter matches changes."""
     poll = "" if live is None else _POLL % json.dumps(f"/api/count?{query(live)}")
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
-        f"<link rel='icon' href='data:,'><style>{_STYLE}</style></head><body><p><a href='/'>runs</a></p><h1>{escape(title)}</h1>{body}"
+        f"<link rel='icon' href='data:,'><style>{_STYLE}</style></head><body>{breadcrumbs(crumbs)}<h1>{escape(title)}</h1>{body}"
         f"{_TABLES}{poll}</body></html>"
+    )
+
+
+Crumbs = Sequence[tuple[str, str, str]]  # (kind, label, link) from the run down to the page itself
+
+
+def place(run: str, step: int | None = None, group: int | None = None) -> list[tuple[str, str, str]]:
+    """The crumbs of a place in a run: the run, its step and the step's group, as far as known."""
+    at = f"/runs/{quote(run)}"
+    crumbs = [("run", run, at)]
+    if step is not None:
+        crumbs.append(("step", str(step), f"{at}/steps/{step}"))
+        if group is not None:
+            crumbs.append(("group", str(group), f"{at}/steps/{step}/groups/{group}"))
+    return crumbs
+
+
+def breadcrumbs(crumbs: Crumbs) -> str:
+    """runs / run R / step S / group G / episode E, each a link to its page."""
+    links = [("runs", "runs", "/"), *crumbs]
+    return (
+        "<nav id='crumbs'>"
+        + " / ".join(
+            f"<a class='crumb' data-kind='{kind}' href='{escape(link)}'>{escape(kind if kind == label else f'{kind} {label}')}</a>"
+            for kind, label, link in links
+        )
+        + "</nav>"
     )
 
 

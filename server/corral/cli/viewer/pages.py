@@ -7,7 +7,7 @@ from html import escape
 from urllib.parse import quote
 
 from corral.cli.viewer.charts import MAX_SERIES, heatmap, line_plot
-from corral.cli.viewer.layout import filter_form, flags, number, page, query, search_box
+from corral.cli.viewer.layout import filter_form, flags, number, page, place, query, search_box
 from corral.client import run_views
 from corral.client.run_index import EpisodeFilter, RunIndex
 from corral.protocol.records import RunHeader
@@ -113,7 +113,7 @@ def run_page(index: RunIndex, run: str, where: EpisodeFilter) -> str:
         f"<th>zero-variance groups</th></tr>{step_rows}</table>{older}{tasks_table(run_views.tasks(grid))}"
         f"{episodes_table(index, where)}"
     )
-    return page(f"Run {run}", body, live=where)
+    return page(f"Run {run}", body, live=where, crumbs=place(run))
 
 
 def trainer_plots(metrics: dict[str, dict[int, float]]) -> str:
@@ -190,4 +190,9 @@ def step_page(index: RunIndex, run: str, step: int) -> str:
         f"{search_box('groups', 'search groups')}<table id='groups' class='sortable'><tr><th>group</th><th>task</th><th>rewards</th><th>advantages</th><th></th>"
         f"<th>flags</th></tr>{''.join(rows)}</table>"
     )
-    return page(f"Run {run} · step {step}", body, live=EpisodeFilter(run=run, min_step=step, max_step=step))
+    return page(
+        f"Run {run} · step {step}",
+        body,
+        live=EpisodeFilter(run=run, min_step=step, max_step=step),
+        crumbs=place(run, step),
+    )
