@@ -37,7 +37,9 @@ def compare_page(index: RunIndex, runs: list[str]) -> str:
     axis = sorted({step for steps in by_run.values() for step in steps})
     series = {f"{run} mean reward": [steps.get(n) for n in axis] for run, steps in by_run.items()}
     links = " · ".join(f"<a class='run' href='/runs/{quote(run)}'>{escape(run)}</a>" for run in runs)
-    return page("Compare runs", f"<p>{links}</p><h2>Reward over steps</h2>{line_plot(axis, series)}")
+    return page(
+        "Compare runs", f"<p>{links}</p><h2>Reward over steps</h2>{line_plot(axis, series, smoothed=tuple(series))}"
+    )
 
 
 def _when(seconds: float | None) -> str:
@@ -96,7 +98,7 @@ def run_page(index: RunIndex, run: str, where: EpisodeFilter) -> str:
     }
     if evals:
         series["eval mean reward"] = [evals.get(n) for n in axis]
-    plot = line_plot(axis, series)
+    plot = line_plot(axis, series, smoothed=("mean reward",))
     step_rows = "".join(
         f"<tr><td><a class='step' href='/runs/{quote(run)}/steps/{s.step}'>{s.step}</a></td><td>{s.episodes}</td>"
         f"<td>{s.scored}</td><td class='mean-reward'>{number(s.mean_reward)}</td>"
