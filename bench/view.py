@@ -1,5 +1,6 @@
 """The run index at scale: how long indexing N generated episodes takes, and how fast every list
-the viewer shows answers once it is built (the median of repeated calls).
+the viewer shows answers once it is built (the median of repeated calls), and the run page's time
+and size.
 
     python bench/view.py                   # 10,000 and 100,000 episodes
     python bench/view.py --episodes 5000
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from corral.cli.viewer.pages import run_page
 from corral.client import run_views
 from corral.client.run_index import EpisodeFilter, RunIndex
 
@@ -107,6 +109,10 @@ def bench(episodes: int) -> None:
         }
         for name, call in lists.items():
             print(f"    {name:<34} {median_ms(call):8.1f} ms")
+        where = EpisodeFilter(run="run")
+        size = len(run_page(index, "run", where).encode())
+        took = median_ms(lambda: run_page(index, "run", where), times=5)
+        print(f"    {'the run page, whole':<34} {took:8.1f} ms  {size / 1000:.0f} KB")
         index.close()
 
 

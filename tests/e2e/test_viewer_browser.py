@@ -181,12 +181,17 @@ def test_a_task_filter_narrows_the_episodes_and_stays_in_the_link(grpo_run, view
     ]
 
 
-def test_a_run_page_shows_new_episodes_while_the_trainer_writes(grpo_run, browser, tmp_path) -> None:
+def test_a_run_page_shows_new_episodes_while_the_trainer_writes_without_a_reload(grpo_run, browser, tmp_path) -> None:
     records = tmp_path / "records"
     shutil.copytree(grpo_run.records, records)
     with serving(records) as url:
         browser.get(f"{url}/runs/{grpo_run.run}")
         before = int(browser.find_element(By.ID, "episode-count").text)
+        browser.execute_script("window.loadedOnce = true")  # a reload would drop it
+        heading = browser.find_element(By.CSS_SELECTOR, "#steps th")
+        heading.click()
+        heading.click()  # the steps by number, descending
+        browser.execute_script("window.scrollTo(0, 400)")
         rollouts = next((records / grpo_run.run).glob("rollouts-*.jsonl"))
         last = RolloutRecord.model_validate_json(rollouts.read_text().splitlines()[-1])
         late = last.model_copy(update={"episode_id": "late", "step": last.step + 1, "group": 0, "group_index": 0})
@@ -196,7 +201,11 @@ def test_a_run_page_shows_new_episodes_while_the_trainer_writes(grpo_run, browse
         WebDriverWait(browser, 60, ignored_exceptions=(StaleElementReferenceException,)).until(
             lambda b: b.find_element(By.ID, "episode-count").text == str(before + 1)
         )
-        assert str(last.step + 1) in _cells(browser, "#steps a.step")
+        WebDriverWait(browser, 10).until(lambda b: "late" in b.find_element(By.ID, "episodes").text)
+        assert browser.execute_script("return window.loadedOnce") is True
+        assert _cells(browser, "#steps a.step")[0] == str(last.step + 1)  # swapped in, sorted as it was
+        assert browser.find_element(By.CSS_SELECTOR, "#steps th").get_attribute("data-dir") == "desc"
+        assert browser.execute_script("return window.scrollY") == 400
         _no_console_errors(browser)
 
 
@@ -310,4 +319,22 @@ def test_behind_a_token_the_browser_opens_it_once_and_the_page_keeps_polling(grp
         time.sleep(4)  # one poll of /api/count (every 3 s), which would log a 401 without the cookie
         browser.find_element(By.CSS_SELECTOR, "a.step").click()
         assert "/steps/" in browser.current_url
+        _no_console_errors(browser)
+
+
+def test_each_breadcrumb_of_an_episode_leads_to_the_page_it_names(grpo_run, viewer, browser) -> None:
+    rollout = next(r for r, _ in _records(grpo_run) if r.group_index == 0)
+    run, step, group = grpo_run.run, rollout.step, rollout.group
+    titles = {
+        "runs": "Runs",
+        "run": f"Run {run}",
+        "step": f"Run {run} · step {step}",
+        "group": f"Run {run} · step {step} · group {group} ·",
+        "episode": f"Episode {rollout.episode_id[:12]} ·",
+    }
+    for kind, title in titles.items():
+        browser.get(f"{viewer}/episodes/{rollout.episode_id}")
+        browser.find_element(By.CSS_SELECTOR, f"#crumbs a[data-kind={kind}]").click()
+        heading = browser.find_element(By.TAG_NAME, "h1").text
+        assert heading == title or (title.endswith("·") and heading.startswith(title)), (kind, heading)
         _no_console_errors(browser)

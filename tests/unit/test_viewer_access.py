@@ -82,3 +82,35 @@ def test_a_token_file_that_is_empty_is_refused(tmp_path: Path) -> None:
         app, ["view", str(tmp_path), "--host", "0.0.0.0", "--token-file", str(tmp_path / "token")]
     )
     assert result.exit_code == 2 and "is empty" in result.stderr
+
+
+def _two_runs(folder: Path) -> None:
+    from corral.protocol.record_store import RecordWriter
+    from corral.protocol.records import RolloutRecord
+
+    for run in ("run-a", "run b"):
+        writer = RecordWriter(folder, "rollouts", run=run)
+        writer.write(RolloutRecord(episode_id=run, task_id="t", step=0, group=0, group_index=0, reward=1.0))
+        writer.close()
+
+
+def test_compare_prints_the_link_to_the_runs_overlaid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _two_runs(tmp_path)
+    viewers: list[TestClient] = []
+    monkeypatch.setattr(uvicorn, "run", lambda viewer, **_: viewers.append(TestClient(viewer)))
+    result = CliRunner().invoke(app, ["view", str(tmp_path), "--compare", "run-a,run b"], env={"CORRAL_TOKEN": None})
+    assert result.exit_code == 0, result.output
+    link = "/compare?run=run-a&run=run+b"
+    assert result.stdout.strip() == f"corral view: http://127.0.0.1:8765{link}"
+    page = viewers[0].get(link)
+    assert page.status_code == 200 and "run-a mean reward" in page.text and "run b mean reward" in page.text
+
+
+@pytest.mark.parametrize(("runs", "said"), [("run-a,nope", "no run nope"), (",".join(["run-a"] * 5), "1 to 4 runs")])
+def test_compare_refuses_a_run_not_recorded_or_past_four(
+    tmp_path: Path, runs: str, said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _two_runs(tmp_path)
+    monkeypatch.setattr(uvicorn, "run", lambda viewer, **_: None)  # never served, when it works
+    result = CliRunner().invoke(app, ["view", str(tmp_path), "--compare", runs], env={"CORRAL_TOKEN": None})
+    assert result.exit_code == 2 and said in result.stderr

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import re
 
-from corral.cli.viewer.charts import heatmap, layout, line_plot, nice_ticks
+from corral.cli.viewer.charts import (
+    MARKERS_UP_TO,
+    heatmap,
+    layout,
+    line_plot,
+    moving_average,
+    nice_ticks,
+    smoothing_window,
+)
 from corral.client.run_views import Heatmap
 
 
@@ -25,7 +33,30 @@ def test_the_plot_fits_y_to_the_data_and_labels_about_ten_steps() -> None:
     x_labels = re.findall(r'class="x-tick"[^>]*>([^<]*)<', svg)
     assert y_labels == ["0.02", "0.04", "0.06", "0.08", "0.1", "0.12"]  # not 0 and 1 alone
     assert 5 <= len(x_labels) <= 12 and x_labels[0] == "0"
-    assert "<circle" not in svg  # 1,000 markers would be most of the page
+    # every 17th point, its value on hover: 1,000 dots would be most of the page
+    assert MARKERS_UP_TO - 2 <= len(re.findall("<circle", svg)) <= MARKERS_UP_TO
+
+
+def test_the_moving_average_is_centred_and_cut_at_the_ends() -> None:
+    assert moving_average([0, 0, 3, 0, 0], 3) == [0, 1, 1, 1, 0]
+    assert moving_average([0, 0, 3, 0, 0], 4) == [1, 0.75, 0.75, 1, 0]  # one before, two after
+    assert moving_average([0.5, 0.25], 1) == [0.5, 0.25]
+    assert [smoothing_window(n) for n in (24, 39, 40, 157, 1000)] == [1, 1, 2, 7, 50]
+
+
+def test_a_smoothed_series_draws_its_moving_average_over_the_faint_line_with_both_on_hover() -> None:
+    steps = list(range(100))
+    rewards = [float(s % 2) for s in steps]  # 0, 1, 0, 1 ...: the mean of 5 is 0.4 or 0.6 inside
+    svg = line_plot(steps, {"mean reward": rewards, "pass@1": rewards}, smoothed=("mean reward",))
+    lines = re.findall(r'<polyline class="smoothed"[^>]*points="([^"]*)"', svg)
+    assert len(lines) == 1  # pass@1 is not smoothed
+    heights = [float(point.split(",")[1]) for point in lines[0].split()]
+    raw = [float(point.split(",")[1]) for point in re.findall(r'<polyline[^>]*points="([^"]*)"', svg)[0].split()]
+    middle = (min(raw) + max(raw)) / 2  # the y of 0.5
+    assert all(abs(h - middle) <= 0.1 * (max(raw) - min(raw)) + 0.1 for h in heights[2:-2])
+    assert "mean reward (mean of 5)" in svg and "pass@1 (mean of" not in svg
+    assert "<title>step 2: 0.000 (mean of 5: 0.400)</title>" in svg
+    assert "<title>step 4: 0.000</title>" in svg  # every other point dotted; pass@1's dots: the value alone
 
 
 def _grid(steps: int, tasks: dict[str, dict[int, tuple[int, int]]]) -> Heatmap:
@@ -69,3 +100,24 @@ def test_the_heatmap_bins_steps_and_leaves_off_rows_past_its_height() -> None:
 def test_the_heatmap_has_a_colour_legend() -> None:
     svg = heatmap(_grid(2, {"a": {0: (2, 1), 1: (2, 2)}}))
     assert "not scored" in svg and ">0.5</text>" in svg and ">1</text>" in svg
+
+
+def test_a_run_page_of_1000_steps_stays_well_under_500_kb(tmp_path) -> None:
+    from corral.cli.viewer.pages import run_page
+    from corral.client.run_index import EpisodeFilter, RunIndex
+    from corral.protocol.record_store import RecordWriter
+    from corral.protocol.records import RolloutRecord
+
+    writer = RecordWriter(tmp_path, "rollouts", run="run")
+    for n in range(4000):  # 1,000 steps of one group of 4 over 200 tasks
+        step, member = divmod(n, 4)
+        rollout = RolloutRecord(
+            episode_id=f"e{n}", task_id=f"task-{step % 200}", step=step, group=0, group_index=member, reward=n % 3 / 2
+        )
+        writer.write(rollout)
+    writer.close()
+    index = RunIndex(tmp_path)
+    index.refresh()
+    page = run_page(index, "run", EpisodeFilter(run="run"))
+    index.close()
+    assert page.count('class="smoothed"') == 1 and len(page.encode()) < 300_000

@@ -187,5 +187,5 @@ def test_an_environments_record_shows_its_place_and_says_the_trainer_kept_the_to
     writer.write(RolloutRecord(episode_id="e", task_id="t", step=3, group=1, group_index=0, policy_version=3))
     writer.close()
     page = TestClient(create_viewer(tmp_path)).get("/episodes/e").text
-    assert "step 3 · group 1 (member 0) · policy version 3" in re.sub("<[^>]+>", "", page)  # step, group: links
+    assert "member 0 · policy version 3" in re.sub("<[^>]+>", "", page)  # its step and group: the crumbs
     assert "id='no-tokens'" in page and "<h2>Tokens</h2>" not in page

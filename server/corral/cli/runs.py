@@ -121,6 +121,10 @@ def view(
         Path | None,
         typer.Option(help="Read the token from FILE (its first line), so it is on no command line.", dir_okay=False),
     ] = None,
+    compare: Annotated[
+        str | None,
+        typer.Option(metavar="RUN,RUN", help="Print the link to these runs overlaid (up to four, named as in DIR)."),
+    ] = None,
 ) -> None:
     """Browse training runs in a local web app: reward over steps, groups, episodes (docs/viewer.md)."""
     from corral.cli.viewer.access import is_loopback
@@ -135,11 +139,31 @@ def view(
                 f"--host {host} lets other machines read every prompt and transcript of the runs: "
                 "give a token with --token-file FILE or CORRAL_TOKEN, or listen on 127.0.0.1"
             )
+        opened = "/" if compare is None else _compare_link(compare, [folder, *([rollouts] if rollouts else [])])
         viewer = create_viewer(folder, rollouts, success=success, tokenizer=tokenizer, token=token)
     except ConfigError as error:
         fail(str(error))
-    typer.echo(f"corral view: http://{host}:{port}/" + ("?token=TOKEN (once, then a cookie)" if token else ""))
+    once = ("&" if "?" in opened else "?") + "token=TOKEN (once, then a cookie)"
+    typer.echo(f"corral view: http://{host}:{port}{opened}" + (once if token else ""))
     uvicorn.run(viewer, host=host, port=port, log_level="warning")
+
+
+def _compare_link(runs: str, folders: list[Path]) -> str:
+    """The compare page's path for `runs` (RUN,RUN...), each a run recorded in one of `folders`."""
+    from urllib.parse import urlencode
+
+    from corral.cli.viewer.pages import COMPARED
+
+    names = [run.strip() for run in runs.split(",") if run.strip()]
+    if not 1 <= len(names) <= COMPARED:
+        raise ConfigError(f"--compare takes 1 to {COMPARED} runs, comma-separated; it was given {len(names)}")
+    missing = [run for run in names if not any((folder / run).is_dir() for folder in folders)]
+    if missing:
+        known = sorted({p.name for folder in folders if folder.is_dir() for p in folder.iterdir() if p.is_dir()})
+        raise ConfigError(
+            f"--compare: no run {', '.join(missing)} is recorded here; the runs: {', '.join(known) or 'none'}"
+        )
+    return "/compare?" + urlencode([("run", run) for run in names])
 
 
 def eval_command(

@@ -13,7 +13,24 @@ from corral.client.run_views import Heatmap
 _COLOURS = ("#2563eb", "#dc2626", "#16a34a", "#9333ea")
 MAX_SERIES = len(_COLOURS)  # series one plot draws, a colour each
 _EMPTY = "#eee"
-MARKERS_UP_TO = 60  # points per series drawn as dots (past this the line alone)
+MARKERS_UP_TO = 60  # dots per series, each with its value on hover (past this, every k-th point)
+SMOOTHED_SHARE = 20  # a smoothed line averages over 1/20 of the series' points (none under 40 points)
+
+
+def smoothing_window(points: int) -> int:
+    """The moving average's window for a series of `points`: a twentieth of them, at least 1."""
+    return max(1, points // SMOOTHED_SHARE)
+
+
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Each value's centred mean over the `window` values around it (fewer at the ends, where the
+    window is cut)."""
+    sums = [0.0]
+    for value in values:
+        sums.append(sums[-1] + value)
+    before, after = (window - 1) // 2, window // 2
+    spans = [(max(0, n - before), min(len(values), n + after + 1)) for n in range(len(values))]
+    return [(sums[high] - sums[low]) / (high - low) for low, high in spans]
 
 
 def nice_ticks(low: float, high: float, count: int = 5, *, whole: bool = False) -> list[float]:
@@ -34,8 +51,16 @@ def _label(value: float) -> str:
     return f"{value:g}"
 
 
-def line_plot(steps: list[int], series: dict[str, list[float | None]], *, width: int = 560, height: int = 200) -> str:
-    """Each series over the steps, y fitted to the values with round ticks, ~10 step labels, a legend."""
+def line_plot(
+    steps: list[int],
+    series: dict[str, list[float | None]],
+    *,
+    width: int = 560,
+    height: int = 200,
+    smoothed: tuple[str, ...] = (),
+) -> str:
+    """Each series over the steps, y fitted to the values with round ticks, ~10 step labels, a legend;
+    the series named in `smoothed` drawn faint with their moving average (`smoothing_window`) over them."""
     pad, left = 32, 44
     values = [v for vs in series.values() for v in vs if v is not None]
     if not steps or not values:
@@ -69,15 +94,25 @@ def line_plot(steps: list[int], series: dict[str, list[float | None]], *, width:
             )
     for index, (colour, (name, points)) in enumerate(zip(_COLOURS, series.items(), strict=False)):
         drawn = [(s, v) for s, v in zip(steps, points, strict=True) if v is not None]
+        window = smoothing_window(len(drawn)) if name in smoothed else 1
         path = " ".join(f"{x(s):.1f},{y(v):.1f}" for s, v in drawn)
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{path}"/>')
-        if len(drawn) <= MARKERS_UP_TO:
-            parts += [
-                f'<circle cx="{x(s):.1f}" cy="{y(v):.1f}" r="3" fill="{colour}"><title>step {s}: {v:.3f}</title></circle>'
-                for s, v in drawn
-            ]
+        raw = ' stroke-width="1" stroke-opacity=".35"' if window > 1 else ' stroke-width="2"'
+        parts.append(f'<polyline fill="none" stroke="{colour}"{raw} points="{path}"/>')
+        means = moving_average([v for _, v in drawn], window) if window > 1 else []
+        if means:
+            line = " ".join(f"{x(s):.1f},{y(m):.1f}" for (s, _), m in zip(drawn, means, strict=True))
+            parts.append(f'<polyline class="smoothed" fill="none" stroke="{colour}" stroke-width="2" points="{line}"/>')
+        every = math.ceil(len(drawn) / MARKERS_UP_TO) or 1
+        for n in range(0, len(drawn), every):
+            s, v = drawn[n]
+            mean = f" (mean of {window}: {means[n]:.3f})" if means else ""
+            parts.append(
+                f'<circle cx="{x(s):.1f}" cy="{y(v):.1f}" r="{3 if every == 1 else 2}" fill="{colour}">'
+                f"<title>step {s}: {v:.3f}{mean}</title></circle>"
+            )
+        label = f"{name} (mean of {window})" if window > 1 else name
         parts.append(
-            f'<text x="{width - 150}" y="{14 + 14 * index}" font-size="11" fill="{colour}">{escape(name)}</text>'
+            f'<text x="{width - 150}" y="{14 + 14 * index}" font-size="11" fill="{colour}">{escape(label)}</text>'
         )
     return "".join(parts) + "</svg>"
 

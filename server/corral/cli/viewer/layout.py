@@ -1,11 +1,12 @@
 """The page every view shares: inline CSS, the filter form, sortable and searchable tables, and the
-script that reloads the page when new episodes match its filter (a run still training)."""
+script that swaps in a page's changed parts when new episodes match its filter (a run still training)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from html import escape
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from corral.client.run_index import EpisodeFilter
 
@@ -24,8 +25,8 @@ table.sortable th{cursor:pointer}th[data-dir=asc]:after{content:' \\25b2'}th[dat
 """
 
 # Sortable tables (click a heading; numbers as numbers, dashes last) and search boxes that hide the
-# rows of their table without the text; their state lives in the URL's fragment, so the reload a
-# live page makes when new episodes arrive keeps it, and a link shares it.
+# rows of their table without the text; their state lives in the URL's fragment, so a link shares
+# it, and corralTables applies it again to the tables a live page swaps in.
 _TABLES = """
 <script>
 (function(){var state={};try{state=JSON.parse(decodeURIComponent(location.hash.slice(1)))||{}}catch(e){}
@@ -38,31 +39,69 @@ if(x[0]!==y[0])return x[0]-y[0];var c=x[1]<y[1]?-1:x[1]>y[1]?1:0;return dir==='a
 .forEach(function(r){r.parentNode.appendChild(r)})}
 function search(t,q){q=q.toLowerCase();body(t).forEach(function(r){r.style.display=r.textContent.toLowerCase().indexOf(q)<0?'none':''})}
 function save(){history.replaceState(null,'','#'+encodeURIComponent(JSON.stringify(state)))}
-document.querySelectorAll('table.sortable').forEach(function(t){var s=state[t.id]||{};
+window.corralTables=function(){document.querySelectorAll('table.sortable').forEach(function(t){var s=state[t.id]||{};
 Array.prototype.forEach.call(t.rows[0].cells,function(h,i){h.onclick=function(){
 var dir=h.getAttribute('data-dir')==='asc'?'desc':'asc';sort(t,i,dir);s.sort=i;s.dir=dir;state[t.id]=s;save()}});
 if(s.sort!==undefined)sort(t,s.sort,s.dir)});
 document.querySelectorAll('input.search').forEach(function(box){var t=document.getElementById(box.dataset.table),s=state[t.id]||{};
-box.oninput=function(){search(t,box.value);s.q=box.value;state[t.id]=s;save()};if(s.q){box.value=s.q;search(t,s.q)}})})();
+box.oninput=function(){search(t,box.value);s.q=box.value;state[t.id]=s;save()};if(s.q){box.value=s.q;search(t,s.q)}})};
+corralTables()})();
 </script>
 """
 
+# A live page polls the count of episodes its filter matches; when it changes, it fetches itself
+# and swaps in the parts that change (the [data-live] elements and sortable tables, by id), keeping
+# the scroll, the ticks, the search boxes and the sort: no reload.
 _POLL = """
 <script>
-(function(){var seen=null;function poll(){fetch(%s).then(function(r){return r.json()})
-.then(function(d){if(seen!==null&&d.episodes!==seen){location.reload()}seen=d.episodes})
+(function(){var seen=null,parts='[data-live],table.sortable';function swap(){fetch(location.href).then(function(r){return r.text()})
+.then(function(t){var d=new DOMParser().parseFromString(t,'text/html'),y=window.scrollY,
+ticked=Array.prototype.map.call(document.querySelectorAll('input:checked'),function(i){return i.name+'='+i.value});
+document.querySelectorAll(parts).forEach(function(e){var n=d.getElementById(e.id);if(n)e.replaceWith(document.importNode(n,true))});
+document.querySelectorAll('input[type=checkbox]').forEach(function(i){if(ticked.indexOf(i.name+'='+i.value)>=0)i.checked=true});
+corralTables();window.scrollTo(0,y)})}
+function poll(){fetch(%s).then(function(r){return r.json()})
+.then(function(d){if(seen!==null&&d.episodes!==seen){swap()}seen=d.episodes})
 .catch(function(){});}poll();setInterval(poll,3000);})();
 </script>
 """
 
 
-def page(title: str, body: str, *, live: EpisodeFilter | None = None) -> str:
-    """A page; with `live`, it reloads itself when the number of episodes that filter matches changes."""
+def page(title: str, body: str, *, live: EpisodeFilter | None = None, crumbs: Crumbs = ()) -> str:
+    """A page under its breadcrumbs; with `live`, it swaps in its changed parts when the number of
+    episodes that filter matches changes."""
     poll = "" if live is None else _POLL % json.dumps(f"/api/count?{query(live)}")
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
-        f"<link rel='icon' href='data:,'><style>{_STYLE}</style></head><body><p><a href='/'>runs</a></p><h1>{escape(title)}</h1>{body}"
+        f"<link rel='icon' href='data:,'><style>{_STYLE}</style></head><body>{breadcrumbs(crumbs)}<h1>{escape(title)}</h1>{body}"
         f"{_TABLES}{poll}</body></html>"
+    )
+
+
+Crumbs = Sequence[tuple[str, str, str]]  # (kind, label, link) from the run down to the page itself
+
+
+def place(run: str, step: int | None = None, group: int | None = None) -> list[tuple[str, str, str]]:
+    """The crumbs of a place in a run: the run, its step and the step's group, as far as known."""
+    at = f"/runs/{quote(run)}"
+    crumbs = [("run", run, at)]
+    if step is not None:
+        crumbs.append(("step", str(step), f"{at}/steps/{step}"))
+        if group is not None:
+            crumbs.append(("group", str(group), f"{at}/steps/{step}/groups/{group}"))
+    return crumbs
+
+
+def breadcrumbs(crumbs: Crumbs) -> str:
+    """runs / run R / step S / group G / episode E, each a link to its page."""
+    links = [("runs", "runs", "/"), *crumbs]
+    return (
+        "<nav id='crumbs'>"
+        + " / ".join(
+            f"<a class='crumb' data-kind='{kind}' href='{escape(link)}'>{escape(kind if kind == label else f'{kind} {label}')}</a>"
+            for kind, label, link in links
+        )
+        + "</nav>"
     )
 
 

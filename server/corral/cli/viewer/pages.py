@@ -7,7 +7,7 @@ from html import escape
 from urllib.parse import quote
 
 from corral.cli.viewer.charts import MAX_SERIES, heatmap, line_plot
-from corral.cli.viewer.layout import filter_form, flags, number, page, query, search_box
+from corral.cli.viewer.layout import filter_form, flags, number, page, place, query, search_box
 from corral.client import run_views
 from corral.client.run_index import EpisodeFilter, RunIndex
 from corral.protocol.records import RunHeader
@@ -24,7 +24,7 @@ def runs_page(index: RunIndex) -> str:
     )
     return page(
         "Runs",
-        "<form method='get' action='/compare'><table id='runs'><tr><th>run</th><th>kind</th><th>model</th><th>bundle</th>"
+        "<form method='get' action='/compare'><table id='runs' data-live><tr><th>run</th><th>kind</th><th>model</th><th>bundle</th>"
         "<th>split</th><th>started</th><th>ended</th><th>episodes</th><th>steps</th><th>mean reward</th></tr>"
         f"{rows}</table><button type='submit'>compare the runs ticked (up to {COMPARED})</button></form>",
         live=EpisodeFilter(),
@@ -37,7 +37,9 @@ def compare_page(index: RunIndex, runs: list[str]) -> str:
     axis = sorted({step for steps in by_run.values() for step in steps})
     series = {f"{run} mean reward": [steps.get(n) for n in axis] for run, steps in by_run.items()}
     links = " · ".join(f"<a class='run' href='/runs/{quote(run)}'>{escape(run)}</a>" for run in runs)
-    return page("Compare runs", f"<p>{links}</p><h2>Reward over steps</h2>{line_plot(axis, series)}")
+    return page(
+        "Compare runs", f"<p>{links}</p><h2>Reward over steps</h2>{line_plot(axis, series, smoothed=tuple(series))}"
+    )
 
 
 def _when(seconds: float | None) -> str:
@@ -96,24 +98,24 @@ def run_page(index: RunIndex, run: str, where: EpisodeFilter) -> str:
     }
     if evals:
         series["eval mean reward"] = [evals.get(n) for n in axis]
-    plot = line_plot(axis, series)
+    plot = line_plot(axis, series, smoothed=("mean reward",))
     step_rows = "".join(
         f"<tr><td><a class='step' href='/runs/{quote(run)}/steps/{s.step}'>{s.step}</a></td><td>{s.episodes}</td>"
         f"<td>{s.scored}</td><td class='mean-reward'>{number(s.mean_reward)}</td>"
         f"<td class='pass-at-1'>{number(s.pass_at_1)}</td><td>{s.groups}</td><td>{s.zero_variance}</td></tr>"
         for s in steps[-STEP_ROWS:]
     )
-    older = f"<p>The newest {STEP_ROWS} of {len(steps)} steps.</p>" if len(steps) > STEP_ROWS else ""
+    older = f"The newest {STEP_ROWS} of {len(steps)} steps." if len(steps) > STEP_ROWS else ""
     grid = run_views.heatmap(index, run)
     body = (
         f"{_header_table(header)}"
-        f"<h2>Reward over steps</h2>{plot}{trainer_plots(index.metrics(run))}<h2>Tasks x steps (pass rate)</h2>"
-        f"{heatmap(grid)}<h2>Steps</h2>{search_box('steps', 'search steps')}<table id='steps' class='sortable'>"
+        f"<div id='charts' data-live><h2>Reward over steps</h2>{plot}{trainer_plots(index.metrics(run))}"
+        f"<h2>Tasks x steps (pass rate)</h2>{heatmap(grid)}</div><h2>Steps</h2>{search_box('steps', 'search steps')}<table id='steps' class='sortable'>"
         "<tr><th>step</th><th>episodes</th><th>scored</th><th>mean reward</th><th>pass@1</th><th>groups</th>"
-        f"<th>zero-variance groups</th></tr>{step_rows}</table>{older}{tasks_table(run_views.tasks(grid))}"
+        f"<th>zero-variance groups</th></tr>{step_rows}</table><p id='older' data-live>{older}</p>{tasks_table(run_views.tasks(grid))}"
         f"{episodes_table(index, where)}"
     )
-    return page(f"Run {run}", body, live=where)
+    return page(f"Run {run}", body, live=where, crumbs=place(run))
 
 
 def trainer_plots(metrics: dict[str, dict[int, float]]) -> str:
@@ -134,10 +136,11 @@ def tasks_table(tasks: list[run_views.TaskRow]) -> str:
         f"<tr><td>{escape(t.task_id)}<td>{t.steps}<td>{t.scored}<td>{t.pass_rate:.3f}<td>{t.first_step}<td>{t.mark}"
         for t in tasks[:TASK_ROWS]
     )
-    more = f"<p>The {TASK_ROWS} most often scored of {len(tasks)} tasks.</p>" if len(tasks) > TASK_ROWS else ""
+    more = f"The {TASK_ROWS} most often scored of {len(tasks)} tasks." if len(tasks) > TASK_ROWS else ""
     return (
         f"<h2>Tasks</h2>{search_box('tasks', 'search tasks')}<table id='tasks' class='sortable'><tr><th>task</th>"
-        f"<th>steps</th><th>scored</th><th>pass rate</th><th>first step</th><th></th></tr>{rows}</table>{more}"
+        f"<th>steps</th><th>scored</th><th>pass rate</th><th>first step</th><th></th></tr>{rows}</table>"
+        f"<p id='more-tasks' data-live>{more}</p>"
     )
 
 
@@ -159,7 +162,7 @@ def episodes_table(index: RunIndex, where: EpisodeFilter) -> str:
     )
     return (
         f"<h2>Episodes</h2>{filter_form(where, action)}"
-        f"<p><span id='episode-count'>{total}</span> episodes match (newest {len(rows)} shown) · download "
+        f"<p id='matched' data-live><span id='episode-count'>{total}</span> episodes match (newest {len(rows)} shown) · download "
         f"as {downloads} (one per prompt; add min_pass, max_pass, per_prompt, target, seed to the link)</p>"
         f"{search_box('episodes', 'search these episodes')}<table id='episodes' class='sortable'><tr><th>episode</th><th>task</th><th>split</th><th>step</th><th>group</th>"
         "<th>reward</th><th>advantage</th><th>status</th><th>cause</th><th>seconds</th><th>flags</th></tr>"
@@ -186,8 +189,13 @@ def step_page(index: RunIndex, run: str, step: int) -> str:
         + [f"<a id='next' href='{at}/{after}'>step {after} →</a>"] * (after is not None)
     )
     body = (
-        f"<p id='around'>{around}</p>"
+        f"<p id='around' data-live>{around}</p>"
         f"{search_box('groups', 'search groups')}<table id='groups' class='sortable'><tr><th>group</th><th>task</th><th>rewards</th><th>advantages</th><th></th>"
         f"<th>flags</th></tr>{''.join(rows)}</table>"
     )
-    return page(f"Run {run} · step {step}", body, live=EpisodeFilter(run=run, min_step=step, max_step=step))
+    return page(
+        f"Run {run} · step {step}",
+        body,
+        live=EpisodeFilter(run=run, min_step=step, max_step=step),
+        crumbs=place(run, step),
+    )

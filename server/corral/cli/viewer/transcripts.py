@@ -8,7 +8,7 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
-from corral.cli.viewer.layout import flags, number, page
+from corral.cli.viewer.layout import flags, number, page, place
 from corral.cli.viewer.tokens import TokenText, token_chips
 from corral.client import run_views
 from corral.client.record_exports import conversation
@@ -18,17 +18,6 @@ from corral.protocol.records import EpisodeRecord
 _PHASES = {"start": "#6366f1", "reset": "#0ea5e9", "tools": "#10b981", "verify": "#f59e0b"}
 
 
-def _place_links(run: str, step: int | None, group: int | None) -> str:
-    """run · step · group, each a link to its page (as far as the rollout knows its place)."""
-    at = f"/runs/{quote(run)}"
-    links = [f"run <a class='to-run' href='{at}'>{escape(run)}</a>"]
-    if step is not None:
-        links.append(f"step <a class='to-step' href='{at}/steps/{step}'>{step}</a>")
-        if group is not None:
-            links.append(f"group <a class='to-group' href='{at}/steps/{step}/groups/{group}'>{group}</a>")
-    return " · ".join(links)
-
-
 def episode_page(index: RunIndex, episode_id: str, text: TokenText | None = None) -> str | None:
     episode, rollout = index.records(episode_id)
     if episode is None and rollout is None:
@@ -36,8 +25,7 @@ def episode_page(index: RunIndex, episode_id: str, text: TokenText | None = None
     parts = []
     if rollout is not None:
         parts.append(
-            f"<p id='place'>{_place_links(rollout.run, rollout.step, rollout.group)} "
-            f"(member {rollout.group_index}) · policy version {rollout.policy_version} · "
+            f"<p id='place'>member {rollout.group_index} · policy version {rollout.policy_version} · "
             f"advantage <span id='advantage'>{number(rollout.advantage)}</span></p>"
         )
     if episode is not None:
@@ -50,7 +38,10 @@ def episode_page(index: RunIndex, episode_id: str, text: TokenText | None = None
             "and the trainer kept its tokens.</p>"
         )
     task = episode.task_id if episode is not None else rollout.task_id  # type: ignore[union-attr]
-    return page(f"Episode {episode_id[:12]} · {task}", "".join(parts))
+    # A served-only episode knows its server's run, not a step or group.
+    crumbs = place(rollout.run, rollout.step, rollout.group) if rollout is not None else place(episode.run)  # type: ignore[union-attr]
+    crumbs.append(("episode", episode_id[:12], f"/episodes/{quote(episode_id)}"))
+    return page(f"Episode {episode_id[:12]} · {task}", "".join(parts), crumbs=crumbs)
 
 
 def _server_side(episode: EpisodeRecord, index: RunIndex) -> str:
@@ -117,6 +108,7 @@ def group_page(index: RunIndex, run: str, step: int, number_: int) -> str | None
     return page(
         f"Run {run} · step {step} · group {number_} · {found.task_id}",
         f"<p id='difference'>{note}</p><div class='members'>{''.join(columns)}</div>",
+        crumbs=place(run, step, number_),
     )
 
 
