@@ -4,32 +4,19 @@ through the sandbox's socket and corral's capture, and the episode ends scored w
 
 from __future__ import annotations
 
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import serving, wait_until_none
-from tests.harness_bundle import TEMPERATURE, Harness, copied_bundle
-from tests.harness_engine import MODEL, StandInEngine
-from tests.harness_engine import serving as serving_app
+from tests.conftest import wait_until_none
+from tests.harness_bundle import TEMPERATURE, Harness
+from tests.harness_engine import MODEL
 from tests.wire import called, opened, ws
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
 LINGERER = b"1234.5"  # the argument of the process the `linger` agent leaves behind
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    engine = StandInEngine()
-    with serving_app(engine.app()) as engine_url:
-        port = int(engine_url.rsplit(":", 1)[1])
-        bundle = copied_bundle(tmp_path_factory.mktemp("harness"), port, python=sys.executable)
-        for server in serving(bundle, max_concurrent_envs=2):
-            yield Harness(server, engine, engine_url)
 
 
 def test_an_sdk_agent_runs_three_turns_and_the_episode_ends_scored_with_its_trace(harness: Harness):

@@ -7,31 +7,18 @@ rollout at once."""
 from __future__ import annotations
 
 import pickle
-import sys
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from corral.training.harness import HarnessSessions
-from tests.conftest import serving, wait_until_none
-from tests.harness_bundle import TEMPERATURE, Harness, copied_bundle
-from tests.harness_engine import MODEL, StandInEngine
-from tests.harness_engine import serving as serving_app
+from tests.conftest import wait_until_none
+from tests.harness_bundle import TEMPERATURE, Harness
+from tests.harness_engine import MODEL
 from tests.integration.test_harness_episodes import lingering
 
 pytestmark = pytest.mark.usefixtures("no_leftover_env_processes")
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    engine = StandInEngine()
-    with serving_app(engine.app()) as engine_url:
-        port = int(engine_url.rsplit(":", 1)[1])
-        bundle = copied_bundle(tmp_path_factory.mktemp("harness"), port, python=sys.executable)
-        for server in serving(bundle, max_concurrent_envs=2):
-            yield Harness(server, engine, engine_url)
 
 
 def prompt(task: str) -> list[dict[str, str]]:

@@ -71,6 +71,16 @@ def test_a_copy_has_the_time_the_originals_agent_has_left():
     assert reason is not None and "time budget of 1s ran out" in reason
 
 
+async def refused_replay(original: ServedEpisode, recorded: list) -> ForkFailed:
+    """A copy of `original` given `recorded` to replay, which must refuse; both then closed."""
+    copy = copy_of(original, "s2")
+    with pytest.raises(ForkFailed) as refused:
+        await replay(copy, original, recorded)
+    await copy.close()
+    await original.close()
+    return refused.value
+
+
 def test_a_copy_that_answers_otherwise_is_refused_and_leaves_no_record_nor_count():
     runtime = FakeRuntime()
 
@@ -78,12 +88,7 @@ def test_a_copy_that_answers_otherwise_is_refused_and_leaves_no_record_nor_count
         original = await played(runtime)
         recorded = list(original.calls)
         recorded[1] = (recorded[1][0], {"text": "otherwise"}, *recorded[1][2:])  # the env now says another thing
-        copy = copy_of(original, "s2")
-        with pytest.raises(ForkFailed) as refused:
-            await replay(copy, original, recorded)
-        await copy.close()
-        await original.close()
-        return refused.value
+        return await refused_replay(original, recorded)
 
     refused = asyncio.run(fork())
     assert refused.code == ForkRefusal.REPLAY_MISMATCH and "call 2 of 2 (say)" in str(refused)
@@ -96,12 +101,7 @@ def test_a_copy_whose_sandbox_cannot_start_is_the_platforms_failure():
     async def fork() -> ForkFailed:
         original = await played(runtime)
         runtime.start_fails = "the engine is gone"
-        copy = copy_of(original, "s2")
-        with pytest.raises(ForkFailed) as refused:
-            await replay(copy, original, list(original.calls))
-        await copy.close()
-        await original.close()
-        return refused.value
+        return await refused_replay(original, list(original.calls))
 
     refused = asyncio.run(fork())
     assert refused.code == ForkRefusal.FORK_FAILED and "the engine is gone" in str(refused)
@@ -114,12 +114,7 @@ def test_a_copy_whose_env_dies_during_the_replay_is_the_platforms_failure_not_a_
         original = await played(runtime)
         recorded = list(original.calls)
         recorded[1] = ("crash", {}, *recorded[1][2:])  # the copy's env dies where the original's answered
-        copy = copy_of(original, "s2")
-        with pytest.raises(ForkFailed) as refused:
-            await replay(copy, original, recorded)
-        await copy.close()
-        await original.close()
-        return refused.value
+        return await refused_replay(original, recorded)
 
     refused = asyncio.run(fork())
     assert refused.code == ForkRefusal.FORK_FAILED and "the env died during crash" in str(refused)
